@@ -1,0 +1,33 @@
+package cascade
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrModelNotFound means no backend's patterns match the requested model.
+var ErrModelNotFound = errors.New("model not found")
+
+// UpstreamError is an error response from a backend. Backends return it for any non-2xx reply so
+// the edge can pass a 4xx through with its status and message.
+type UpstreamError struct {
+	Backend string
+	Status  int    // the upstream's HTTP status
+	Message string // the upstream's message, safe for the client
+	Type    string
+	Code    string
+	Param   string
+}
+
+func (e *UpstreamError) Error() string {
+	return fmt.Sprintf("backend %s: status %d: %s", e.Backend, e.Status, e.Message)
+}
+
+// BackendError wraps a transport failure (unreachable, timeout, broken stream) with the backend's name.
+type BackendError struct {
+	Backend string
+	Err     error
+}
+
+func (e *BackendError) Error() string { return fmt.Sprintf("backend %s: %v", e.Backend, e.Err) }
+func (e *BackendError) Unwrap() error { return e.Err }

@@ -1,0 +1,334 @@
+// Package cascade walks a chat request through the configured stages, cheapest first, and attributes what the answer cost.
+package cascade
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+)
+
+// Request is one chat completion call as the cascade sees it. The proxy fills it; stages read it.
+// A Request is not safe for concurrent mutation.
+type Request struct {
+	// Tenant isolates cache and kv entries ("" when auth is off).
+	Tenant string
+	// Chat is the parsed view of the known fields.
+	Chat ChatRequest
+	// Raw is the client's body as received, so unknown fields reach OpenAI-compatible upstreams.
+	Raw json.RawMessage
+	// NoCache skips lookups in memoizing stages but still lets them store (Cache-Control: no-cache).
+	NoCache bool
+	// NoStore forbids storing the answer (Cache-Control: no-store).
+	NoStore bool
+	// ID is the request id, for logs.
+	ID string
+
+	key string
+}
+
+// Stream reports whether the client asked for a stream.
+func (r *Request) Stream() bool { return r.Chat.Stream }
+
+// IncludeUsage reports whether the client asked for the usage chunk on a stream.
+func (r *Request) IncludeUsage() bool {
+	return r.Chat.StreamOptions != nil && r.Chat.StreamOptions.IncludeUsage
+}
+
+// ChatRequest holds the fields of OpenAI's Chat Completions request that the proxy reads.
+// Polymorphic fields stay raw. Fields not listed here survive in Request.Raw.
+type ChatRequest struct {
+	Model               string          `json:"model"`
+	Messages            []Message       `json:"messages"`
+	Stream              bool            `json:"stream,omitempty"`
+	StreamOptions       *StreamOptions  `json:"stream_options,omitempty"`
+	Temperature         *float64        `json:"temperature,omitempty"`
+	TopP                *float64        `json:"top_p,omitempty"`
+	N                   *int            `json:"n,omitempty"`
+	MaxTokens           *int            `json:"max_tokens,omitempty"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens,omitempty"`
+	Stop                json.RawMessage `json:"stop,omitempty"` // string or []string
+	Seed                *int64          `json:"seed,omitempty"`
+	PresencePenalty     *float64        `json:"presence_penalty,omitempty"`
+	FrequencyPenalty    *float64        `json:"frequency_penalty,omitempty"`
+	Logprobs            *bool           `json:"logprobs,omitempty"`
+	TopLogprobs         *int            `json:"top_logprobs,omitempty"`
+	Tools               []Tool          `json:"tools,omitempty"`
+	ToolChoice          json.RawMessage `json:"tool_choice,omitempty"`
+	ResponseFormat      *ResponseFormat `json:"response_format,omitempty"`
+	User                string          `json:"user,omitempty"`
+}
+
+// MaxOutputTokens is max_completion_tokens, else max_tokens, else 0 (no limit).
+func (c *ChatRequest) MaxOutputTokens() int {
+	switch {
+	case c.MaxCompletionTokens != nil:
+		return *c.MaxCompletionTokens
+	case c.MaxTokens != nil:
+		return *c.MaxTokens
+	}
+	return 0
+}
+
+// StopWords decodes stop, which OpenAI accepts as a string or an array of strings.
+func (c *ChatRequest) StopWords() []string {
+	if len(c.Stop) == 0 {
+		return nil
+	}
+	var one string
+	if json.Unmarshal(c.Stop, &one) == nil {
+		return []string{one}
+	}
+	var many []string
+	_ = json.Unmarshal(c.Stop, &many)
+	return many
+}
+
+// StreamOptions is OpenAI's stream_options.
+type StreamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// Message is one chat message. Content is a string or an array of content parts, kept raw.
+type Message struct {
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content,omitempty"`
+	Name       string          `json:"name,omitempty"`
+	ToolCalls  []ToolCall      `json:"tool_calls,omitempty"`
+	ToolCallID string          `json:"tool_call_id,omitempty"`
+}
+
+// ContentPart is one element of an array-valued message content.
+type ContentPart struct {
+	Type     string `json:"type"`
+	Text     string `json:"text,omitempty"`
+	ImageURL *struct {
+		URL    string `json:"url"`
+		Detail string `json:"detail,omitempty"`
+	} `json:"image_url,omitempty"`
+}
+
+// Text returns the message's text: the string content, or its text parts joined by newlines.
+func (m *Message) Text() string {
+	if len(m.Content) == 0 || string(m.Content) == "null" {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(m.Content, &s) == nil {
+		return s
+	}
+	var parts []ContentPart
+	if json.Unmarshal(m.Content, &parts) != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type == "text" {
+			if b.Len() > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String()
+}
+
+// Parts returns the content parts of an array-valued content, or nil.
+func (m *Message) Parts() []ContentPart {
+	var parts []ContentPart
+	if len(m.Content) > 0 && m.Content[0] == '[' {
+		_ = json.Unmarshal(m.Content, &parts)
+	}
+	return parts
+}
+
+// Tool is a function tool offered to the model.
+type Tool struct {
+	Type     string       `json:"type"`
+	Function ToolFunction `json:"function"`
+}
+
+// ToolFunction describes a callable function.
+type ToolFunction struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+	Strict      *bool           `json:"strict,omitempty"`
+}
+
+// ToolCall is a call the model made. In stream deltas Index orders the fragments.
+type ToolCall struct {
+	Index    *int             `json:"index,omitempty"`
+	ID       string           `json:"id,omitempty"`
+	Type     string           `json:"type,omitempty"`
+	Function ToolCallFunction `json:"function"`
+}
+
+// ToolCallFunction is the function name and its JSON-encoded arguments.
+type ToolCallFunction struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+// ResponseFormat is OpenAI's response_format.
+type ResponseFormat struct {
+	Type       string `json:"type"`
+	JSONSchema *struct {
+		Name   string          `json:"name,omitempty"`
+		Schema json.RawMessage `json:"schema,omitempty"`
+		Strict *bool           `json:"strict,omitempty"`
+	} `json:"json_schema,omitempty"`
+}
+
+// Answer is a whole chat completion, however it was produced. A cached Answer is shared between
+// readers and must not be mutated after it is stored.
+type Answer struct {
+	ID                string   `json:"id"`
+	Model             string   `json:"model"`
+	Created           int64    `json:"created"`
+	SystemFingerprint string   `json:"system_fingerprint,omitempty"`
+	Choices           []Choice `json:"choices"`
+	Usage             *Usage   `json:"usage,omitempty"`
+
+	// Backend names the backend that produced the answer ("" for cheap stages).
+	Backend string `json:"-"`
+	// Timings are the backend's own counters, kept for the meter.
+	Timings *Timings `json:"-"`
+	// Energy is what producing this answer cost.
+	Energy Energy `json:"-"`
+	// Streamed is true when the chunks already went through the sink.
+	Streamed bool `json:"-"`
+	// Complete is true when the answer ended normally (finish_reason stop/length/tool_calls and
+	// no error). Only complete answers are stored.
+	Complete bool `json:"-"`
+}
+
+// Choice is one completion choice.
+type Choice struct {
+	Index        int             `json:"index"`
+	Message      AnswerMessage   `json:"message"`
+	FinishReason string          `json:"finish_reason"`
+	Logprobs     json.RawMessage `json:"logprobs,omitempty"`
+}
+
+// AnswerMessage is the assistant's message in an Answer.
+type AnswerMessage struct {
+	Role             string     `json:"role"`
+	Content          *string    `json:"content"`
+	ReasoningContent string     `json:"reasoning_content,omitempty"`
+	Refusal          string     `json:"refusal,omitempty"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
+}
+
+// Text returns the first choice's content, or "".
+func (a *Answer) Text() string {
+	if len(a.Choices) == 0 || a.Choices[0].Message.Content == nil {
+		return ""
+	}
+	return *a.Choices[0].Message.Content
+}
+
+// Usage counts tokens.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// Timings are what a local backend reports about its own work (Ollama durations, llama.cpp timings).
+type Timings struct {
+	PromptN     int           // tokens evaluated for the prompt
+	PredictedN  int           // tokens generated
+	CacheN      int           // prompt tokens served from the backend's KV cache
+	Load        time.Duration // model load time
+	PromptEval  time.Duration
+	Eval        time.Duration
+	Total       time.Duration
+}
+
+// Chunk is one server-sent event of a chat completion stream, in OpenAI's chunk shape.
+type Chunk struct {
+	ID                string        `json:"id"`
+	Object            string        `json:"object"`
+	Created           int64         `json:"created"`
+	Model             string        `json:"model"`
+	SystemFingerprint string        `json:"system_fingerprint,omitempty"`
+	Choices           []ChunkChoice `json:"choices"`
+	Usage             *Usage        `json:"usage,omitempty"`
+}
+
+// ChunkChoice is one choice's delta within a Chunk.
+type ChunkChoice struct {
+	Index        int             `json:"index"`
+	Delta        Delta           `json:"delta"`
+	FinishReason *string         `json:"finish_reason"`
+	Logprobs     json.RawMessage `json:"logprobs,omitempty"`
+}
+
+// Delta is the incremental message of a ChunkChoice.
+type Delta struct {
+	Role             string     `json:"role,omitempty"`
+	Content          *string    `json:"content,omitempty"`
+	ReasoningContent string     `json:"reasoning_content,omitempty"`
+	Refusal          string     `json:"refusal,omitempty"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
+}
+
+// Sink receives the chunks of a stream in order. An error from the sink (the client went away)
+// must stop the producer.
+type Sink func(*Chunk) error
+
+// Grade says whether a figure was measured by hardware counters or estimated from a model.
+type Grade string
+
+// Grades.
+const (
+	Measured  Grade = "measured"
+	Estimated Grade = "estimated"
+)
+
+// Energy is what one answer cost, as the meter or a stage's model computed it. The zero value
+// means "not computed".
+type Energy struct {
+	Joules   float64
+	Grade    Grade
+	Coverage string // "whole" or "partial"
+	Method   string // rapl+nvml, rapl, nvml-zero-gpu, cpu-time-model, token-model, stage-model, ...
+	Reason   string // why it is not measured; "" when measured
+	// Saved is what the original answer cost, for answers served by a memoizing stage.
+	Saved float64
+}
+
+// ErrMiss is returned by a stage that cannot answer a request; the walk moves on.
+var ErrMiss = errors.New("cascade: stage miss")
+
+// Stage is one step of the cascade. Serve returns ErrMiss to pass. A stage that streams writes
+// its chunks to sink and returns an Answer with Streamed set; other stages return a whole Answer
+// and the walk replays it.
+type Stage interface {
+	Name() string
+	Serve(ctx context.Context, req *Request, sink Sink) (*Answer, error)
+}
+
+// Learner is a stage that remembers answers produced by later stages.
+// Learn must not block the response and must not mutate ans.
+type Learner interface {
+	Learn(req *Request, ans *Answer)
+}
+
+// Backend is one upstream dialect. With a nil sink it returns a whole Answer; with a sink it
+// streams every chunk there and returns the assembled Answer (Streamed set) at the end.
+type Backend interface {
+	Chat(ctx context.Context, req *Request, sink Sink) (*Answer, error)
+}
+
+// ModelLister is a Backend that can list its models.
+type ModelLister interface {
+	Models(ctx context.Context) ([]string, error)
+}
+
+// Pinger is a Backend that can tell whether it is reachable.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}

@@ -1,0 +1,165 @@
+package cascade
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Attempt records one stage's try at a request.
+type Attempt struct {
+	Stage    string
+	Duration time.Duration
+	Err      error // nil for the answering stage; ErrMiss for a pass
+}
+
+// Result is the outcome of a walk.
+type Result struct {
+	Answer   *Answer
+	Stage    string
+	Attempts []Attempt
+	// Wrote is true once any chunk reached the sink; after that an error cannot become a status.
+	Wrote bool
+}
+
+// Options configure a Cascade.
+type Options struct {
+	// StageWatts is the power model for in-process stages (cache, kv, graph): wall time × W.
+	StageWatts float64
+	Logger     zerolog.Logger
+}
+
+// Cascade walks requests through its stages. It is safe for concurrent use.
+type Cascade struct {
+	stages []Stage
+	router *Router
+	opts   Options
+}
+
+// New returns a Cascade over stages in order. The router decides which models exist.
+func New(router *Router, stages []Stage, opts Options) *Cascade {
+	return &Cascade{stages: stages, router: router, opts: opts}
+}
+
+// Router returns the cascade's router.
+func (c *Cascade) Router() *Router { return c.router }
+
+// Stages returns the stages in walk order.
+func (c *Cascade) Stages() []Stage { return c.stages }
+
+// Walk tries each stage in order; the first answer wins. With a non-nil sink the answer is
+// streamed: live by a streaming stage, or replayed from a whole answer. A failing stage is
+// skipped with a warning unless it is the last, it already wrote to the sink, or ctx is done.
+// The returned Result is non-nil even on error, for the access log.
+func (c *Cascade) Walk(ctx context.Context, req *Request, sink Sink) (*Result, error) {
+	res := &Result{}
+	if _, err := c.router.Route(req.Chat.Model); err != nil {
+		return res, err
+	}
+	req.Key() // computed once, before any stage or learner reads it concurrently
+	var tracked Sink
+	if sink != nil {
+		tracked = func(ch *Chunk) error {
+			res.Wrote = true
+			return sink(ch)
+		}
+	}
+	for i, st := range c.stages {
+		start := time.Now()
+		ans, err := st.Serve(ctx, req, tracked)
+		took := time.Since(start)
+		res.Attempts = append(res.Attempts, Attempt{Stage: st.Name(), Duration: took, Err: err})
+		if errors.Is(err, ErrMiss) {
+			continue
+		}
+		if err != nil {
+			if i == len(c.stages)-1 || res.Wrote || ctx.Err() != nil {
+				return res, err
+			}
+			c.opts.Logger.Warn().Str("request_id", req.ID).Str("stage", st.Name()).Err(err).Msg("stage failed; skipped")
+			continue
+		}
+		if ans.Energy.Grade == "" {
+			ans.Energy = c.stageEstimate(took, ans.Energy.Saved)
+		}
+		res.Answer, res.Stage = ans, st.Name()
+		if tracked != nil && !ans.Streamed {
+			if err := Replay(ans, req.IncludeUsage(), tracked); err != nil {
+				return res, err
+			}
+		}
+		if ans.Complete && !req.NoStore {
+			for _, prev := range c.stages[:i] {
+				if l, ok := prev.(Learner); ok {
+					l.Learn(req, ans)
+				}
+			}
+		}
+		return res, nil
+	}
+	return res, ErrMiss
+}
+
+// stageEstimate is the stated model for in-process stages: wall time × StageWatts.
+func (c *Cascade) stageEstimate(took time.Duration, saved float64) Energy {
+	return Energy{
+		Joules:   took.Seconds() * c.opts.StageWatts,
+		Grade:    Estimated,
+		Coverage: "whole",
+		Method:   "stage-model",
+		Reason:   "in-process stage: wall time x watts per core",
+		Saved:    saved,
+	}
+}
+
+// OriginalCost is what it took to make ans the first time: the neural figure a memoizing stage
+// saved, or the answer's own joules when it came from a backend.
+func OriginalCost(ans *Answer) float64 {
+	if ans.Energy.Saved > 0 {
+		return ans.Energy.Saved
+	}
+	return ans.Energy.Joules
+}
+
+// Replay streams a whole answer as chunks: a role chunk, the content, the tool calls, the finish
+// reason, and the usage chunk when includeUsage is set.
+func Replay(ans *Answer, includeUsage bool, sink Sink) error {
+	base := func() *Chunk {
+		return &Chunk{ID: ans.ID, Object: "chat.completion.chunk", Created: ans.Created, Model: ans.Model, SystemFingerprint: ans.SystemFingerprint}
+	}
+	for _, ch := range ans.Choices {
+		role := base()
+		role.Choices = []ChunkChoice{{Index: ch.Index, Delta: Delta{Role: "assistant"}}}
+		if err := sink(role); err != nil {
+			return err
+		}
+		m := ch.Message
+		if m.Content != nil || m.ReasoningContent != "" || m.Refusal != "" || len(m.ToolCalls) > 0 {
+			body := base()
+			d := Delta{Content: m.Content, ReasoningContent: m.ReasoningContent, Refusal: m.Refusal}
+			for i, tc := range m.ToolCalls {
+				tc.Index = &i
+				d.ToolCalls = append(d.ToolCalls, tc)
+			}
+			body.Choices = []ChunkChoice{{Index: ch.Index, Delta: d, Logprobs: ch.Logprobs}}
+			if err := sink(body); err != nil {
+				return err
+			}
+		}
+		fin := base()
+		reason := ch.FinishReason
+		fin.Choices = []ChunkChoice{{Index: ch.Index, FinishReason: &reason}}
+		if err := sink(fin); err != nil {
+			return err
+		}
+	}
+	if includeUsage && ans.Usage != nil {
+		u := base()
+		u.Choices = []ChunkChoice{}
+		u.Usage = ans.Usage
+		return sink(u)
+	}
+	return nil
+}
