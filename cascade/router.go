@@ -49,10 +49,16 @@ func (r *Router) Route(model string) (*Route, error) {
 // Routes returns the routes in order.
 func (r *Router) Routes() []Route { return r.routes }
 
+// Model is one model a backend serves.
+type Model struct {
+	ID      string
+	Backend string
+}
+
 // Models lists every backend's models that its own patterns route to it, sorted and without
 // duplicates. A backend that cannot list contributes its literal (glob-free) patterns. Errors
 // from unreachable backends are returned beside whatever could be listed.
-func (r *Router) Models(ctx context.Context) ([]string, []error) {
+func (r *Router) Models(ctx context.Context) ([]Model, []error) {
 	type result struct {
 		models []string
 		err    error
@@ -77,7 +83,7 @@ func (r *Router) Models(ctx context.Context) ([]string, []error) {
 	}
 	wg.Wait()
 	seen := map[string]bool{}
-	var out []string
+	var out []Model
 	var errs []error
 	for i, res := range results {
 		if res.err != nil {
@@ -92,10 +98,10 @@ func (r *Router) Models(ctx context.Context) ([]string, []error) {
 				continue
 			}
 			seen[m] = true
-			out = append(out, m)
+			out = append(out, Model{ID: m, Backend: r.routes[i].Name})
 		}
 	}
-	sort.Strings(out)
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
 	return out, errs
 }
 

@@ -49,14 +49,14 @@ func (c *Cascade) Router() *Router { return c.router }
 // Stages returns the stages in walk order.
 func (c *Cascade) Stages() []Stage { return c.stages }
 
-// Walk tries each stage in order; the first answer wins. With a non-nil sink the answer is
-// streamed: live by a streaming stage, or replayed from a whole answer. A failing stage is
-// skipped with a warning unless it is the last, it already wrote to the sink, or ctx is done.
-// The returned Result is non-nil even on error, for the access log.
-func (c *Cascade) Walk(ctx context.Context, req *Request, sink Sink) (*Result, error) {
-	res := &Result{}
+// Walk tries each stage in order; the first answer wins, and res records what happened (the caller
+// allocates it, so a streaming sink can read res.Stage while it writes). With a non-nil sink the
+// answer is streamed: live by a streaming stage, or replayed from a whole answer. A failing stage
+// is skipped with a warning unless it is the last, it already wrote to the sink, or ctx is done;
+// then res.Answer may still hold what was spent, for the ledger.
+func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Sink) error {
 	if _, err := c.router.Route(req.Chat.Model); err != nil {
-		return res, err
+		return err
 	}
 	req.Key() // computed once, before any stage or learner reads it concurrently
 	var tracked Sink
@@ -67,6 +67,7 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, sink Sink) (*Result, e
 		}
 	}
 	for i, st := range c.stages {
+		res.Stage = st.Name()
 		start := time.Now()
 		ans, err := st.Serve(ctx, req, tracked)
 		took := time.Since(start)
@@ -74,20 +75,21 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, sink Sink) (*Result, e
 		if errors.Is(err, ErrMiss) {
 			continue
 		}
+		if ans != nil && ans.Energy.Grade == "" {
+			ans.Energy = c.stageEstimate(took, ans.Energy.Saved)
+		}
 		if err != nil {
 			if i == len(c.stages)-1 || res.Wrote || ctx.Err() != nil {
-				return res, err
+				res.Answer = ans
+				return err
 			}
 			c.opts.Logger.Warn().Str("request_id", req.ID).Str("stage", st.Name()).Err(err).Msg("stage failed; skipped")
 			continue
 		}
-		if ans.Energy.Grade == "" {
-			ans.Energy = c.stageEstimate(took, ans.Energy.Saved)
-		}
-		res.Answer, res.Stage = ans, st.Name()
+		res.Answer = ans
 		if tracked != nil && !ans.Streamed {
 			if err := Replay(ans, req.IncludeUsage(), tracked); err != nil {
-				return res, err
+				return err
 			}
 		}
 		if ans.Complete && !req.NoStore {
@@ -97,9 +99,10 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, sink Sink) (*Result, e
 				}
 			}
 		}
-		return res, nil
+		return nil
 	}
-	return res, ErrMiss
+	res.Stage = ""
+	return ErrMiss
 }
 
 // stageEstimate is the stated model for in-process stages: wall time × StageWatts.

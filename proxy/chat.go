@@ -1,0 +1,212 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/ledger"
+)
+
+// The X-EOC headers. On a stream they are HTTP trailers.
+const (
+	HeaderJoules      = "X-EOC-Joules"
+	HeaderStage       = "X-EOC-Stage"
+	HeaderEnergy      = "X-EOC-Energy"
+	HeaderReason      = "X-EOC-Energy-Reason"
+	HeaderMethod      = "X-EOC-Energy-Method"
+	HeaderCoverage    = "X-EOC-Coverage"
+	HeaderReceipt     = "X-EOC-Receipt"
+	HeaderJoulesSaved = "X-EOC-Joules-Saved"
+)
+
+var trailerNames = strings.Join([]string{HeaderJoules, HeaderStage, HeaderEnergy, HeaderReason, HeaderMethod, HeaderCoverage, HeaderReceipt, HeaderJoulesSaved}, ", ")
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	lf := fields(r.Context())
+	req, apiErr := s.decode(w, r)
+	if apiErr != nil {
+		lf.err = apiErr
+		writeError(w, apiErr)
+		return
+	}
+	lf.model = req.Chat.Model
+	ctx := r.Context()
+	if s.opts.RequestTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.RequestTimeout)
+		defer cancel()
+	}
+	if req.Stream() {
+		s.stream(ctx, w, req, lf)
+		return
+	}
+	var res cascade.Result
+	err := s.cascade.Walk(ctx, req, &res, nil)
+	e := s.settle(req, &res, lf)
+	if err != nil {
+		s.fail(w, req, err, lf)
+		return
+	}
+	body, err := json.Marshal(completion{Object: "chat.completion", Answer: res.Answer})
+	if err != nil {
+		s.fail(w, req, err, lf)
+		return
+	}
+	h := w.Header()
+	setEnergyHeaders(h.Set, e)
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+// completion is the non-streaming response body.
+type completion struct {
+	Object string `json:"object"`
+	*cascade.Answer
+}
+
+// outcome is what one call cost and the receipt that vouches for it.
+type outcome struct {
+	stage   string
+	energy  cascade.Energy
+	receipt string
+}
+
+// settle computes the call's receipt and fills the access log's fields. It runs once per call,
+// success or not.
+func (s *Server) settle(req *cascade.Request, res *cascade.Result, lf *logFields) outcome {
+	o := outcome{stage: res.Stage}
+	if res.Answer != nil {
+		o.energy = res.Answer.Energy
+		lf.backend = res.Answer.Backend
+	}
+	if n := len(res.Attempts); n > 0 {
+		lf.upstream = res.Attempts[n-1].Duration
+	}
+	o.receipt = ledger.Receipt{Key: req.Key(), Stage: o.stage, Model: req.Chat.Model, Joules: o.energy.Joules,
+		Grade: string(o.energy.Grade), Time: time.Now()}.Hash()
+	lf.stage, lf.joules, lf.grade, lf.method, lf.saved = o.stage, o.energy.Joules, string(o.energy.Grade), o.energy.Method, o.energy.Saved
+	return o
+}
+
+func (s *Server) fail(w http.ResponseWriter, req *cascade.Request, err error, lf *logFields) {
+	e := classify(err, req.Chat.Model)
+	lf.err = e
+	writeError(w, e)
+}
+
+func formatJoules(j float64) string { return strconv.FormatFloat(j, 'f', -1, 64) }
+
+func setEnergyHeaders(set func(k, v string), o outcome) {
+	set(HeaderJoules, formatJoules(o.energy.Joules))
+	set(HeaderStage, o.stage)
+	set(HeaderEnergy, string(o.energy.Grade))
+	set(HeaderMethod, o.energy.Method)
+	set(HeaderCoverage, o.energy.Coverage)
+	set(HeaderReceipt, o.receipt)
+	if o.energy.Reason != "" {
+		set(HeaderReason, o.energy.Reason)
+	}
+	if o.energy.Saved > 0 {
+		set(HeaderJoulesSaved, formatJoules(o.energy.Saved))
+	}
+}
+
+var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true}
+
+// decode reads and validates the body; every failure names the field.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request) (*cascade.Request, *APIError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, &APIError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+				Message: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)}
+		}
+		return nil, badRequest("", "reading request body: %v", err)
+	}
+	req := &cascade.Request{Raw: body, ID: RequestID(r.Context())}
+	if err := json.Unmarshal(body, &req.Chat); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		var syntaxErr *json.SyntaxError
+		switch {
+		case errors.As(err, &typeErr) && typeErr.Field != "":
+			return nil, badRequest(typeErr.Field, "%s: expected %s, got %s", typeErr.Field, typeErr.Type, typeErr.Value)
+		case errors.As(err, &syntaxErr):
+			return nil, badRequest("", "malformed JSON at byte %d: %v", syntaxErr.Offset, syntaxErr)
+		}
+		return nil, badRequest("", "request body must be a JSON object: %v", err)
+	}
+	if e := validate(&req.Chat); e != nil {
+		return nil, e
+	}
+	for _, v := range r.Header.Values("Cache-Control") {
+		for _, d := range strings.Split(v, ",") {
+			switch strings.ToLower(strings.TrimSpace(d)) {
+			case "no-cache":
+				req.NoCache = true
+			case "no-store":
+				req.NoStore = true
+			}
+		}
+	}
+	return req, nil
+}
+
+func validate(c *cascade.ChatRequest) *APIError {
+	if c.Model == "" {
+		return badRequest("model", "model: required")
+	}
+	if len(c.Messages) == 0 {
+		return badRequest("messages", "messages: at least one message is required")
+	}
+	for i, m := range c.Messages {
+		if !validRoles[m.Role] {
+			return badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role: %q is not one of system, developer, user, assistant, tool", i, m.Role)
+		}
+		if len(m.Content) > 0 {
+			switch m.Content[0] {
+			case '"', '[', 'n':
+			default:
+				return badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content: must be a string or an array of content parts", i)
+			}
+		} else if m.Role != "assistant" {
+			return badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content: required", i)
+		}
+		if m.Role == "tool" && m.ToolCallID == "" {
+			return badRequest(fmt.Sprintf("messages[%d].tool_call_id", i), "messages[%d].tool_call_id: required for role tool", i)
+		}
+	}
+	switch {
+	case c.Temperature != nil && (*c.Temperature < 0 || *c.Temperature > 2):
+		return badRequest("temperature", "temperature: %v is not in [0, 2]", *c.Temperature)
+	case c.TopP != nil && (*c.TopP < 0 || *c.TopP > 1):
+		return badRequest("top_p", "top_p: %v is not in [0, 1]", *c.TopP)
+	case c.N != nil && (*c.N < 1 || *c.N > 128):
+		return badRequest("n", "n: %d is not in [1, 128]", *c.N)
+	case c.MaxTokens != nil && *c.MaxTokens < 1:
+		return badRequest("max_tokens", "max_tokens: must be at least 1")
+	case c.MaxCompletionTokens != nil && *c.MaxCompletionTokens < 1:
+		return badRequest("max_completion_tokens", "max_completion_tokens: must be at least 1")
+	case c.StreamOptions != nil && !c.Stream:
+		return badRequest("stream_options", "stream_options: only allowed when stream is true")
+	}
+	if len(c.Stop) > 0 && c.StopWords() == nil && string(c.Stop) != "null" {
+		return badRequest("stop", "stop: must be a string or an array of strings")
+	}
+	for i, t := range c.Tools {
+		if t.Type != "function" || t.Function.Name == "" {
+			return badRequest(fmt.Sprintf("tools[%d]", i), "tools[%d]: type must be function and function.name is required", i)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,134 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"syscall"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+)
+
+// StatusClientClosed is nginx's and Caddy's status for a client that went away before the answer.
+const StatusClientClosed = 499
+
+// APIError is the one error type at the edge. Message goes to the client in OpenAI's shape; Err
+// only to the log.
+type APIError struct {
+	Status  int
+	Message string
+	Type    string
+	Code    string
+	Param   string
+	Err     error
+}
+
+func (e *APIError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%d %s: %v", e.Status, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%d %s", e.Status, e.Message)
+}
+
+func (e *APIError) Unwrap() error { return e.Err }
+
+type errorBody struct {
+	Error errorFields `json:"error"`
+}
+
+type errorFields struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// writeError writes e as OpenAI's error object.
+func writeError(w http.ResponseWriter, e *APIError) {
+	b, _ := json.Marshal(errorBody{errorFields{Message: e.Message, Type: e.Type, Param: nullable(e.Param), Code: nullable(e.Code)}})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Del("Content-Length")
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(b)
+}
+
+func badRequest(param, format string, a ...any) *APIError {
+	return &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: fmt.Sprintf(format, a...)}
+}
+
+// classify maps a walk's error to the status and message the client sees: upstream 4xx pass
+// through, a timeout is 504, an unreachable or failing backend 502, a client that left 499.
+func classify(err error, model string) *APIError {
+	var api *APIError
+	var up *cascade.UpstreamError
+	var be *cascade.BackendError
+	switch {
+	case errors.As(err, &api):
+		return api
+	case errors.Is(err, cascade.ErrModelNotFound):
+		return &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
+			Message: fmt.Sprintf("The model %q does not exist: no backend serves it.", model), Err: err}
+	case errors.As(err, &up):
+		if up.Status >= 400 && up.Status < 500 {
+			typ := up.Type
+			if typ == "" {
+				typ = "invalid_request_error"
+			}
+			return &APIError{Status: up.Status, Type: typ, Code: up.Code, Param: up.Param, Message: up.Message, Err: err}
+		}
+		return &APIError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "bad_gateway",
+			Message: fmt.Sprintf("backend %q failed with status %d: %s", up.Backend, up.Status, up.Message), Err: err}
+	case errors.Is(err, context.Canceled):
+		return &APIError{Status: StatusClientClosed, Type: "invalid_request_error", Code: "client_closed", Message: "client closed the request", Err: err}
+	case isTimeout(err):
+		return &APIError{Status: http.StatusGatewayTimeout, Type: "upstream_error", Code: "timeout",
+			Message: fmt.Sprintf("backend %q timed out", backendOf(err)), Err: err}
+	case errors.As(err, &be):
+		msg := fmt.Sprintf("backend %q failed", be.Backend)
+		if isUnreachable(err) {
+			msg = fmt.Sprintf("backend %q is unreachable", be.Backend)
+		}
+		return &APIError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "bad_gateway", Message: msg, Err: err}
+	case errors.Is(err, cascade.ErrMiss):
+		return &APIError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "no_stage_answered",
+			Message: "no cascade stage could answer, and the neural stage is off", Err: err}
+	}
+	return &APIError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error", Message: "internal error", Err: err}
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func isUnreachable(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		(errors.As(err, &op) && op.Op == "dial")
+}
+
+func backendOf(err error) string {
+	var be *cascade.BackendError
+	if errors.As(err, &be) {
+		return be.Backend
+	}
+	var up *cascade.UpstreamError
+	if errors.As(err, &up) {
+		return up.Backend
+	}
+	return "?"
+}

@@ -1,0 +1,149 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime/debug"
+	"time"
+)
+
+type ctxKey int
+
+const (
+	keyRequestID ctxKey = iota
+	keyLogFields
+)
+
+// logFields is what a handler tells the access log about a request. It is written by the one
+// goroutine serving the request.
+type logFields struct {
+	stage, model, backend, grade, method, tenant string
+	joules, saved                                float64
+	upstream                                     time.Duration // time spent in the answering stage
+	err                                          error
+}
+
+func fields(ctx context.Context) *logFields {
+	if f, ok := ctx.Value(keyLogFields).(*logFields); ok {
+		return f
+	}
+	return &logFields{}
+}
+
+// RequestID returns the request's id.
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(keyRequestID).(string)
+	return id
+}
+
+func (s *Server) requestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		id := "req_" + hex.EncodeToString(b[:])
+		w.Header().Set("X-Request-Id", id)
+		ctx := context.WithValue(r.Context(), keyRequestID, id)
+		ctx = context.WithValue(ctx, keyLogFields, &logFields{})
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// statusWriter records the status and size for the access log. It keeps Flush and the
+// ResponseController's deadlines reachable through Unwrap.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// accessLog writes one JSON line per request: id, route, status, stage, model, joules, latency.
+// It never logs a prompt, a completion or a key.
+func (s *Server) accessLog(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			f := fields(r.Context())
+			took := time.Since(start)
+			ev := s.log.Info()
+			if sw.status >= 500 {
+				ev = s.log.Warn()
+			}
+			ev = ev.Str("request_id", RequestID(r.Context())).Str("method", r.Method).Str("path", r.URL.Path).
+				Int("status", sw.status).Int64("bytes", sw.bytes).Dur("latency_ms", took)
+			if f.stage != "" || f.model != "" {
+				ev = ev.Str("stage", f.stage).Str("model", f.model).Float64("joules", f.joules).Str("grade", f.grade).
+					Str("energy_method", f.method)
+				if f.backend != "" {
+					ev = ev.Str("backend", f.backend)
+				}
+				if f.saved > 0 {
+					ev = ev.Float64("joules_saved", f.saved)
+				}
+				ev = ev.Dur("overhead_ms", took-f.upstream)
+			}
+			if f.tenant != "" {
+				ev = ev.Str("key_id", f.tenant)
+			}
+			if f.err != nil {
+				ev = ev.AnErr("error", f.err)
+			}
+			ev.Msg("request")
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// recoverer turns a panic into a 500 in OpenAI's shape that carries the request id; the stack goes
+// to the log only. http.ErrAbortHandler passes through: it is how a broken stream is cut.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			rec := recover()
+			if rec == nil {
+				return
+			}
+			if err, ok := rec.(error); ok && errors.Is(err, http.ErrAbortHandler) {
+				panic(rec)
+			}
+			id := RequestID(r.Context())
+			if sw, ok := w.(*statusWriter); ok && sw.status != 0 {
+				s.log.Error().Str("request_id", id).Str("panic", fmt.Sprint(rec)).Bytes("stack", debug.Stack()).Msg("panic after the response began")
+				panic(http.ErrAbortHandler)
+			}
+			s.log.Error().Str("request_id", id).Str("panic", fmt.Sprint(rec)).Bytes("stack", debug.Stack()).Msg("panic")
+			fields(r.Context()).err = fmt.Errorf("panic: %v", rec)
+			writeError(w, &APIError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
+				Message: "internal error; request id " + id})
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,112 @@
+// Package proxy is eoc-proxy's HTTP edge: OpenAI-compatible handlers, streaming and errors.
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+)
+
+// Options configure the HTTP edge.
+type Options struct {
+	Cascade        *cascade.Cascade
+	Logger         zerolog.Logger
+	MaxBodyBytes   int64
+	RequestTimeout time.Duration
+	// StreamIdle bounds each chunk's write to a client that stopped reading (0: 60s).
+	StreamIdle time.Duration
+	// Extra mounts more routes, e.g. /metrics.
+	Extra func(chi.Router)
+}
+
+// Server serves the OpenAI-compatible API. It is safe for concurrent use.
+type Server struct {
+	opts    Options
+	cascade *cascade.Cascade
+	log     zerolog.Logger
+	router  chi.Router
+}
+
+// New builds the handler tree.
+func New(o Options) *Server {
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = 10 << 20
+	}
+	if o.StreamIdle <= 0 {
+		o.StreamIdle = 60 * time.Second
+	}
+	s := &Server{opts: o, cascade: o.Cascade, log: o.Logger}
+	r := chi.NewRouter()
+	r.Use(s.requestID, s.accessLog, s.recoverer)
+	r.Post("/v1/chat/completions", s.chat)
+	r.Get("/v1/models", s.models)
+	r.Get("/healthz", s.healthz)
+	r.Get("/readyz", s.readyz)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: "no route for " + r.Method + " " + r.URL.Path})
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &APIError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed", Message: r.Method + " is not allowed on " + r.URL.Path})
+	})
+	if o.Extra != nil {
+		o.Extra(r)
+	}
+	s.router = r
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	if err := s.cascade.Router().Ready(ctx); err != nil {
+		s.log.Warn().Err(err).Msg("not ready")
+		writeError(w, &APIError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "not_ready", Message: "no backend is reachable"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+type modelEntry struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	models, errs := s.cascade.Router().Models(ctx)
+	for _, err := range errs {
+		s.log.Warn().Err(err).Msg("listing models")
+	}
+	data := make([]modelEntry, 0, len(models))
+	for _, m := range models {
+		data = append(data, modelEntry{ID: m.ID, Object: "model", OwnedBy: m.Backend})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, &APIError{Status: 500, Type: "server_error", Message: "internal error", Err: err})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,128 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+)
+
+// sseWriter writes chunks as server-sent events, flushing each one. Headers go out with the first
+// chunk, so an error before it can still become a status.
+type sseWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	res     *cascade.Result
+	usage   bool // the client asked for the usage chunk
+	idle    time.Duration
+	started bool
+	buf     bytes.Buffer
+	id      string
+	model   string
+	created int64
+}
+
+func (sw *sseWriter) start() {
+	if sw.started {
+		return
+	}
+	sw.started = true
+	h := sw.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	h.Set(HeaderStage, sw.res.Stage)
+	h.Set("Trailer", trailerNames)
+	sw.w.WriteHeader(http.StatusOK)
+}
+
+// chunk is the cascade's sink.
+func (sw *sseWriter) chunk(ch *cascade.Chunk) error {
+	if sw.id == "" {
+		sw.id, sw.model, sw.created = ch.ID, ch.Model, ch.Created
+	}
+	if ch.Usage != nil && !sw.usage {
+		if len(ch.Choices) == 0 {
+			return nil // the usage chunk the client did not ask for
+		}
+		c := *ch
+		c.Usage = nil
+		ch = &c
+	}
+	return sw.event(ch)
+}
+
+func (sw *sseWriter) event(v any) error {
+	sw.start()
+	sw.buf.Reset()
+	sw.buf.WriteString("data: ")
+	enc := json.NewEncoder(&sw.buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	sw.buf.WriteByte('\n') // Encode wrote one newline; an event ends with a blank line
+	return sw.write(sw.buf.Bytes())
+}
+
+func (sw *sseWriter) write(b []byte) error {
+	_ = sw.rc.SetWriteDeadline(time.Now().Add(sw.idle))
+	if _, err := sw.w.Write(b); err != nil {
+		return err
+	}
+	return sw.rc.Flush()
+}
+
+// eocChunk is the final chunk before [DONE]: no choices, and the energy figures.
+type eocChunk struct {
+	ID      string            `json:"id"`
+	Object  string            `json:"object"`
+	Created int64             `json:"created"`
+	Model   string            `json:"model"`
+	Choices []json.RawMessage `json:"choices"`
+	EOC     eocFigures        `json:"eoc"`
+}
+
+type eocFigures struct {
+	Joules      float64 `json:"joules"`
+	Stage       string  `json:"stage"`
+	Energy      string  `json:"energy"`
+	Coverage    string  `json:"coverage,omitempty"`
+	Method      string  `json:"method,omitempty"`
+	Reason      string  `json:"reason,omitempty"`
+	JoulesSaved float64 `json:"joules_saved,omitempty"`
+	Receipt     string  `json:"receipt"`
+}
+
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *cascade.Request, lf *logFields) {
+	var res cascade.Result
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w), res: &res, usage: req.IncludeUsage(), idle: s.opts.StreamIdle}
+	err := s.cascade.Walk(ctx, req, &res, sw.chunk)
+	o := s.settle(req, &res, lf)
+	if err != nil {
+		if !sw.started {
+			s.fail(w, req, err, lf)
+			return
+		}
+		// Bytes went out: the status can't change. Cut the connection so the client sees a
+		// terminated stream, not a clean end.
+		lf.err = classify(err, req.Chat.Model)
+		panic(http.ErrAbortHandler)
+	}
+	if sw.id == "" {
+		sw.id, sw.model, sw.created = res.Answer.ID, res.Answer.Model, res.Answer.Created
+	}
+	final := eocChunk{ID: sw.id, Object: "chat.completion.chunk", Created: sw.created, Model: sw.model, Choices: []json.RawMessage{},
+		EOC: eocFigures{Joules: o.energy.Joules, Stage: o.stage, Energy: string(o.energy.Grade), Coverage: o.energy.Coverage,
+			Method: o.energy.Method, Reason: o.energy.Reason, JoulesSaved: o.energy.Saved, Receipt: o.receipt}}
+	if err := sw.event(final); err != nil {
+		return
+	}
+	if err := sw.write([]byte("data: [DONE]\n\n")); err != nil {
+		return
+	}
+	setEnergyHeaders(w.Header().Set, o)
+}
