@@ -1,0 +1,153 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+)
+
+// echoStage answers every request with a fixed text, or panics when the prompt says so.
+type echoStage struct{}
+
+func (echoStage) Name() string { return "echo" }
+func (echoStage) Serve(_ context.Context, req *cascade.Request, _ cascade.Sink) (*cascade.Answer, error) {
+	if req.Chat.Messages[0].Text() == "panic" {
+		panic("boom")
+	}
+	t := "hi"
+	return &cascade.Answer{ID: "x", Model: req.Chat.Model, Choices: []cascade.Choice{{Message: cascade.AnswerMessage{Role: "assistant", Content: &t}, FinishReason: "stop"}}, Complete: true}, nil
+}
+
+type nopBackend struct{}
+
+func (nopBackend) Chat(context.Context, *cascade.Request, cascade.Sink) (*cascade.Answer, error) {
+	return nil, cascade.ErrMiss
+}
+
+func newEdge(t *testing.T, maxBody int64) *httptest.Server {
+	t.Helper()
+	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cascade.New(router, []cascade.Stage{echoStage{}}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
+	srv := httptest.NewServer(New(Options{Cascade: c, Logger: zerolog.Nop(), MaxBodyBytes: maxBody}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestEdgeErrors(t *testing.T) {
+	srv := newEdge(t, 1024)
+	big := `{"model":"known-1","messages":[{"role":"user","content":"` + strings.Repeat("x", 2000) + `"}]}`
+	tests := []struct {
+		name   string
+		body   string
+		status int
+		param  string
+		code   string
+	}{
+		{"malformed json", `{"model":`, 400, "", ""},
+		{"not an object", `[1,2]`, 400, "", ""},
+		{"missing model", `{"messages":[{"role":"user","content":"a"}]}`, 400, "model", ""},
+		{"missing messages", `{"model":"known-1"}`, 400, "messages", ""},
+		{"wrong role", `{"model":"known-1","messages":[{"role":"robot","content":"a"}]}`, 400, "messages[0].role", ""},
+		{"wrong type", `{"model":"known-1","messages":[{"role":"user","content":"a"}],"temperature":"hot"}`, 400, "temperature", ""},
+		{"out of range", `{"model":"known-1","messages":[{"role":"user","content":"a"}],"temperature":3}`, 400, "temperature", ""},
+		{"bad content", `{"model":"known-1","messages":[{"role":"user","content":5}]}`, 400, "messages[0].content", ""},
+		{"bad stop", `{"model":"known-1","messages":[{"role":"user","content":"a"}],"stop":5}`, 400, "stop", ""},
+		{"unknown model", `{"model":"other","messages":[{"role":"user","content":"a"}]}`, 404, "model", "model_not_found"},
+		{"too large", big, 413, "", "request_too_large"},
+		{"panic", `{"model":"known-1","messages":[{"role":"user","content":"panic"}]}`, 500, "", "internal_error"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.status)
+			}
+			var e struct {
+				Error struct {
+					Message string  `json:"message"`
+					Type    string  `json:"type"`
+					Param   *string `json:"param"`
+					Code    *string `json:"code"`
+				} `json:"error"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+				t.Fatalf("body is not OpenAI's error shape: %v", err)
+			}
+			if e.Error.Message == "" || e.Error.Type == "" {
+				t.Fatalf("empty message or type: %+v", e.Error)
+			}
+			if tc.param != "" && (e.Error.Param == nil || *e.Error.Param != tc.param) {
+				t.Fatalf("param %v, want %q (message %q)", e.Error.Param, tc.param, e.Error.Message)
+			}
+			if tc.code != "" && (e.Error.Code == nil || *e.Error.Code != tc.code) {
+				t.Fatalf("code %v, want %q", e.Error.Code, tc.code)
+			}
+			if tc.status == 500 && !strings.Contains(e.Error.Message, resp.Header.Get("X-Request-Id")) {
+				t.Fatalf("500 message %q lacks the request id %q", e.Error.Message, resp.Header.Get("X-Request-Id"))
+			}
+		})
+	}
+}
+
+func TestEdgeAnswerHeaders(t *testing.T) {
+	srv := newEdge(t, 1<<20)
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json",
+		bytes.NewBufferString(`{"model":"known-1","messages":[{"role":"user","content":"a"}],"x_unknown":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if got := resp.Header.Get(HeaderStage); got != "echo" {
+		t.Fatalf("stage %q", got)
+	}
+	if got := resp.Header.Get(HeaderEnergy); got != "estimated" {
+		t.Fatalf("grade %q", got)
+	}
+	if resp.Header.Get(HeaderReason) == "" || resp.Header.Get(HeaderMethod) != "stage-model" {
+		t.Fatalf("estimated figure without reason or method: %v", resp.Header)
+	}
+	if r := resp.Header.Get(HeaderReceipt); len(r) != 64 {
+		t.Fatalf("receipt %q", r)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	f.Add(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"stop":["x"],"tools":[{"type":"function","function":{"name":"f"}}]}`)
+	f.Add(`{"model":"m","messages":[{"role":"tool","content":null}],"n":0}`)
+	s := New(Options{Cascade: cascade.New(&cascade.Router{}, nil, cascade.Options{}), Logger: zerolog.Nop(), MaxBodyBytes: 1 << 20})
+	f.Fuzz(func(t *testing.T, body string) {
+		r := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(body))
+		req, apiErr := s.decode(httptest.NewRecorder(), r)
+		if (req == nil) == (apiErr == nil) {
+			t.Fatalf("decode returned req=%v err=%v", req, apiErr)
+		}
+		if apiErr != nil && (apiErr.Status != 400 || apiErr.Message == "") {
+			t.Fatalf("bad error %+v", apiErr)
+		}
+		if req != nil {
+			_ = req.Key()
+			for i := range req.Chat.Messages {
+				_ = req.Chat.Messages[i].Text()
+			}
+		}
+	})
+}
