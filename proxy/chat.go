@@ -27,41 +27,71 @@ const (
 	HeaderJoulesSaved = "X-EOC-Joules-Saved"
 )
 
-var trailerNames = strings.Join([]string{HeaderJoules, HeaderStage, HeaderEnergy, HeaderReason, HeaderMethod, HeaderCoverage, HeaderReceipt, HeaderJoulesSaved}, ", ")
+// HeaderBudgetRemaining is the caller's joule budget left, on every response of a key with one.
+const HeaderBudgetRemaining = "X-EOC-Budget-Remaining"
+
+var trailerNames = strings.Join([]string{HeaderJoules, HeaderStage, HeaderEnergy, HeaderReason, HeaderMethod, HeaderCoverage,
+	HeaderReceipt, HeaderJoulesSaved, HeaderBudgetRemaining}, ", ")
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	lf := fields(r.Context())
 	req, apiErr := s.decode(w, r)
 	if apiErr != nil {
 		lf.err = apiErr
+		s.setBudgetHeader(w.Header(), lf.tenant)
 		writeError(w, apiErr)
 		return
 	}
+	req.Tenant = lf.tenant
 	lf.model = req.Chat.Model
+	resv, err := s.budgets.admit(r.Context(), req.Tenant)
+	if err != nil {
+		s.setBudgetHeader(w.Header(), req.Tenant)
+		s.fail(w, req, err, lf)
+		return
+	}
 	ctx := r.Context()
 	if s.opts.RequestTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.opts.RequestTimeout)
 		defer cancel()
 	}
-	if req.Stream() {
-		s.stream(ctx, w, req, lf)
-		return
+	if s.metrics != nil {
+		s.metrics.inFlight.Inc()
+		defer s.metrics.inFlight.Dec()
 	}
 	var res cascade.Result
-	err := s.cascade.Walk(ctx, req, &res, nil)
-	e := s.settle(req, &res, lf)
-	if err != nil {
-		s.fail(w, req, err, lf)
-		return
+	var sw *sseWriter
+	var sink cascade.Sink
+	if req.Stream() {
+		sw = &sseWriter{w: w, rc: http.NewResponseController(w), res: &res, usage: req.IncludeUsage(), idle: s.opts.StreamIdle}
+		if left, ok := s.budgets.remaining(req.Tenant); ok {
+			w.Header().Set(HeaderBudgetRemaining, formatJoules(left))
+		}
+		sink = sw.chunk
 	}
-	body, err := json.Marshal(completion{Object: "chat.completion", Answer: res.Answer})
+	err = s.cascade.Walk(ctx, req, &res, sink)
+	o := s.settle(req, &res, resv, err, start, lf)
+	switch {
+	case sw != nil && (sw.started || err == nil):
+		s.finishStream(w, sw, &res, o, err)
+	case err != nil:
+		s.setBudgetHeader(w.Header(), req.Tenant)
+		writeError(w, o.apiErr)
+	default:
+		s.writeAnswer(w, res.Answer, o)
+	}
+}
+
+func (s *Server) writeAnswer(w http.ResponseWriter, ans *cascade.Answer, o outcome) {
+	body, err := json.Marshal(completion{Object: "chat.completion", Answer: ans})
 	if err != nil {
-		s.fail(w, req, err, lf)
+		writeError(w, classify(err, ""))
 		return
 	}
 	h := w.Header()
-	setEnergyHeaders(h.Set, e)
+	setEnergyHeaders(h.Set, o)
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
@@ -74,26 +104,52 @@ type completion struct {
 	*cascade.Answer
 }
 
-// outcome is what one call cost and the receipt that vouches for it.
+// outcome is what one call cost, the receipt that vouches for it, and how it ended.
 type outcome struct {
-	stage   string
-	energy  cascade.Energy
-	receipt string
+	stage     string
+	energy    cascade.Energy
+	receipt   string
+	remaining *float64 // budget left, for keys with a budget
+	apiErr    *APIError
 }
 
-// settle computes the call's receipt and fills the access log's fields. It runs once per call,
-// success or not.
-func (s *Server) settle(req *cascade.Request, res *cascade.Result, lf *logFields) outcome {
+// settle runs once per call that reached the cascade, success or not: it computes the receipt,
+// books the cost against the budget, writes the ledger record and the metrics, and fills the
+// access log's fields.
+func (s *Server) settle(req *cascade.Request, res *cascade.Result, resv reservation, err error, start time.Time, lf *logFields) outcome {
 	o := outcome{stage: res.Stage}
+	status := http.StatusOK
+	if err != nil {
+		o.apiErr = classify(err, req.Chat.Model)
+		status = o.apiErr.Status
+		lf.err = o.apiErr
+	}
 	if res.Answer != nil {
 		o.energy = res.Answer.Energy
 		lf.backend = res.Answer.Backend
 	}
+	now := time.Now()
+	o.receipt = ledger.Receipt{Key: req.Key(), Stage: o.stage, Model: req.Chat.Model, Joules: o.energy.Joules,
+		Grade: string(o.energy.Grade), Time: now}.Hash()
+	if left, ok := s.budgets.settle(resv, o.energy.Joules); ok {
+		o.remaining = &left
+	}
+	model := req.Chat.Model
+	if errors.Is(err, cascade.ErrModelNotFound) {
+		model = "" // not a model any backend serves: keep it out of metric labels
+	}
+	if s.opts.Record != nil {
+		call := Call{Time: now, RequestID: req.ID, KeyID: req.Tenant, Key: req.Key(), Model: req.Chat.Model, Stage: o.stage,
+			Backend: lf.backend, Status: status, Energy: o.energy, Receipt: o.receipt,
+			Disconnected: errors.Is(err, context.Canceled) || (err != nil && res.Wrote && !isTimeout(err))}
+		if rerr := s.opts.Record(call); rerr != nil {
+			s.log.Error().Err(rerr).Str("request_id", req.ID).Msg("ledger: record not written")
+		}
+	}
+	s.metrics.observe(res, model, status, time.Since(start))
 	if n := len(res.Attempts); n > 0 {
 		lf.upstream = res.Attempts[n-1].Duration
 	}
-	o.receipt = ledger.Receipt{Key: req.Key(), Stage: o.stage, Model: req.Chat.Model, Joules: o.energy.Joules,
-		Grade: string(o.energy.Grade), Time: time.Now()}.Hash()
 	lf.stage, lf.joules, lf.grade, lf.method, lf.saved = o.stage, o.energy.Joules, string(o.energy.Grade), o.energy.Method, o.energy.Saved
 	return o
 }
@@ -102,6 +158,12 @@ func (s *Server) fail(w http.ResponseWriter, req *cascade.Request, err error, lf
 	e := classify(err, req.Chat.Model)
 	lf.err = e
 	writeError(w, e)
+}
+
+func (s *Server) setBudgetHeader(h http.Header, tenant string) {
+	if left, ok := s.budgets.remaining(tenant); ok {
+		h.Set(HeaderBudgetRemaining, formatJoules(left))
+	}
 }
 
 func formatJoules(j float64) string { return strconv.FormatFloat(j, 'f', -1, 64) }
@@ -118,6 +180,9 @@ func setEnergyHeaders(set func(k, v string), o outcome) {
 	}
 	if o.energy.Saved > 0 {
 		set(HeaderJoulesSaved, formatJoules(o.energy.Saved))
+	}
+	if o.remaining != nil {
+		set(HeaderBudgetRemaining, formatJoules(*o.remaining))
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
@@ -21,8 +22,29 @@ type Options struct {
 	RequestTimeout time.Duration
 	// StreamIdle bounds each chunk's write to a client that stopped reading (0: 60s).
 	StreamIdle time.Duration
-	// Extra mounts more routes, e.g. /metrics.
-	Extra func(chi.Router)
+	// Keys are the proxy's own API keys; none means auth is off.
+	Keys []APIKey
+	// Registry, when set, gets the edge's metrics and is served on GET /metrics.
+	Registry *prometheus.Registry
+	// Record, when set, is called once for every call that reached the cascade (streams and
+	// client disconnects included) before its response or trailers are written: the ledger.
+	// An error is logged; the call goes on.
+	Record func(Call) error
+}
+
+// Call is what the edge reports about one cascade call, for the ledger.
+type Call struct {
+	Time         time.Time
+	RequestID    string
+	KeyID        string
+	Key          string // the request's canonical key hash; never the API key
+	Model        string
+	Stage        string
+	Backend      string
+	Status       int
+	Energy       cascade.Energy
+	Receipt      string
+	Disconnected bool
 }
 
 // Server serves the OpenAI-compatible API. It is safe for concurrent use.
@@ -31,6 +53,9 @@ type Server struct {
 	cascade *cascade.Cascade
 	log     zerolog.Logger
 	router  chi.Router
+	keys    *keyring
+	budgets *budgetBook
+	metrics *metrics
 }
 
 // New builds the handler tree.
@@ -41,22 +66,33 @@ func New(o Options) *Server {
 	if o.StreamIdle <= 0 {
 		o.StreamIdle = 60 * time.Second
 	}
-	s := &Server{opts: o, cascade: o.Cascade, log: o.Logger}
+	s := &Server{opts: o, cascade: o.Cascade, log: o.Logger, keys: newKeyring(o.Keys)}
+	budgets := map[string]Budget{}
+	for _, k := range o.Keys {
+		if k.Budget != nil {
+			budgets[k.ID] = *k.Budget
+		}
+	}
+	s.budgets = newBudgetBook(budgets, time.Now)
 	r := chi.NewRouter()
 	r.Use(s.requestID, s.accessLog, s.recoverer)
-	r.Post("/v1/chat/completions", s.chat)
-	r.Get("/v1/models", s.models)
+	r.Group(func(r chi.Router) {
+		r.Use(s.authenticate)
+		r.Post("/v1/chat/completions", s.chat)
+		r.Get("/v1/models", s.models)
+	})
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
+	if o.Registry != nil {
+		s.metrics = newMetrics(o.Registry)
+		r.Handle("/metrics", metricsHandler(o.Registry))
+	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: "no route for " + r.Method + " " + r.URL.Path})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &APIError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed", Message: r.Method + " is not allowed on " + r.URL.Path})
 	})
-	if o.Extra != nil {
-		o.Extra(r)
-	}
 	s.router = r
 	return s
 }

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -95,29 +94,25 @@ type eocFigures struct {
 	Reason      string  `json:"reason,omitempty"`
 	JoulesSaved float64 `json:"joules_saved,omitempty"`
 	Receipt     string  `json:"receipt"`
+	// BudgetRemaining is the key's joule budget left, for keys with a budget.
+	BudgetRemaining *float64 `json:"budget_remaining,omitempty"`
 }
 
-func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *cascade.Request, lf *logFields) {
-	var res cascade.Result
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w), res: &res, usage: req.IncludeUsage(), idle: s.opts.StreamIdle}
-	err := s.cascade.Walk(ctx, req, &res, sw.chunk)
-	o := s.settle(req, &res, lf)
+// finishStream ends a stream that has begun: the final eoc chunk, [DONE] and the trailers, or, if
+// the walk failed after bytes went out, a cut connection so the client sees a terminated stream.
+func (s *Server) finishStream(w http.ResponseWriter, sw *sseWriter, res *cascade.Result, o outcome, err error) {
 	if err != nil {
-		if !sw.started {
-			s.fail(w, req, err, lf)
-			return
-		}
-		// Bytes went out: the status can't change. Cut the connection so the client sees a
-		// terminated stream, not a clean end.
-		lf.err = classify(err, req.Chat.Model)
 		panic(http.ErrAbortHandler)
 	}
-	if sw.id == "" {
+	if sw.id == "" && res.Answer != nil {
 		sw.id, sw.model, sw.created = res.Answer.ID, res.Answer.Model, res.Answer.Created
 	}
 	final := eocChunk{ID: sw.id, Object: "chat.completion.chunk", Created: sw.created, Model: sw.model, Choices: []json.RawMessage{},
 		EOC: eocFigures{Joules: o.energy.Joules, Stage: o.stage, Energy: string(o.energy.Grade), Coverage: o.energy.Coverage,
 			Method: o.energy.Method, Reason: o.energy.Reason, JoulesSaved: o.energy.Saved, Receipt: o.receipt}}
+	if o.remaining != nil {
+		final.EOC.BudgetRemaining = o.remaining
+	}
 	if err := sw.event(final); err != nil {
 		return
 	}

@@ -1,0 +1,62 @@
+package proxy
+
+import (
+	"crypto/sha256"
+	"net/http"
+	"strings"
+)
+
+// APIKey is one of the proxy's own keys. Its ID names the tenant that isolates cache and kv
+// entries and carries the budget; the key itself is never logged.
+type APIKey struct {
+	ID     string
+	Key    string
+	Budget *Budget
+}
+
+type keyring struct {
+	byHash map[[32]byte]string // sha256(key) → id
+}
+
+func newKeyring(keys []APIKey) *keyring {
+	if len(keys) == 0 {
+		return nil
+	}
+	k := &keyring{byHash: make(map[[32]byte]string, len(keys))}
+	for _, key := range keys {
+		k.byHash[sha256.Sum256([]byte(key.Key))] = key.ID
+	}
+	return k
+}
+
+// lookup returns the id of the presented key. Keys are compared by their SHA-256, so the time a
+// lookup takes says nothing about how much of a guess matched.
+func (k *keyring) lookup(presented string) (string, bool) {
+	id, ok := k.byHash[sha256.Sum256([]byte(presented))]
+	return id, ok
+}
+
+// authenticate requires `Authorization: Bearer <key>` when keys are configured, and puts the key's
+// id on the request as its tenant.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	if s.keys == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		token, found := strings.CutPrefix(auth, "Bearer ")
+		if !found || token == "" {
+			writeError(w, &APIError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "missing_api_key",
+				Message: "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'."})
+			return
+		}
+		id, ok := s.keys.lookup(strings.TrimSpace(token))
+		if !ok {
+			writeError(w, &APIError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+				Message: "Incorrect API key provided."})
+			return
+		}
+		fields(r.Context()).tenant = id
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,64 @@
+package proxy
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestBudgetHoldsUnderConcurrency(t *testing.T) {
+	const cost, room = 3.0, 50
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	b := newBudgetBook(map[string]Budget{"team-a": {Joules: cost * room, Per: "day"}}, func() time.Time { return now })
+	var admitted, refused atomic.Int32
+	var wg sync.WaitGroup
+	for range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := b.admit(context.Background(), "team-a")
+			if err != nil {
+				refused.Add(1)
+				return
+			}
+			admitted.Add(1)
+			time.Sleep(time.Millisecond)
+			_, _ = b.settle(r, cost)
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() > room || admitted.Load() == 0 {
+		t.Fatalf("admitted %d calls, budget has room for %d", admitted.Load(), room)
+	}
+	if left, _ := b.remaining("team-a"); left < 0 {
+		t.Fatalf("budget overdrawn: %v left", left)
+	}
+	if _, err := b.admit(context.Background(), "team-b"); err != nil {
+		t.Fatalf("a key without a budget was refused: %v", err)
+	}
+	// A new day starts with the whole budget again.
+	now = now.Add(24 * time.Hour)
+	if left, _ := b.remaining("team-a"); left != cost*room {
+		t.Fatalf("new day: %v left", left)
+	}
+}
+
+func TestBudgetFreeCallDoesNotPrice(t *testing.T) {
+	b := newBudgetBook(map[string]Budget{"k": {Joules: 10, Per: "month"}}, time.Now)
+	r, err := b.admit(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := b.admit(ctx, "k"); err == nil {
+		t.Fatal("a second call was admitted before the first was priced")
+	}
+	_, _ = b.settle(r, 0) // a failed call: nothing learned about the price
+	r2, err := b.admit(context.Background(), "k")
+	if err != nil || r2.amount != 0 {
+		t.Fatalf("after a free call: %v %v", r2, err)
+	}
+}

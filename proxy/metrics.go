@@ -1,0 +1,76 @@
+package proxy
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+)
+
+// metrics are the edge's Prometheus series. Model labels only carry models a backend serves, so
+// a client cannot grow the series by inventing names.
+type metrics struct {
+	requests *prometheus.CounterVec
+	joules   *prometheus.CounterVec
+	saved    *prometheus.CounterVec
+	stage    *prometheus.HistogramVec
+	overhead prometheus.Histogram
+	inFlight prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eoc_requests_total",
+			Help: "Chat completion requests by answering stage, model and HTTP status."}, []string{"stage", "model", "status"}),
+		joules: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eoc_joules_total",
+			Help: "Joules spent answering, by stage, model and grade (measured or estimated)."}, []string{"stage", "model", "grade"}),
+		saved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eoc_joules_saved_total",
+			Help: "Joules that memoized answers saved: what their original answers cost."}, []string{"stage", "model"}),
+		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "eoc_stage_duration_seconds",
+			Help: "Time each stage attempt took, by stage and outcome (hit, miss, error).", Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12)},
+			[]string{"stage", "outcome"}),
+		overhead: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eoc_proxy_overhead_seconds",
+			Help: "Time of a request not spent in the answering stage: decoding, routing, misses, writing.", Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10)}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eoc_requests_in_flight", Help: "Chat completion requests being served."}),
+	}
+	reg.MustRegister(m.requests, m.joules, m.saved, m.stage, m.overhead, m.inFlight)
+	return m
+}
+
+func (m *metrics) observe(res *cascade.Result, model string, status int, total time.Duration) {
+	if m == nil {
+		return
+	}
+	m.requests.WithLabelValues(res.Stage, model, strconv.Itoa(status)).Inc()
+	var answering time.Duration
+	for i, a := range res.Attempts {
+		outcome := "error"
+		switch {
+		case a.Err == nil:
+			outcome, answering = "hit", a.Duration
+		case a.Err == cascade.ErrMiss:
+			outcome = "miss"
+		case i == len(res.Attempts)-1:
+			answering = a.Duration
+		}
+		m.stage.WithLabelValues(a.Stage, outcome).Observe(a.Duration.Seconds())
+	}
+	if res.Answer != nil {
+		e := res.Answer.Energy
+		m.joules.WithLabelValues(res.Stage, model, string(e.Grade)).Add(e.Joules)
+		if e.Saved > 0 {
+			m.saved.WithLabelValues(res.Stage, model).Add(e.Saved)
+		}
+	}
+	if len(res.Attempts) > 0 {
+		m.overhead.Observe((total - answering).Seconds())
+	}
+}
+
+func metricsHandler(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+}
