@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The project's test command: vet, unit tests with the race detector, then
+# the end-to-end suite (e2e/, build tag e2e) against a real Ollama.
+#
+# The e2e suite starts its own Ollama from bin/ollama (scripts/build-ollama.sh)
+# and its own eoc-proxy. With EOC_E2E=1 or CI=true it fails, rather than
+# skips, when it cannot. EOC_OLLAMA_HOST, when set, names a running dev
+# Ollama (scripts/dev-ollama.sh) that the suite also checks.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+phase() {
+	local name=$1
+	shift
+	local t0=$SECONDS
+	echo "==> $name: $*"
+	"$@"
+	echo "==> $name: ok in $((SECONDS - t0))s"
+}
+
+phase vet go vet ./...
+phase vet-e2e go vet -tags e2e ./e2e/...
+phase unit go test -race ./...
+export EOC_E2E=1
+phase e2e go test -race -tags e2e -count=1 -timeout 15m -v ./e2e/...
