@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+
+	"github.com/eoc-proxy/eoc-proxy/backends"
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/cache"
+	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
+	"github.com/eoc-proxy/eoc-proxy/config"
+	"github.com/eoc-proxy/eoc-proxy/meter"
+	"github.com/eoc-proxy/eoc-proxy/proxy"
+)
+
+func runServe(args []string, _ io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	path := configFlag(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*path)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.LogLevel, os.Stderr)
+	app, err := build(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer app.close()
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           app.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          nil,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info().Str("listen", ln.Addr().String()).Str("version", buildVersion()).Msg("eoc-proxy serving")
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	for {
+		select {
+		case err := <-errc:
+			return err
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				app.reload(log)
+				continue
+			}
+			log.Info().Str("signal", sig.String()).Dur("deadline", cfg.Limits.ShutdownTimeout.D()).Msg("shutting down: draining in-flight requests")
+			ctx, cancel := context.WithTimeout(context.Background(), cfg.Limits.ShutdownTimeout.D())
+			err := srv.Shutdown(ctx)
+			cancel()
+			if err != nil {
+				log.Warn().Err(err).Msg("shutdown deadline passed; closing the rest")
+				_ = srv.Close()
+			}
+			if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			log.Info().Msg("stopped")
+			return nil
+		}
+	}
+}
+
+func newLogger(level string, w io.Writer) zerolog.Logger {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil {
+		lvl = zerolog.InfoLevel
+	}
+	zerolog.DurationFieldUnit = time.Millisecond
+	zerolog.DurationFieldInteger = false
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+}
+
+// app is everything serve wires together.
+type app struct {
+	handler  http.Handler
+	registry *prometheus.Registry
+	closers  []func() error
+	reload   func(zerolog.Logger)
+}
+
+func (a *app) close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		_ = a.closers[i]()
+	}
+}
+
+// build wires config into the cascade and the HTTP edge.
+func build(cfg *config.Config, log zerolog.Logger) (*app, error) {
+	a := &app{reload: func(l zerolog.Logger) { l.Info().Msg("SIGHUP: nothing to reload") }}
+	routes := make([]cascade.Route, 0, len(cfg.Backends))
+	for _, b := range cfg.Backends {
+		be, err := backends.New(backends.Options{Name: b.Name, Type: b.Type, URL: b.URL, APIKey: string(b.APIKey), Timeout: b.Timeout.D()})
+		if err != nil {
+			return nil, fmt.Errorf("backend %s: %w", b.Name, err)
+		}
+		routes = append(routes, cascade.Route{Name: b.Name, Type: b.Type, Patterns: b.Models, Backend: be})
+	}
+	router, err := cascade.NewRouter(routes)
+	if err != nil {
+		return nil, err
+	}
+	m, err := meter.New(meterOptions(cfg, log))
+	if err != nil {
+		return nil, fmt.Errorf("meter: %w", err)
+	}
+	a.closers = append(a.closers, m.Close)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.registry = reg
+
+	var stages []cascade.Stage
+	for _, name := range cfg.Cascade.Stages {
+		switch name {
+		case "cache":
+			cs := cache.New(cfg.Cascade.Cache.MaxEntries, cfg.Cascade.Cache.TTL.D())
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eoc_cache_entries", Help: "Answers in the exact-match cache."},
+				func() float64 { return float64(cs.Len()) }))
+			stages = append(stages, cs)
+		case "neural":
+			stages = append(stages, neural.New(router, m))
+		default:
+			st, err := buildStage(name, cfg, log, a)
+			if err != nil {
+				return nil, err
+			}
+			if st != nil {
+				stages = append(stages, st)
+			}
+		}
+	}
+	c := cascade.New(router, stages, cascade.Options{StageWatts: cfg.Meter.StageWattsPerCore, Logger: log})
+	var keys []proxy.APIKey
+	for _, k := range cfg.Auth.Keys {
+		key := proxy.APIKey{ID: k.ID, Key: string(k.Key)}
+		if k.Budget != nil {
+			key.Budget = &proxy.Budget{Joules: k.Budget.Joules, Per: k.Budget.Per}
+		}
+		keys = append(keys, key)
+	}
+	record, err := openLedger(cfg, log, a)
+	if err != nil {
+		return nil, err
+	}
+	a.handler = proxy.New(proxy.Options{
+		Cascade:        c,
+		Logger:         log,
+		MaxBodyBytes:   cfg.Limits.MaxBodyBytes,
+		RequestTimeout: cfg.Limits.RequestTimeout.D(),
+		Keys:           keys,
+		Registry:       reg,
+		Record:         record,
+	})
+	return a, nil
+}
+
+// openLedger opens the receipts ledger; ledger.go fills it in.
+var openLedger = func(cfg *config.Config, log zerolog.Logger, _ *app) (func(proxy.Call) error, error) {
+	if cfg.Ledger.Path != "" {
+		log.Warn().Msg("ledger not built into this binary; receipts are not recorded")
+	}
+	return nil, nil
+}
+
+// buildStage builds the optional stages (kv, graph); stages.go fills it in.
+var buildStage = func(name string, _ *config.Config, log zerolog.Logger, _ *app) (cascade.Stage, error) {
+	log.Warn().Str("stage", name).Msg("stage not built into this binary; skipped")
+	return nil, nil
+}
+
+func meterOptions(cfg *config.Config, log zerolog.Logger) meter.Options {
+	o := meter.Options{
+		RAPL:            cfg.Meter.RAPL.Enabled,
+		NVML:            cfg.Meter.NVML.Enabled,
+		SysfsRoot:       cfg.Meter.RAPL.SysfsRoot,
+		CPUWattsPerCore: cfg.Meter.CPUWattsPerCore,
+		GPUWatts:        cfg.Meter.GPUWatts,
+		Logger:          log,
+	}
+	for _, tm := range cfg.Meter.TokenModels {
+		o.TokenModels = append(o.TokenModels, meter.TokenModel{Patterns: tm.Models, JPerPrompt: tm.JoulesPerPromptToken, JPerCompletion: tm.JoulesPerCompletionToken})
+	}
+	for _, b := range cfg.Backends {
+		o.Backends = append(o.Backends, meter.BackendInfo{Name: b.Name, URL: b.URL, PIDFile: b.Process.PIDFile, Cgroup: b.Process.Cgroup, JoulesPerToken: b.JoulesPerToken})
+	}
+	return o
+}

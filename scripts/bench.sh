@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# bench.sh: the speed and memory targets, each measured as a ratio within one run.
+#   - neural path overhead vs one bare httputil.ReverseProxy hop (target <= 1.25)
+#   - cache-hit throughput vs a bare handler writing the same bytes (target >= 0.7)
+#   - cache hit at 10 vs 10k entries (flat), goroutine/heap growth under sustained load (~0)
+#   - the meter's cost per call, kv lookup at 1k/10k/100k entries, graph lookup at 100k triples
+# Usage: scripts/bench.sh [-count N]   (default 5; medians are reported)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+count=5
+[ "${1:-}" = "-count" ] && count=$2
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+go test -run '^$' -bench 'NeuralOverhead|CacheHit$|CacheHitEntries|Soak' -benchtime 2s -count "$count" ./cmd/eoc-proxy | tee -a "$out"
+go test -run '^$' -bench . -benchtime 1s -count 1 ./meter/... ./cascade/kv/... ./cascade/graph/... 2>/dev/null | tee -a "$out" || true
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+ns() { grep -E "^Benchmark$1(-[0-9]+)? " "$out" | awk '{for (i=1;i<=NF;i++) if ($(i+1)=="ns/op") print $i}' | median; }
+metric() { grep -E "^Benchmark$1(-[0-9]+)? " "$out" | awk -v m="$2" '{for (i=1;i<=NF;i++) if ($(i+1)==m) print $i}' | median; }
+
+direct=$(ns 'NeuralOverhead/direct'); rp=$(ns 'NeuralOverhead/reverseproxy'); eoc=$(ns 'NeuralOverhead/eoc')
+bare=$(ns 'CacheHit/bare'); hit=$(ns 'CacheHit/cache')
+e10=$(ns 'CacheHitEntries/entries=10'); e10k=$(ns 'CacheHitEntries/entries=10000')
+echo
+echo "== targets (medians of $count runs, ns per call) =="
+awk -v d="$direct" -v r="$rp" -v e="$eoc" 'BEGIN {printf "neural overhead: direct %.0f, +reverseproxy hop %.0f, +eoc %.0f  => ratio %.2f (target <= 1.25)\n", d, r-d, e-d, (e-d)/(r-d)}'
+awk -v b="$bare" -v h="$hit" 'BEGIN {printf "cache hit: bare %.0f, cache %.0f  => throughput ratio %.2f (target >= 0.7)\n", b, h, b/h}'
+awk -v a="$e10" -v b="$e10k" 'BEGIN {printf "cache hit at 10 vs 10000 entries: %.0f vs %.0f  => %.2f (flat is 1.0)\n", a, b, b/a}'
+echo "soak: goroutine growth $(metric Soak goroutines-growth), heap growth $(metric Soak heap-growth-KiB) KiB"
