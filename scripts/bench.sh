@@ -12,7 +12,13 @@ count=5
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
-go test -run '^$' -bench 'NeuralOverhead|CacheHit$|CacheHitEntries|Soak' -benchtime 2s -count "$count" ./cmd/eoc-proxy | tee -a "$out"
+# One test binary, run $count times, so the compared cases alternate under the same noise.
+bin=$(mktemp -d)/eoc.test
+go test -c -o "$bin" ./cmd/eoc-proxy
+for _ in $(seq "$count"); do
+  "$bin" -test.run '^$' -test.bench 'NeuralOverhead|CacheHit$|CacheHitEntries' -test.benchtime 1s | grep ^Benchmark | tee -a "$out"
+done
+"$bin" -test.run '^$' -test.bench 'Soak' -test.benchtime 20000x | grep ^Benchmark | tee -a "$out"
 go test -run '^$' -bench . -benchtime 1s -count 1 ./meter/... ./cascade/kv/... ./cascade/graph/... 2>/dev/null | tee -a "$out" || true
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }

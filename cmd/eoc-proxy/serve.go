@@ -22,6 +22,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade/cache"
 	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
 	"github.com/eoc-proxy/eoc-proxy/config"
+	"github.com/eoc-proxy/eoc-proxy/ledger"
 	"github.com/eoc-proxy/eoc-proxy/meter"
 	"github.com/eoc-proxy/eoc-proxy/proxy"
 )
@@ -180,12 +181,24 @@ func build(cfg *config.Config, log zerolog.Logger) (*app, error) {
 	return a, nil
 }
 
-// openLedger opens the receipts ledger; ledger.go fills it in.
-var openLedger = func(cfg *config.Config, log zerolog.Logger, _ *app) (func(proxy.Call) error, error) {
-	if cfg.Ledger.Path != "" {
-		log.Warn().Msg("ledger not built into this binary; receipts are not recorded")
+// openLedger opens the receipts ledger, if one is configured, and returns the edge's Record hook.
+func openLedger(cfg *config.Config, log zerolog.Logger, a *app) (func(proxy.Call) error, error) {
+	if cfg.Ledger.Path == "" {
+		return nil, nil
 	}
-	return nil, nil
+	l, err := ledger.Open(ledger.Options{Path: cfg.Ledger.Path, Fsync: cfg.Ledger.Fsync, HMACKey: []byte(cfg.Ledger.HMACKey),
+		MaxBytes: cfg.Ledger.MaxBytes, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	a.closers = append(a.closers, l.Close)
+	return func(c proxy.Call) error {
+		_, err := l.Append(ledger.Record{Time: c.Time, RequestID: c.RequestID, KeyID: c.KeyID, Key: c.Key, Model: c.Model,
+			Stage: c.Stage, Backend: c.Backend, Status: c.Status, Joules: c.Energy.Joules, JoulesSaved: c.Energy.Saved,
+			Grade: string(c.Energy.Grade), Coverage: c.Energy.Coverage, Method: c.Energy.Method, Reason: c.Energy.Reason,
+			Disconnected: c.Disconnected, Receipt: c.Receipt})
+		return err
+	}, nil
 }
 
 // buildStage builds the optional stages (kv, graph); stages.go fills it in.
