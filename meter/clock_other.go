@@ -1,0 +1,13 @@
+//go:build !linux
+
+package meter
+
+import "errors"
+
+var errNotLinux = errors.New("meter: process clocks need Linux")
+
+func processCPUClock(int) (uint64, error) { return 0, errNotLinux }
+
+func selfCPU() (uint64, error) { return 0, errNotLinux }
+
+func bootTicks() (uint64, error) { return 0, errNotLinux }

@@ -1,0 +1,101 @@
+package meter
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// fileSystem is how the meter reads sysfs, procfs and pid files. The real one is osFS; tests
+// wrap it to refuse reads as an unprivileged user would see them (tests run as root).
+type fileSystem interface {
+	// ReadFile reads the start of a file into buf and returns how many bytes it read.
+	ReadFile(name string, buf []byte) (int, error)
+	// ReadAll reads a whole file.
+	ReadAll(name string) ([]byte, error)
+	// ReadDirNames lists a directory's entries, unsorted.
+	ReadDirNames(name string) ([]string, error)
+	// Readlink returns a symbolic link's target.
+	Readlink(name string) (string, error)
+}
+
+// osFS reads the real files.
+type osFS struct{}
+
+var _ fileSystem = osFS{}
+
+func (osFS) ReadFile(name string, buf []byte) (int, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.ReadFull(f, buf)
+	f.Close()
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return n, err
+}
+
+func (osFS) ReadAll(name string) ([]byte, error) { return os.ReadFile(name) }
+
+func (osFS) ReadDirNames(name string) ([]string, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+func (osFS) Readlink(name string) (string, error) { return os.Readlink(name) }
+
+// readUint reads a file holding one unsigned decimal number, as sysfs attributes do.
+func readUint(fsys fileSystem, name string) (uint64, error) {
+	var buf [32]byte
+	n, err := fsys.ReadFile(name, buf[:])
+	if err != nil {
+		return 0, err
+	}
+	b := buf[:n]
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
+		b = b[:len(b)-1]
+	}
+	v, ok := parseUint(b)
+	if !ok {
+		return 0, &fs.PathError{Op: "parse", Path: name, Err: strconv.ErrSyntax}
+	}
+	return v, nil
+}
+
+// readString reads a short file, trimmed.
+func readString(fsys fileSystem, name string) (string, error) {
+	var buf [256]byte
+	n, err := fsys.ReadFile(name, buf[:])
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(buf[:n])), nil
+}
+
+// parseUint parses decimal digits without allocating.
+func parseUint(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if v > (^uint64(0)-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	return v, true
+}

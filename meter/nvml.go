@@ -1,0 +1,104 @@
+//go:build !nonvml && cgo
+
+package meter
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// newNVML opens the system's NVML. Without libnvidia-ml it returns an error wrapping
+// ErrNoData, with NVML's reason.
+func newNVML() (*gpus, error) { return openNVML(nvml.New()) }
+
+// openNVML initialises lib and takes every device it lists.
+func openNVML(lib nvml.Interface) (*gpus, error) {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("%w: nvml: %v", ErrNoData, nvml.ErrorString(ret))
+	}
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS || n == 0 {
+		lib.Shutdown()
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("nvml: device count: %v", nvml.ErrorString(ret))
+		}
+		return nil, fmt.Errorf("%w: nvml: no GPU", ErrNoData)
+	}
+	g := &gpus{wait: DefaultNVMLWait, poll: 5 * time.Millisecond, sleep: time.Sleep,
+		closeFn: func() error {
+			if ret := lib.Shutdown(); ret != nvml.SUCCESS {
+				return errors.New(nvml.ErrorString(ret))
+			}
+			return nil
+		}}
+	for i := range n {
+		d, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			g.close()
+			return nil, fmt.Errorf("nvml: device %d: %v", i, nvml.ErrorString(ret))
+		}
+		name, ret := d.GetName()
+		if ret != nvml.SUCCESS {
+			name = fmt.Sprintf("gpu%d", i)
+		}
+		g.devs = append(g.devs, nvmlDevice{d: d, name: name})
+	}
+	return g, nil
+}
+
+// nvmlDevice adapts a go-nvml Device.
+type nvmlDevice struct {
+	d    nvml.Device
+	name string
+}
+
+var _ gpuDevice = nvmlDevice{}
+
+func (n nvmlDevice) Name() string { return n.name }
+
+func (n nvmlDevice) EnergyMJ() (uint64, error) {
+	e, ret := n.d.GetTotalEnergyConsumption()
+	if ret == nvml.ERROR_NOT_SUPPORTED {
+		return 0, fmt.Errorf("%w: total energy not supported before Volta", ErrNoData)
+	}
+	if ret != nvml.SUCCESS {
+		return 0, errors.New(nvml.ErrorString(ret))
+	}
+	return e, nil
+}
+
+func (n nvmlDevice) PIDs(dst []uint32) ([]uint32, error) {
+	ps, ret := n.d.GetComputeRunningProcesses()
+	if ret != nvml.SUCCESS {
+		return dst, errors.New(nvml.ErrorString(ret))
+	}
+	for _, p := range ps {
+		dst = append(dst, p.Pid)
+	}
+	if gs, ret := n.d.GetGraphicsRunningProcesses(); ret == nvml.SUCCESS {
+		for _, p := range gs {
+			dst = append(dst, p.Pid)
+		}
+	}
+	return dst, nil
+}
+
+func (n nvmlDevice) Utilization(since uint64) ([]procUtil, error) {
+	ss, ret := n.d.GetProcessUtilization(since)
+	if ret == nvml.ERROR_NOT_FOUND {
+		return nil, nil // no sample newer than since
+	}
+	if ret != nvml.SUCCESS {
+		return nil, errors.New(nvml.ErrorString(ret))
+	}
+	out := make([]procUtil, 0, len(ss))
+	for _, s := range ss {
+		if s.TimeStamp >= since {
+			out = append(out, procUtil{PID: s.Pid, TimeStamp: s.TimeStamp, SM: s.SmUtil})
+		}
+	}
+	return out, nil
+}

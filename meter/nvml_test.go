@@ -1,0 +1,214 @@
+//go:build !nonvml && cgo
+
+package meter
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+)
+
+// gpuScript drives one mock device: its energy counter, which advances by step on every read,
+// and its process list and utilisation samples, which may change after the span begins.
+type gpuScript struct {
+	mu     sync.Mutex
+	energy uint64 // mJ
+	step   uint64
+	pids   func(call int) []uint32
+	util   []nvml.ProcessUtilizationSample
+	calls  int
+}
+
+// mockNVML builds a DGX H100 whose device 0 follows s; the other seven are idle, their
+// counters moving, with no processes.
+func mockNVML(s *gpuScript) func() (*gpus, error) {
+	srv := dgxh100.New()
+	for i, d := range srv.Devices {
+		dev := d.(*server.Device)
+		if i > 0 {
+			idle := uint64(0)
+			dev.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) { idle += 70_000; return idle, nvml.SUCCESS }
+			dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
+			dev.GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
+			dev.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) { return nil, nvml.ERROR_NOT_FOUND }
+			continue
+		}
+		dev.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			v := s.energy
+			s.energy += s.step
+			return v, nvml.SUCCESS
+		}
+		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.calls++
+			var out []nvml.ProcessInfo
+			for _, p := range s.pids(s.calls) {
+				out = append(out, nvml.ProcessInfo{Pid: p, UsedGpuMemory: 4 << 30})
+			}
+			return out, nvml.SUCCESS
+		}
+		dev.GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
+		dev.GetProcessUtilizationFunc = func(since uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if len(s.util) == 0 {
+				return nil, nvml.ERROR_NOT_FOUND
+			}
+			out := slices.Clone(s.util)
+			for i := range out {
+				out[i].TimeStamp = since + uint64(i/2+1)*1000
+			}
+			return out, nvml.SUCCESS
+		}
+	}
+	return func() (*gpus, error) { return openNVML(srv) }
+}
+
+// fixtureMeter meters the fixture Ollama (PIDs 100, 101, 102 on 127.0.0.1:11434) with the
+// one-socket RAPL fixture and gpu as NVML. The fixture counters stand still, so RAPL reads
+// 0 J, measured, and the host's busy time is 0: the tree is the host's only user.
+func fixtureMeter(t *testing.T, gpu func() (*gpus, error)) (*Meter, string) {
+	t.Helper()
+	procRoot, _ := procFixture(t)
+	m, err := New(Options{
+		SysfsRoot: sysFixture(t, "sys-one-socket.txtar"), ProcRoot: procRoot, DevRoot: t.TempDir(),
+		SkipProbe: true, NVMLWait: 40 * time.Millisecond, nvml: gpu,
+		Backends: []BackendInfo{{Name: "ollama", URL: "http://127.0.0.1:11434"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m, procRoot
+}
+
+func TestNVMLNoLibrary(t *testing.T) {
+	g, err := openNVML(nvml.New())
+	if err == nil {
+		g.close()
+		t.Skip("this host has libnvidia-ml")
+	}
+	if !errors.Is(err, ErrNoData) || !strings.Contains(err.Error(), "LIBRARY_NOT_FOUND") {
+		t.Fatalf("err = %v, want ErrNoData with NVML's reason", err)
+	}
+	// Through the meter: the counter is unavailable with its reason; New does not fail.
+	m, err := New(Options{SysfsRoot: t.TempDir(), SkipProbe: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.gpu != nil || reasonFor(m.gpuErr, ReasonNoNVML) != ReasonNoNVML {
+		t.Fatalf("gpu = %v, err = %v", m.gpu, m.gpuErr)
+	}
+	if _, err := New(Options{SysfsRoot: t.TempDir(), SkipProbe: true, NVML: "on"}); err == nil {
+		t.Fatal(`nvml "on" without a library did not fail`)
+	}
+}
+
+func TestNVMLSpans(t *testing.T) {
+	tests := []struct {
+		name   string
+		script *gpuScript
+		vanish bool // the runner's GPU worker (102) exits mid-span
+		want   Figure
+	}{
+		{name: "sole user",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }},
+			want:   Figure{Joules: 100, Grade: GradeMeasured, Coverage: CoverageWhole, Method: "rapl+nvml", GPUJoules: 100}},
+		{name: "shared GPU",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102, 4242} },
+				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 40}, {Pid: 4242, SmUtil: 40}}},
+			want: Figure{Joules: 0, Grade: GradeMeasured, Coverage: CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
+		{name: "shared GPU, no utilisation samples",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102, 4242} }},
+			want:   Figure{Joules: 0, Grade: GradeMeasured, Coverage: CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
+		{name: "other process present but idle: ≥ 99% of process time",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102, 4242} },
+				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 97}, {Pid: 4242, SmUtil: 0}}},
+			want: Figure{Joules: 100, Grade: GradeMeasured, Coverage: CoverageWhole, Method: "rapl+nvml", GPUJoules: 100}},
+		{name: "no GPU time: exactly 0 though the rail moves",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{4242} }},
+			want:   Figure{Joules: 0, Grade: GradeMeasured, Coverage: CoverageWhole, Method: "rapl", GPUJoules: 0}},
+		{name: "GPU process vanished mid-span",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(call int) []uint32 {
+				if call == 1 {
+					return []uint32{102}
+				}
+				return nil
+			}},
+			vanish: true,
+			want:   Figure{Joules: 0, Grade: GradeMeasured, Coverage: CoveragePartial, Method: "rapl", Reason: ReasonGPUVanished}},
+		{name: "counter did not update after the span",
+			script: &gpuScript{energy: 5_000_000, step: 0, pids: func(int) []uint32 { return []uint32{102} },
+				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 50}, {Pid: 102, SmUtil: 50}}},
+			want: Figure{Grade: GradeEstimated, Coverage: CoverageWhole, Method: "rapl+gpu-model", Reason: ReasonCounterStale}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, procRoot := fixtureMeter(t, mockNVML(tc.script))
+			s := m.Begin("ollama")
+			if tc.vanish {
+				if err := os.RemoveAll(filepath.Join(procRoot, "102")); err != nil {
+					t.Fatal(err)
+				}
+				writeFile(t, filepath.Join(procRoot, "101", "task", "101", "children"), "")
+			}
+			got := s.End(Work{Model: "llama3", PromptTokens: 10, CompletionTokens: 20})
+			if tc.want.Method == "rapl+gpu-model" {
+				// The model prices 300 W × wall × 0.5 GPU busy: only its shape is fixed.
+				if got.GPUJoules <= 0 || got.Grade != tc.want.Grade || got.Method != tc.want.Method || got.Reason != tc.want.Reason {
+					t.Fatalf("End = %+v, want the GPU model with reason %s", got, tc.want.Reason)
+				}
+				return
+			}
+			if !closeFigure(got, tc.want) {
+				t.Fatalf("End =\n %+v\nwant\n %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestNVMLWaitsForUpdate: a counter that updates only after the span ended is waited for, so
+// the delta is not short.
+func TestNVMLWaitsForUpdate(t *testing.T) {
+	g := &gpus{wait: time.Second, poll: time.Millisecond, sleep: time.Sleep}
+	d := &stepDevice{values: []uint64{1000, 1000, 1000, 1000, 4000}}
+	g.devs = []gpuDevice{d}
+	var a, b gpuSnap
+	g.snapshot(&a) // 1000
+	g.snapshot(&b) // 1000: not updated since
+	r := g.attribute(&a, &b, func(p uint32) bool { return p == 7 }, time.Now())
+	if r.Err != nil || r.Joules != 3 || !r.Used || r.Share != 1 {
+		t.Fatalf("attribute = %+v", r)
+	}
+}
+
+type stepDevice struct {
+	mu     sync.Mutex
+	values []uint64
+}
+
+func (d *stepDevice) Name() string { return "step" }
+func (d *stepDevice) EnergyMJ() (uint64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v := d.values[0]
+	if len(d.values) > 1 {
+		d.values = d.values[1:]
+	}
+	return v, nil
+}
+func (d *stepDevice) PIDs(dst []uint32) ([]uint32, error)    { return append(dst, 7), nil }
+func (d *stepDevice) Utilization(uint64) ([]procUtil, error) { return nil, nil }

@@ -1,0 +1,195 @@
+package meter
+
+import (
+	"errors"
+	"io/fs"
+	"strings"
+	"time"
+)
+
+// dominantShare is how much of a shared resource a tree must have had for the resource's
+// counter to be its measured figure.
+const dominantShare = 0.99
+
+// spanSample is everything the attribution rules need about one closed span. Span.End gathers
+// it from the counters; attribute turns it into a Figure. Keeping the rules a pure function of
+// this struct lets a table test state every rule directly.
+type spanSample struct {
+	Local   bool // the backend runs on this host
+	Overlap bool // another local span of this meter was open at some point during this one
+	Wall    time.Duration
+
+	// The token model's prices for this call.
+	PromptTokens, CompletionTokens int
+	JPerPrompt, JPerCompletion     float64
+
+	// The backend's process tree. TreeShort: a process of the tree ended mid-span, so TreeCPU
+	// is only a lower bound.
+	TreeFound bool
+	TreeShort bool
+	TreeCPU   time.Duration
+	ProxyCPU  time.Duration
+	HostBusy  time.Duration // all CPUs' busy time over the span
+	HostErr   error
+	// CPU power model, W per busy core.
+	CPUWatts float64
+
+	// RAPL: the delta over the span, or why there is none (ErrNoData: no RAPL here).
+	RAPLJoules float64
+	RAPLErr    error
+
+	// GPU. GPUUsed: the tree had GPU time (NVML lists one of its PIDs; without NVML, one of
+	// its processes holds a GPU device open). GPUErr: why the NVML delta is unusable
+	// (ErrNoData: no NVML). GPUShare: the tree's share of the used devices' process time.
+	// GPUBusy: how many GPUs' worth the tree kept busy over the span, from NVML's per-process
+	// utilisation, for the power model (0 when unknown: the model then assumes one busy GPU).
+	GPUUsed     bool
+	GPUErr      error
+	GPUJoules   float64
+	GPUShare    float64
+	GPUVanished bool
+	GPUBusy     float64
+	GPUWatts    float64
+}
+
+// attribute applies the rules:
+//
+//   - A remote backend, or a local one whose processes were not found, is priced by tokens.
+//   - CPU: the RAPL delta is measured only when no other local span overlapped and the tree
+//     plus the proxy had ≥ 99% of the host's busy CPU time. Otherwise the tree's CPU time ×
+//     W per core, or the token model when the tree's CPU time is short (a process vanished).
+//     A shared counter is never split by time share.
+//   - GPU: a tree with no GPU time has a GPU figure of exactly 0, measured. A tree that had
+//     ≥ 99% of the used GPUs' process time, with no overlap, gets the NVML delta. A shared GPU,
+//     or a GPU process that vanished mid-span, gives no GPU figure: coverage is partial.
+//     Without a usable NVML delta the GPU power model estimates.
+//
+// Reason is "" only for a measured figure of whole coverage.
+func attribute(s spanSample) Figure {
+	var rs reasons
+	if !s.Local {
+		rs.add(ReasonRemoteBackend)
+		return tokenFigure(s, rs)
+	}
+	if !s.TreeFound {
+		rs.add(ReasonNoProcess)
+		return tokenFigure(s, rs)
+	}
+
+	f := Figure{Coverage: CoverageWhole}
+	cpuMeasured := false
+	switch {
+	case s.RAPLErr != nil:
+		rs.add(reasonFor(s.RAPLErr, ReasonNoRAPL))
+	default:
+		cpuMeasured = true
+		if s.Overlap {
+			cpuMeasured = false
+			rs.add(ReasonSpanOverlap)
+		}
+		if s.HostErr != nil {
+			cpuMeasured = false
+			rs.add(reasonFor(s.HostErr, ReasonCounterError))
+		} else if !dominant(s.TreeCPU+s.ProxyCPU, s.HostBusy) {
+			cpuMeasured = false
+			rs.add(ReasonHostShared)
+		}
+	}
+	cpuMethod := MethodRAPL
+	switch {
+	case cpuMeasured:
+		f.CPUJoules = s.RAPLJoules
+	case s.TreeShort:
+		rs.add(ReasonProcessVanished)
+		return tokenFigure(s, rs)
+	default:
+		f.CPUJoules = s.TreeCPU.Seconds() * s.CPUWatts
+		cpuMethod = MethodCPUTimeModel
+	}
+
+	gpuMeasured, gpuMethod := true, ""
+	switch {
+	case !s.GPUUsed:
+		f.GPUJoules = 0 // exactly: no GPU time, no rail needed
+	case s.GPUVanished:
+		f.Coverage = CoveragePartial
+		rs.add(ReasonGPUVanished)
+	case s.GPUErr != nil:
+		gpuMeasured, gpuMethod = false, MethodGPUModel
+		busy := s.GPUBusy
+		if busy <= 0 {
+			busy = 1
+		}
+		f.GPUJoules = s.GPUWatts * s.Wall.Seconds() * busy
+		rs.add(reasonFor(s.GPUErr, ReasonNoNVML))
+	case s.Overlap || s.GPUShare < dominantShare:
+		f.Coverage = CoveragePartial
+		rs.add(ReasonGPUShared)
+	default:
+		f.GPUJoules = s.GPUJoules
+		gpuMethod = MethodNVML
+	}
+
+	f.Joules = f.CPUJoules + f.GPUJoules
+	f.Grade = GradeEstimated
+	if cpuMeasured && gpuMeasured {
+		f.Grade = GradeMeasured
+	}
+	f.Method = cpuMethod
+	if gpuMethod != "" {
+		f.Method += "+" + gpuMethod
+	}
+	f.Reason = rs.String()
+	return f
+}
+
+// dominant reports whether part is at least 99% of whole.
+func dominant(part, whole time.Duration) bool {
+	return float64(part) >= dominantShare*float64(whole)
+}
+
+// tokenFigure prices the call's tokens.
+func tokenFigure(s spanSample, rs reasons) Figure {
+	j := float64(s.PromptTokens)*s.JPerPrompt + float64(s.CompletionTokens)*s.JPerCompletion
+	return Figure{Joules: j, Grade: GradeEstimated, Coverage: CoverageWhole, Method: MethodTokenModel,
+		Reason: rs.String()}
+}
+
+// reasonFor names why a counter reading is unusable. noData names the counter's absence.
+func reasonFor(err error, noData string) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, fs.ErrPermission):
+		return ReasonPermission
+	case errors.Is(err, ErrCounterWrap):
+		return ReasonCounterWrap
+	case errors.Is(err, ErrCounterStale):
+		return ReasonCounterStale
+	case errors.Is(err, errCounterDead):
+		return ReasonCounterDead
+	case errors.Is(err, ErrNoData):
+		return noData
+	}
+	return ReasonCounterError
+}
+
+// reasons collects distinct reasons in the order added.
+type reasons struct {
+	list [6]string
+	n    int
+}
+
+func (r *reasons) add(s string) {
+	for _, x := range r.list[:r.n] {
+		if x == s {
+			return
+		}
+	}
+	if r.n < len(r.list) {
+		r.list[r.n] = s
+		r.n++
+	}
+}
+
+func (r *reasons) String() string { return strings.Join(r.list[:r.n], ";") }
