@@ -1,0 +1,389 @@
+// Package backends implements cascade.Backend for Ollama, OpenAI-compatible and llama.cpp upstreams.
+package backends
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+)
+
+// Options configure one backend. Name, Type and URL are required.
+type Options struct {
+	// Name identifies the backend in errors, answers and logs.
+	Name string
+	// Type picks the dialect: "ollama", "openai" or "llamacpp".
+	Type string
+	// URL is Ollama's root (http://127.0.0.1:11434), or for openai and llamacpp the base URL as
+	// the OpenAI SDKs take it, /v1 included (https://api.openai.com/v1).
+	URL string
+	// APIKey, when set, is sent as "Authorization: Bearer <key>".
+	APIKey string
+	// Timeout bounds one whole upstream call, stream included; 0 means no limit beyond the
+	// caller's context.
+	Timeout time.Duration
+	// Client replaces the backend's own tuned client (tests, custom TLS).
+	Client *http.Client
+}
+
+// Factory builds a backend from its options.
+type Factory func(Options) (cascade.Backend, error)
+
+var factories = map[string]Factory{}
+
+// register adds a backend type; a duplicate type panics.
+func register(typ string, f Factory) {
+	if _, dup := factories[typ]; dup {
+		panic("backends: type " + typ + " registered twice")
+	}
+	factories[typ] = f
+}
+
+// New builds the backend of o.Type.
+func New(o Options) (cascade.Backend, error) {
+	f, ok := factories[o.Type]
+	if !ok {
+		return nil, fmt.Errorf("backend %s: unknown type %q (want one of %s)", o.Name, o.Type, strings.Join(Types(), ", "))
+	}
+	return f(o)
+}
+
+// Types lists the registered backend types, sorted.
+func Types() []string {
+	ts := make([]string, 0, len(factories))
+	for t := range factories {
+		ts = append(ts, t)
+	}
+	slices.Sort(ts)
+	return ts
+}
+
+// Size limits on what an upstream sends.
+const (
+	maxBody     = 64 << 20 // a whole answer
+	maxLine     = 16 << 20 // one stream line or event
+	maxErrBody  = 64 << 10 // an error body, of which the message is kept
+	maxErrText  = 512      // a non-JSON error body kept as the message
+	readBufSize = 32 << 10 // the stream reader's buffer
+)
+
+// base is what every dialect shares: name, URL, key, timeout and the HTTP client.
+type base struct {
+	name    string
+	url     string   // without a trailing slash
+	auth    []string // the Authorization header value, nil without a key
+	key     string
+	timeout time.Duration
+	client  *http.Client
+}
+
+func newBase(o Options) (base, error) {
+	if o.Name == "" {
+		return base{}, errors.New("backend: a name is required")
+	}
+	u, err := url.Parse(o.URL)
+	if err != nil {
+		return base{}, fmt.Errorf("backend %s: url: %w", o.Name, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return base{}, fmt.Errorf("backend %s: url %q: want http(s)://host[:port][/path]", o.Name, u.Redacted())
+	}
+	if o.Timeout < 0 {
+		return base{}, fmt.Errorf("backend %s: negative timeout %v", o.Name, o.Timeout)
+	}
+	b := base{name: o.Name, url: strings.TrimRight(o.URL, "/"), key: o.APIKey, timeout: o.Timeout, client: o.Client}
+	if o.APIKey != "" {
+		b.auth = []string{"Bearer " + o.APIKey}
+	}
+	if b.client == nil {
+		b.client = &http.Client{Transport: newTransport()}
+	}
+	return b, nil
+}
+
+// newTransport is the one transport a backend keeps: keep-alive with a deep idle pool, since a
+// proxy in front of a local model sends many concurrent calls to one host; no transparent gzip,
+// which would only add work on loopback and delay stream chunks.
+func newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   10 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     true, // for https upstreams; loopback http stays HTTP/1.1
+		MaxIdleConns:          0,    // no global limit
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+		WriteBufferSize:       16 << 10,
+		ReadBufferSize:        16 << 10,
+	}
+}
+
+// Name is the backend's name.
+func (b *base) Name() string { return b.name }
+
+// CloseIdleConnections closes the backend's idle upstream connections.
+func (b *base) CloseIdleConnections() { b.client.CloseIdleConnections() }
+
+// attempt bounds one upstream call by the backend's timeout.
+func (b *base) attempt(ctx context.Context) (context.Context, context.CancelFunc) {
+	if b.timeout > 0 {
+		return context.WithTimeout(ctx, b.timeout)
+	}
+	return context.WithCancel(ctx)
+}
+
+var (
+	hdrJSON   = []string{"application/json"}
+	hdrSSE    = []string{"text/event-stream"}
+	hdrNDJSON = []string{"application/x-ndjson"}
+	hdrUA     = []string{"eoc-proxy"}
+)
+
+// do sends one request. A transport failure comes back as a *cascade.BackendError and a non-2xx
+// reply as a *cascade.UpstreamError, with the body closed; otherwise the caller closes it.
+func (b *base) do(ctx context.Context, method, u string, body []byte, accept []string) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, &cascade.BackendError{Backend: b.name, Err: err}
+	}
+	h := req.Header
+	if body != nil {
+		h["Content-Type"] = hdrJSON
+	}
+	h["Accept"] = accept
+	h["User-Agent"] = hdrUA
+	if b.auth != nil {
+		h["Authorization"] = b.auth
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return nil, b.transportError(ctx, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer resp.Body.Close()
+		return nil, b.upstreamError(resp)
+	}
+	return resp, nil
+}
+
+// getJSON GETs u and decodes the reply into v.
+func (b *base) getJSON(ctx context.Context, u string, v any) error {
+	ctx, cancel := b.attempt(ctx)
+	defer cancel()
+	resp, err := b.do(ctx, http.MethodGet, u, nil, hdrJSON)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	buf, err := readBody(resp.Body)
+	defer putBuf(buf)
+	if err != nil {
+		return b.transportError(ctx, fmt.Errorf("reading %s: %w", u, err))
+	}
+	if v == nil {
+		return nil
+	}
+	if err := json.Unmarshal(buf.Bytes(), v); err != nil {
+		return &cascade.BackendError{Backend: b.name, Err: fmt.Errorf("decoding %s: %w", u, err)}
+	}
+	return nil
+}
+
+// transportError wraps a failure to talk to the upstream. When the call's context is done, its
+// error is kept in the chain, so errors.Is finds context.Canceled or DeadlineExceeded even where
+// the transport reported something vaguer.
+func (b *base) transportError(ctx context.Context, err error) error {
+	if ce := ctx.Err(); ce != nil && !errors.Is(err, ce) {
+		err = fmt.Errorf("%w: %w", ce, err)
+	}
+	return &cascade.BackendError{Backend: b.name, Err: err}
+}
+
+// upstreamError turns a non-2xx reply into an UpstreamError carrying the upstream's own message.
+func (b *base) upstreamError(resp *http.Response) *cascade.UpstreamError {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrBody))
+	e := &cascade.UpstreamError{Backend: b.name, Status: resp.StatusCode}
+	parseErrorBody(body, e)
+	if e.Message == "" {
+		e.Message = http.StatusText(resp.StatusCode)
+	}
+	e.Message = b.redact(e.Message)
+	return e
+}
+
+// midStreamError is an error the upstream reported inside a 200 stream.
+func (b *base) midStreamError(data []byte) *cascade.UpstreamError {
+	e := &cascade.UpstreamError{Backend: b.name, Status: http.StatusBadGateway}
+	parseErrorBody(data, e)
+	if e.Message == "" {
+		e.Message = "upstream reported an error mid-stream"
+	}
+	e.Message = b.redact(e.Message)
+	return e
+}
+
+// redact removes the backend's own key from text that goes to a client.
+func (b *base) redact(s string) string {
+	if b.key != "" && strings.Contains(s, b.key) {
+		s = strings.ReplaceAll(s, b.key, "[redacted]")
+	}
+	return s
+}
+
+// errorEnvelope covers the error bodies upstreams send: OpenAI's and llama.cpp's
+// {"error":{...}}, Ollama's {"error":"..."}, vLLM's top-level message and FastAPI's detail.
+type errorEnvelope struct {
+	Error   json.RawMessage `json:"error"`
+	Message json.RawMessage `json:"message"`
+	Detail  json.RawMessage `json:"detail"`
+	Type    string          `json:"type"`
+	Code    json.RawMessage `json:"code"`
+	Param   json.RawMessage `json:"param"`
+}
+
+func parseErrorBody(body []byte, e *cascade.UpstreamError) {
+	body = bytes.TrimSpace(body)
+	var env errorEnvelope
+	if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &env) != nil {
+		e.Message = textMessage(body)
+		return
+	}
+	switch {
+	case len(env.Error) > 0 && env.Error[0] == '{':
+		var ae openai.APIError
+		if json.Unmarshal(env.Error, &ae) == nil {
+			e.Message, e.Type = ae.Message, ae.Type
+			e.Code = codeString(ae.Code)
+			if ae.Param != nil {
+				e.Param = *ae.Param
+			}
+			return
+		}
+	case len(env.Error) > 0 && env.Error[0] == '"':
+		_ = json.Unmarshal(env.Error, &e.Message)
+		return
+	}
+	e.Message = rawText(env.Message)
+	if e.Message == "" {
+		e.Message = rawText(env.Detail)
+	}
+	e.Type = env.Type
+	var code any
+	if json.Unmarshal(env.Code, &code) == nil {
+		e.Code = codeString(code)
+	}
+	e.Param = rawText(env.Param)
+	if e.Message == "" && len(env.Error) > 0 {
+		e.Message = textMessage(env.Error)
+	}
+}
+
+// rawText is a JSON string's value, or the compact JSON of anything else but null.
+func rawText(raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return textMessage(raw)
+}
+
+func codeString(c any) string {
+	switch v := c.(type) {
+	case nil:
+		return ""
+	case string:
+		return v
+	case int:
+		return strconv.Itoa(v)
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	return fmt.Sprint(c)
+}
+
+// textMessage keeps a short, printable prefix of a non-JSON error body.
+func textMessage(b []byte) string {
+	b = bytes.TrimSpace(b)
+	if len(b) > maxErrText {
+		b = b[:maxErrText]
+		for len(b) > 0 && !utf8.Valid(b) {
+			b = b[:len(b)-1]
+		}
+	}
+	if !utf8.Valid(b) {
+		return ""
+	}
+	return string(b)
+}
+
+// bufPool holds the buffers whole answers are read into.
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// readBody reads a whole reply (up to maxBody) into a pooled buffer; give it back with putBuf.
+func readBody(r io.Reader) (*bytes.Buffer, error) {
+	buf := bufPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	n, err := buf.ReadFrom(io.LimitReader(r, maxBody+1))
+	if err == nil && n > maxBody {
+		err = fmt.Errorf("reply larger than %d bytes", maxBody)
+	}
+	return buf, err
+}
+
+func putBuf(buf *bytes.Buffer) {
+	if buf.Cap() <= 1<<20 {
+		bufPool.Put(buf)
+	}
+}
+
+// drain reads what is left of a finished reply (normally nothing but the end of the chunked
+// encoding), so the connection goes back to the idle pool instead of being closed.
+func drain(r io.Reader) {
+	_, _ = io.CopyN(io.Discard, r, 4<<10)
+}
+
+// newID returns prefix followed by 24 random characters.
+func newID(prefix string) string {
+	return prefix + rand.Text()[:24]
+}
+
+// complete reports whether every choice of ans has a finish reason.
+func complete(ans *cascade.Answer) bool {
+	if len(ans.Choices) == 0 {
+		return false
+	}
+	for _, c := range ans.Choices {
+		if c.FinishReason == "" {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,349 @@
+package backends
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/ollama/ollama/api"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+)
+
+var (
+	_ cascade.Backend     = (*Ollama)(nil)
+	_ cascade.ModelLister = (*Ollama)(nil)
+	_ cascade.Pinger      = (*Ollama)(nil)
+)
+
+func init() {
+	register("ollama", func(o Options) (cascade.Backend, error) { return NewOllama(o) })
+}
+
+// Ollama talks to Ollama's native API (/api/chat, /api/tags, /api/version), mapping OpenAI's
+// request and answer shapes both ways and keeping Ollama's counts and durations in
+// Answer.Timings. It is safe for concurrent use.
+//
+// It speaks the wire format with the types of github.com/ollama/ollama/api but not through
+// api.Client: Client.Chat allocates an 8 MiB line buffer per call, drops read errors (a cut
+// stream looks finished), and signs requests to ollama.com with a local key instead of sending
+// the configured API key.
+type Ollama struct {
+	base
+	chatURL    string
+	tagsURL    string
+	versionURL string
+}
+
+// NewOllama returns an Ollama backend; o.URL is Ollama's root (http://127.0.0.1:11434).
+func NewOllama(o Options) (*Ollama, error) {
+	b, err := newBase(o)
+	if err != nil {
+		return nil, err
+	}
+	return &Ollama{base: b, chatURL: b.url + "/api/chat", tagsURL: b.url + "/api/tags", versionURL: b.url + "/api/version"}, nil
+}
+
+// ollamaLine is one line of /api/chat: a response, or an error.
+type ollamaLine struct {
+	api.ChatResponse
+	Error string `json:"error"`
+}
+
+// Chat maps the request onto /api/chat; see cascade.Backend. With a sink it streams: the first
+// chunk carries the assistant role, all chunks share one chatcmpl- id, the last carries the
+// finish reason and is followed by a usage chunk. On an error mid-stream the partial answer, not
+// Complete, comes back beside the error.
+func (o *Ollama) Chat(ctx context.Context, req *cascade.Request, sink cascade.Sink) (*cascade.Answer, error) {
+	oreq, err := toOllama(req)
+	if err != nil {
+		var ir *invalidRequest
+		if errors.As(err, &ir) {
+			return nil, &cascade.UpstreamError{Backend: o.name, Status: http.StatusBadRequest, Type: "invalid_request_error", Param: ir.param, Message: ir.msg}
+		}
+		return nil, &cascade.BackendError{Backend: o.name, Err: err}
+	}
+	stream := sink != nil
+	oreq.Stream = &stream
+	body, err := json.Marshal(oreq)
+	if err != nil {
+		return nil, &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("encoding request: %w", err)}
+	}
+	ctx, cancel := o.attempt(ctx)
+	defer cancel()
+	accept := hdrJSON
+	if stream {
+		accept = hdrNDJSON
+	}
+	resp, err := o.do(ctx, http.MethodPost, o.chatURL, body, accept)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	conv := &ollamaConv{backend: o.name, id: newID("chatcmpl-"), model: req.Chat.Model}
+	if !stream {
+		return o.whole(ctx, resp.Body, conv)
+	}
+	return o.stream(ctx, cancel, resp.Body, conv, sink)
+}
+
+func (o *Ollama) whole(ctx context.Context, body io.Reader, conv *ollamaConv) (*cascade.Answer, error) {
+	buf, err := readBody(body)
+	defer putBuf(buf)
+	if err != nil {
+		return nil, o.transportError(ctx, fmt.Errorf("reading response: %w", err))
+	}
+	var line ollamaLine
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		return nil, &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("decoding response: %w", err)}
+	}
+	if line.Error != "" {
+		return nil, o.midStreamError(buf.Bytes())
+	}
+	return conv.answer(&line.ChatResponse), nil
+}
+
+func (o *Ollama) stream(ctx context.Context, cancel context.CancelFunc, body io.Reader, conv *ollamaConv, sink cascade.Sink) (*cascade.Answer, error) {
+	lr := newLineReader(body)
+	defer lr.release()
+	emit := func(ch *cascade.Chunk) error {
+		conv.asm.Add(ch)
+		if err := sink(ch); err != nil {
+			cancel() // the client went away: stop the upstream now
+			return err
+		}
+		return nil
+	}
+	for {
+		raw, err := lr.next()
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF // the stream ended before done
+			}
+			return conv.final(false), o.transportError(ctx, fmt.Errorf("reading stream: %w", err))
+		}
+		if len(bytes.TrimSpace(raw)) == 0 {
+			continue
+		}
+		var line ollamaLine
+		if err := json.Unmarshal(raw, &line); err != nil {
+			return conv.final(false), &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("decoding stream line: %w", err)}
+		}
+		if line.Error != "" {
+			return conv.final(false), o.midStreamError(raw)
+		}
+		delta, usage := conv.chunks(&line.ChatResponse)
+		if delta != nil {
+			if err := emit(delta); err != nil {
+				return conv.final(false), err
+			}
+		}
+		if usage != nil {
+			if err := emit(usage); err != nil {
+				return conv.final(false), err
+			}
+		}
+		if line.Done {
+			break
+		}
+	}
+	drain(lr.br)
+	return conv.final(true), nil
+}
+
+// Models lists the local models (GET /api/tags).
+func (o *Ollama) Models(ctx context.Context) ([]string, error) {
+	var list api.ListResponse
+	if err := o.getJSON(ctx, o.tagsURL, &list); err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(list.Models))
+	for _, m := range list.Models {
+		name := m.Name
+		if name == "" {
+			name = m.Model
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}
+
+// Ping checks that Ollama answers GET /api/version.
+func (o *Ollama) Ping(ctx context.Context) error {
+	var v struct {
+		Version string `json:"version"`
+	}
+	return o.getJSON(ctx, o.versionURL, &v)
+}
+
+// ollamaConv turns Ollama's responses into OpenAI's answer and chunks. It is not safe for
+// concurrent use.
+type ollamaConv struct {
+	backend string
+	id      string
+	model   string
+	created int64
+	started bool // the role chunk went out
+	ntools  int  // tool calls so far, for stream indexes
+	asm     cascade.Assembler
+	usage   *cascade.Usage
+	timings *cascade.Timings
+}
+
+func (c *ollamaConv) meta(r *api.ChatResponse) {
+	if r.Model != "" {
+		c.model = r.Model
+	}
+	if c.created == 0 {
+		if r.CreatedAt.IsZero() {
+			c.created = time.Now().Unix()
+		} else {
+			c.created = r.CreatedAt.Unix()
+		}
+	}
+	if r.Done {
+		m := &r.Metrics
+		c.usage = &cascade.Usage{PromptTokens: m.PromptEvalCount, CompletionTokens: m.EvalCount, TotalTokens: m.PromptEvalCount + m.EvalCount}
+		c.timings = &cascade.Timings{
+			PromptN:    m.PromptEvalCount,
+			PredictedN: m.EvalCount,
+			Load:       m.LoadDuration,
+			PromptEval: m.PromptEvalDuration,
+			Eval:       m.EvalDuration,
+			Total:      m.TotalDuration,
+		}
+	}
+}
+
+// answer maps a whole (non-stream) response.
+func (c *ollamaConv) answer(r *api.ChatResponse) *cascade.Answer {
+	c.meta(r)
+	calls := toolCallsOut(r.Message.ToolCalls, 0, false)
+	msg := cascade.AnswerMessage{Role: "assistant", ReasoningContent: r.Message.Thinking, ToolCalls: calls}
+	if r.Message.Content != "" || len(calls) == 0 {
+		s := r.Message.Content
+		msg.Content = &s
+	}
+	var reason string
+	if r.Done {
+		reason = finishReason(r.DoneReason, len(calls) > 0)
+	}
+	ans := &cascade.Answer{
+		ID: c.id, Model: c.model, Created: c.created, Backend: c.backend,
+		Choices:  []cascade.Choice{{Index: 0, Message: msg, FinishReason: reason, Logprobs: logprobs(r.Logprobs)}},
+		Usage:    c.usage,
+		Timings:  c.timings,
+		Complete: r.Done && reason != "",
+	}
+	if ans.Usage == nil {
+		ans.Usage = &cascade.Usage{}
+	}
+	return ans
+}
+
+// chunks maps one streamed response to a delta chunk (nil when it carries nothing) and, on the
+// last response, the usage chunk.
+func (c *ollamaConv) chunks(r *api.ChatResponse) (delta, usage *cascade.Chunk) {
+	c.meta(r)
+	d := cascade.Delta{ReasoningContent: r.Message.Thinking}
+	if !c.started {
+		d.Role = "assistant"
+		c.started = true
+	}
+	if r.Message.Content != "" {
+		s := r.Message.Content
+		d.Content = &s
+	}
+	if n := len(r.Message.ToolCalls); n > 0 {
+		d.ToolCalls = toolCallsOut(r.Message.ToolCalls, c.ntools, true)
+		c.ntools += n
+	}
+	var fin *string
+	if r.Done {
+		reason := finishReason(r.DoneReason, c.ntools > 0)
+		fin = &reason
+	}
+	lp := logprobs(r.Logprobs)
+	if d.Role != "" || d.Content != nil || d.ReasoningContent != "" || len(d.ToolCalls) > 0 || fin != nil || lp != nil {
+		delta = c.chunk([]cascade.ChunkChoice{{Index: 0, Delta: d, FinishReason: fin, Logprobs: lp}})
+	}
+	if r.Done {
+		usage = c.chunk([]cascade.ChunkChoice{})
+		usage.Usage = c.usage
+	}
+	return delta, usage
+}
+
+func (c *ollamaConv) chunk(choices []cascade.ChunkChoice) *cascade.Chunk {
+	return &cascade.Chunk{ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: c.model, Choices: choices}
+}
+
+// final is the answer assembled from the chunks sent; done says the stream ended properly.
+func (c *ollamaConv) final(done bool) *cascade.Answer {
+	ans := c.asm.Answer()
+	if ans.ID == "" {
+		ans.ID, ans.Model, ans.Created = c.id, c.model, c.created
+	}
+	ans.Backend = c.backend
+	ans.Timings = c.timings
+	if ans.Usage == nil {
+		ans.Usage = &cascade.Usage{}
+	}
+	ans.Complete = ans.Complete && done
+	return ans
+}
+
+// finishReason maps Ollama's done_reason; a reply that called tools finishes with "tool_calls".
+func finishReason(doneReason string, calledTools bool) string {
+	switch {
+	case calledTools:
+		return "tool_calls"
+	case doneReason == "":
+		return "stop"
+	}
+	return doneReason // "stop", "length"
+}
+
+// toolCallsOut maps Ollama's tool calls (arguments as an object) to OpenAI's (arguments as a
+// JSON string), generating call_ ids where Ollama gave none. Stream deltas carry an index.
+func toolCallsOut(in []api.ToolCall, first int, indexed bool) []cascade.ToolCall {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]cascade.ToolCall, len(in))
+	for i, tc := range in {
+		id := tc.ID
+		if id == "" {
+			id = newID("call_")
+		}
+		args, err := json.Marshal(tc.Function.Arguments)
+		if err != nil {
+			args = []byte("{}")
+		}
+		out[i] = cascade.ToolCall{ID: id, Type: "function", Function: cascade.ToolCallFunction{Name: tc.Function.Name, Arguments: string(args)}}
+		if indexed {
+			idx := first + i
+			out[i].Index = &idx
+		}
+	}
+	return out
+}
+
+// logprobs renders Ollama's logprobs as OpenAI's {"content": [...]}; the token fields match.
+func logprobs(lp []api.Logprob) json.RawMessage {
+	if len(lp) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(struct {
+		Content []api.Logprob `json:"content"`
+	}{lp})
+	if err != nil {
+		return nil
+	}
+	return b
+}

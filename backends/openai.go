@@ -1,0 +1,244 @@
+package backends
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+)
+
+var (
+	_ cascade.Backend     = (*OpenAI)(nil)
+	_ cascade.ModelLister = (*OpenAI)(nil)
+	_ cascade.Pinger      = (*OpenAI)(nil)
+)
+
+func init() {
+	register("openai", func(o Options) (cascade.Backend, error) { return NewOpenAI(o) })
+}
+
+// OpenAI talks to an OpenAI-compatible Chat Completions API. It forwards the client's own body,
+// so fields it does not know survive, and only sets stream and stream_options.include_usage.
+// It is safe for concurrent use.
+type OpenAI struct {
+	base
+	chatURL   string
+	modelsURL string
+	// timings keeps llama-server's timings object (set by LlamaCpp).
+	timings bool
+}
+
+// NewOpenAI returns an OpenAI backend; o.URL is the base URL with /v1.
+func NewOpenAI(o Options) (*OpenAI, error) {
+	b, err := newBase(o)
+	if err != nil {
+		return nil, err
+	}
+	return &OpenAI{base: b, chatURL: b.url + "/chat/completions", modelsURL: b.url + "/models"}, nil
+}
+
+// llamaTimings is llama-server's timings object (result_timings::to_json in tools/server).
+type llamaTimings struct {
+	CacheN      int     `json:"cache_n"`
+	PromptN     int     `json:"prompt_n"`
+	PromptMS    float64 `json:"prompt_ms"`
+	PredictedN  int     `json:"predicted_n"`
+	PredictedMS float64 `json:"predicted_ms"`
+}
+
+func (t *llamaTimings) timings() *cascade.Timings {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	return &cascade.Timings{
+		PromptN:    t.PromptN,
+		PredictedN: t.PredictedN,
+		CacheN:     t.CacheN,
+		PromptEval: ms(t.PromptMS),
+		Eval:       ms(t.PredictedMS),
+		Total:      ms(t.PromptMS + t.PredictedMS),
+	}
+}
+
+// wireAnswer is a whole completion as it arrives.
+type wireAnswer struct {
+	cascade.Answer
+	Timings *llamaTimings `json:"timings"`
+}
+
+// wireChunk is one stream event as it arrives: a chunk, llama.cpp's timings, or an error.
+type wireChunk struct {
+	cascade.Chunk
+	Timings *llamaTimings   `json:"timings"`
+	Error   json.RawMessage `json:"error"`
+}
+
+// Chat sends the request upstream; see cascade.Backend. With a sink it streams, pushing every
+// chunk (the usage chunk included, split off when the upstream attaches usage to a choice
+// chunk) and returning the assembled answer. On an error mid-stream the partial answer, not
+// Complete, comes back beside the error.
+func (o *OpenAI) Chat(ctx context.Context, req *cascade.Request, sink cascade.Sink) (*cascade.Answer, error) {
+	raw := []byte(req.Raw)
+	if len(raw) == 0 {
+		var err error
+		if raw, err = json.Marshal(&req.Chat); err != nil {
+			return nil, &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("encoding request: %w", err)}
+		}
+	}
+	body, err := setStream(raw, sink != nil)
+	if err != nil {
+		return nil, &cascade.UpstreamError{Backend: o.name, Status: http.StatusBadRequest, Type: "invalid_request_error", Message: err.Error()}
+	}
+	ctx, cancel := o.attempt(ctx)
+	defer cancel()
+	accept := hdrJSON
+	if sink != nil {
+		accept = hdrSSE
+	}
+	resp, err := o.do(ctx, http.MethodPost, o.chatURL, body, accept)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if sink == nil {
+		return o.whole(ctx, resp.Body)
+	}
+	if isJSON(resp.Header.Get("Content-Type")) {
+		// The upstream answered whole although asked to stream: replay it.
+		ans, err := o.whole(ctx, resp.Body)
+		if err != nil {
+			return ans, err
+		}
+		if err := cascade.Replay(ans, true, sink); err != nil {
+			return ans, err
+		}
+		ans.Streamed = true
+		return ans, nil
+	}
+	return o.stream(ctx, cancel, resp.Body, sink)
+}
+
+func isJSON(ct string) bool {
+	mt, _, _ := mime.ParseMediaType(ct)
+	return mt == "application/json"
+}
+
+// whole reads a non-stream completion.
+func (o *OpenAI) whole(ctx context.Context, body io.Reader) (*cascade.Answer, error) {
+	buf, err := readBody(body)
+	defer putBuf(buf)
+	if err != nil {
+		return nil, o.transportError(ctx, fmt.Errorf("reading response: %w", err))
+	}
+	var w wireAnswer
+	if err := json.Unmarshal(buf.Bytes(), &w); err != nil {
+		return nil, &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("decoding response: %w", err)}
+	}
+	ans := &w.Answer
+	ans.Backend = o.name
+	if ans.Usage == nil {
+		ans.Usage = &cascade.Usage{}
+	}
+	if o.timings && w.Timings != nil {
+		ans.Timings = w.Timings.timings()
+	}
+	ans.Complete = complete(ans)
+	return ans, nil
+}
+
+// stream reads SSE until [DONE], pushing each chunk to sink.
+func (o *OpenAI) stream(ctx context.Context, cancel context.CancelFunc, body io.Reader, sink cascade.Sink) (*cascade.Answer, error) {
+	sr := newSSEReader(body)
+	defer sr.release()
+	var asm cascade.Assembler
+	var timings *llamaTimings
+	finish := func(done bool) *cascade.Answer {
+		ans := asm.Answer()
+		ans.Backend = o.name
+		if ans.Usage == nil {
+			ans.Usage = &cascade.Usage{}
+		}
+		if o.timings && timings != nil {
+			ans.Timings = timings.timings()
+		}
+		ans.Complete = ans.Complete && done
+		return ans
+	}
+	emit := func(ch *cascade.Chunk) error {
+		asm.Add(ch)
+		if err := sink(ch); err != nil {
+			cancel() // the client went away: stop the upstream now
+			return err
+		}
+		return nil
+	}
+	for {
+		ev, err := sr.next()
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF // the stream ended without [DONE]
+			}
+			return finish(false), o.transportError(ctx, fmt.Errorf("reading stream: %w", err))
+		}
+		if ev.Err {
+			return finish(false), o.midStreamError(ev.Data)
+		}
+		data := bytes.TrimSpace(ev.Data)
+		if len(data) == 0 {
+			continue
+		}
+		if isDone(data) {
+			break
+		}
+		w := new(wireChunk)
+		if err := json.Unmarshal(data, w); err != nil {
+			return finish(false), &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("decoding stream chunk: %w", err)}
+		}
+		if len(w.Error) > 0 && string(w.Error) != "null" {
+			return finish(false), o.midStreamError(data)
+		}
+		if w.Timings != nil {
+			timings = w.Timings
+		}
+		ch := &w.Chunk
+		if ch.Usage != nil && len(ch.Choices) > 0 {
+			// Usage rides on a choice chunk: send it on as its own usage chunk, as OpenAI does.
+			u := &cascade.Chunk{ID: ch.ID, Object: ch.Object, Created: ch.Created, Model: ch.Model,
+				SystemFingerprint: ch.SystemFingerprint, Choices: []cascade.ChunkChoice{}, Usage: ch.Usage}
+			ch.Usage = nil
+			if err := emit(ch); err != nil {
+				return finish(false), err
+			}
+			ch = u
+		}
+		if err := emit(ch); err != nil {
+			return finish(false), err
+		}
+	}
+	drain(sr.lines.br)
+	return finish(true), nil
+}
+
+// Models lists the upstream's models (GET {URL}/models).
+func (o *OpenAI) Models(ctx context.Context) ([]string, error) {
+	var list openai.ModelsList
+	if err := o.getJSON(ctx, o.modelsURL, &list); err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(list.Models))
+	for _, m := range list.Models {
+		out = append(out, m.ID)
+	}
+	return out, nil
+}
+
+// Ping checks that the upstream answers GET {URL}/models.
+func (o *OpenAI) Ping(ctx context.Context) error {
+	return o.getJSON(ctx, o.modelsURL, nil)
+}
