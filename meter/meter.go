@@ -4,7 +4,6 @@ package meter
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -407,7 +406,7 @@ func (m *Meter) Begin(backend string) *Span {
 	m.mu.Unlock()
 
 	s.startTicks, _ = m.bootTicks()
-	s.procsA, s.cgA, s.treeErr = m.sampleTree(s.b, nil)
+	s.procsA, s.cgA, s.treeErr = m.sampleTree(s.b, nil, false)
 	if m.gpu != nil {
 		m.gpu.snapshot(&s.gpuA)
 	}
@@ -452,7 +451,7 @@ func (s *Span) End(w Work) Figure {
 	if m.gpu != nil {
 		m.gpu.snapshot(&gpuB)
 	}
-	procsB, cgB, treeErr := m.sampleTree(s.b, nil)
+	procsB, cgB, treeErr := m.sampleTree(s.b, nil, true)
 
 	m.mu.Lock()
 	in.Overlap = s.overlap || m.begins != s.seq
@@ -576,9 +575,29 @@ func treeDelta(a, b []procSample, started func(pid int) bool) (ns uint64, short 
 	return ns, short
 }
 
+// treeTTL is how long Begin trusts the process tree that the last span walked. End always
+// walks it again, so a child born inside a span (Ollama starting a runner for a model) is
+// found; Begin saves a walk that costs one read per thread of every process in the tree.
+const treeTTL = time.Second
+
 // sampleTree reads the CPU time of the backend's processes: per process, or the cgroup's total.
-func (m *Meter) sampleTree(b *backendState, dst []procSample) ([]procSample, uint64, error) {
-	pids, err := m.treePIDs(b, nil)
+// With fresh unset it may reuse the tree walked less than treeTTL ago.
+func (m *Meter) sampleTree(b *backendState, dst []procSample, fresh bool) ([]procSample, uint64, error) {
+	var pids []int
+	var err error
+	b.mu.Lock()
+	if !fresh && b.cgroup == "" && b.pid != 0 && time.Since(b.treeAt) < treeTTL {
+		pids = b.tree
+	}
+	b.mu.Unlock()
+	if pids == nil {
+		pids, err = m.treePIDs(b, nil)
+		if err == nil && b.cgroup == "" {
+			b.mu.Lock()
+			b.tree, b.treeAt = pids, time.Now()
+			b.mu.Unlock()
+		}
+	}
 	if err != nil {
 		return dst, 0, err
 	}
@@ -627,6 +646,8 @@ type backendState struct {
 	start   uint64 // the cached PID's starttime, to notice a reused PID
 	lastTry time.Time
 	lastErr error
+	tree    []int // the last tree walked from pid; read-only once stored
+	treeAt  time.Time
 }
 
 func newBackendState(b BackendInfo, sysfsRoot string) *backendState {
@@ -658,7 +679,7 @@ func (b *backendState) rootPID(p *procfs, fsys fileSystem) (int, error) {
 		if st, err := p.stat(b.pid); err == nil && st.starttime == b.start && st.state != 'Z' {
 			return b.pid, nil
 		}
-		b.pid = 0
+		b.pid, b.tree = 0, nil
 	}
 	if b.lastErr != nil && time.Since(b.lastTry) < rediscoverEvery {
 		return 0, b.lastErr
@@ -754,5 +775,3 @@ func hasGPUNodes(fsys fileSystem, devRoot string) bool {
 	}
 	return false
 }
-
-var _ = fs.ErrPermission

@@ -1,22 +1,309 @@
 package meter
 
-import "testing"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
 
-func TestSeamEstimates(t *testing.T) {
-	m, err := New(Options{Backends: []BackendInfo{
-		{Name: "local", URL: "http://127.0.0.1:11434"},
-		{Name: "openai", URL: "https://api.openai.com/v1"},
-	}, TokenModels: []TokenModel{{Patterns: []string{"gpt-4o*"}, JPerPrompt: 0.01, JPerCompletion: 0.3}}})
+func noGPU() (*gpus, error) { return nil, fmt.Errorf("%w: test", ErrNoData) }
+
+// cpuFixtureMeter meters the fixture Ollama with the one-socket RAPL fixture and no NVML.
+func cpuFixtureMeter(t *testing.T, edit func(*Options)) (*Meter, string) {
+	t.Helper()
+	procRoot, _ := procFixture(t)
+	o := Options{
+		SysfsRoot: sysFixture(t, "sys-one-socket.txtar"), ProcRoot: procRoot, DevRoot: t.TempDir(),
+		SkipProbe: true, nvml: noGPU,
+		Backends: []BackendInfo{
+			{Name: "ollama", URL: "http://127.0.0.1:11434"},
+			{Name: "nothing", URL: "http://127.0.0.1:1"},
+			{Name: "openai", URL: "https://api.openai.com/v1"},
+			{Name: "pidfile", URL: "http://gpu-box:8000", PIDFile: filepath.Join(procRoot, "ollama.pid")},
+			{Name: "cgroup", URL: "http://gpu-box:8000", Cgroup: filepath.Join(procRoot, "cgroup", "ollama.service")},
+		},
+	}
+	if edit != nil {
+		edit(&o)
+	}
+	m, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m, procRoot
+}
+
+func TestEstimates(t *testing.T) {
+	m, err := New(Options{SysfsRoot: t.TempDir(), SkipProbe: true, nvml: noGPU,
+		Backends: []BackendInfo{
+			{Name: "openai", URL: "https://api.openai.com/v1"},
+			{Name: "groq", URL: "https://api.groq.com/openai/v1", JoulesPerToken: 0.2},
+		},
+		TokenModels: []TokenModel{{Patterns: []string{"gpt-4o*"}, JPerPrompt: 0.01, JPerCompletion: 0.3}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	f := m.Begin("openai").End(Work{Model: "gpt-4o-mini", PromptTokens: 100, CompletionTokens: 10})
-	if f.Grade != GradeEstimated || f.Method != MethodTokenModel || f.Reason != ReasonRemoteBackend || f.Joules != 4 {
-		t.Fatalf("remote figure = %+v", f)
+	tests := []struct {
+		name    string
+		backend string
+		work    Work
+		joules  float64
+		reason  string
+	}{
+		{name: "token model pattern", backend: "openai", work: Work{Model: "gpt-4o-mini", PromptTokens: 100, CompletionTokens: 10}, joules: 4, reason: ReasonRemoteBackend},
+		{name: "remote default", backend: "openai", work: Work{Model: "o3", PromptTokens: 100, CompletionTokens: 10}, joules: 100*0.04 + 10*0.4, reason: ReasonRemoteBackend},
+		{name: "backend's own price", backend: "groq", work: Work{Model: "llama", PromptTokens: 100, CompletionTokens: 10}, joules: 100*0.02 + 10*0.2, reason: ReasonRemoteBackend},
+		{name: "unknown backend is remote", backend: "who", work: Work{CompletionTokens: 1}, joules: 0.4, reason: ReasonRemoteBackend},
+		{name: "failed call with no tokens", backend: "openai", work: Work{Failed: true}, joules: 0, reason: ReasonRemoteBackend},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := m.Begin(tc.backend).End(tc.work)
+			if f.Grade != GradeEstimated || f.Method != MethodTokenModel || f.Reason != tc.reason ||
+				f.Joules < tc.joules-1e-9 || f.Joules > tc.joules+1e-9 {
+				t.Fatalf("figure = %+v, want %v J", f, tc.joules)
+			}
+		})
 	}
 	var nilm *Meter
-	if f := nilm.Begin("x").End(Work{CompletionTokens: 1}); f.Joules != DefaultRemoteJPerCompletion {
+	if f := nilm.Begin("x").End(Work{CompletionTokens: 1}); f.Joules != DefaultRemoteJPerCompletion || f.Grade != GradeEstimated {
 		t.Fatalf("nil meter figure = %+v", f)
+	}
+	if nilm.StageWatts() != DefaultCPUWattsPerCore || nilm.Close() != nil {
+		t.Fatal("nil meter")
+	}
+}
+
+func TestSpanEndTwice(t *testing.T) {
+	m, _ := cpuFixtureMeter(t, nil)
+	s := m.Begin("ollama")
+	a := s.End(Work{})
+	b := s.End(Work{CompletionTokens: 1000})
+	if a != b {
+		t.Fatalf("second End changed the figure: %+v then %+v", a, b)
+	}
+	if m.active != 0 {
+		t.Fatalf("active = %d after End twice", m.active)
+	}
+}
+
+func TestFixtureMeasured(t *testing.T) {
+	m, _ := cpuFixtureMeter(t, nil)
+	f := m.Begin("ollama").End(Work{})
+	// The fixture's RAPL and host counters stand still: 0 J, but measured, and no GPU.
+	if f.Grade != GradeMeasured || f.Method != MethodRAPL || f.Coverage != CoverageWhole || f.Reason != "" || f.Joules != 0 {
+		t.Fatalf("figure = %+v", f)
+	}
+}
+
+func TestOverlap(t *testing.T) {
+	m, _ := cpuFixtureMeter(t, nil)
+	type step struct {
+		span  string
+		begin bool
+	}
+	tests := []struct {
+		name    string
+		steps   []step
+		overlap map[string]bool
+	}{
+		{name: "one after the other", steps: []step{{"a", true}, {"a", false}, {"b", true}, {"b", false}},
+			overlap: map[string]bool{"a": false, "b": false}},
+		{name: "nested", steps: []step{{"a", true}, {"b", true}, {"b", false}, {"a", false}},
+			overlap: map[string]bool{"a": true, "b": true}},
+		{name: "staggered", steps: []step{{"a", true}, {"b", true}, {"a", false}, {"b", false}},
+			overlap: map[string]bool{"a": true, "b": true}},
+		{name: "remote spans do not overlap local ones", steps: []step{{"a", true}, {"r", true}, {"r", false}, {"a", false}},
+			overlap: map[string]bool{"a": false, "r": false}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spans := map[string]*Span{}
+			figs := map[string]Figure{}
+			for _, st := range tc.steps {
+				backend := "ollama"
+				if st.span == "r" {
+					backend = "openai"
+				}
+				if st.begin {
+					spans[st.span] = m.Begin(backend)
+				} else {
+					figs[st.span] = spans[st.span].End(Work{})
+				}
+			}
+			for name, want := range tc.overlap {
+				f := figs[name]
+				if got := strings.Contains(f.Reason, ReasonSpanOverlap); got != want {
+					t.Errorf("span %s: %+v, overlap want %v", name, f, want)
+				}
+				if name != "r" && f.Measured() == want {
+					t.Errorf("span %s: measured %v with overlap %v", name, f.Measured(), want)
+				}
+			}
+		})
+	}
+}
+
+func TestConcurrentSpans(t *testing.T) {
+	m, _ := cpuFixtureMeter(t, nil)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for range 20 {
+				b := "ollama"
+				if i%2 == 1 {
+					b = "openai"
+				}
+				m.Begin(b).End(Work{CompletionTokens: 1})
+			}
+		})
+	}
+	wg.Wait()
+	if m.active != 0 {
+		t.Fatalf("active = %d", m.active)
+	}
+}
+
+// TestPermissionOnce: a refused energy_uj makes RAPL unavailable at start, with that reason,
+// and no span tries it again.
+func TestPermissionOnce(t *testing.T) {
+	rfs := &refusingFS{suffixes: []string{"energy_uj"}}
+	m, _ := cpuFixtureMeter(t, func(o *Options) { o.fs = rfs })
+	if m.rapl != nil || reasonFor(m.raplErr, ReasonNoRAPL) != ReasonPermission {
+		t.Fatalf("rapl = %v, err = %v", m.rapl, m.raplErr)
+	}
+	before := rfs.refused.Load()
+	for range 3 {
+		f := m.Begin("ollama").End(Work{})
+		if f.Reason != ReasonPermission || f.Grade != GradeEstimated || f.Method != MethodCPUTimeModel {
+			t.Fatalf("figure = %+v", f)
+		}
+	}
+	if after := rfs.refused.Load(); after != before {
+		t.Fatalf("spans retried the refused counter %d times", after-before)
+	}
+}
+
+func TestCounterSwitches(t *testing.T) {
+	if _, err := New(Options{SysfsRoot: t.TempDir(), SkipProbe: true, nvml: noGPU, RAPL: "on"}); err == nil {
+		t.Fatal(`rapl "on" without RAPL did not fail`)
+	}
+	if _, err := New(Options{RAPL: "maybe"}); err == nil {
+		t.Fatal("a bad switch was accepted")
+	}
+	if _, err := New(Options{CPUWattsPerCore: -1}); err == nil {
+		t.Fatal("negative watts were accepted")
+	}
+	m, _ := cpuFixtureMeter(t, func(o *Options) { o.RAPL = "off" })
+	if f := m.Begin("ollama").End(Work{}); f.Reason != ReasonNoRAPL {
+		t.Fatalf("rapl off: %+v", f)
+	}
+}
+
+func TestPIDFileAndCgroup(t *testing.T) {
+	m, procRoot := cpuFixtureMeter(t, func(o *Options) { o.RAPL = "off" })
+	pids, err := m.treePIDs(m.backends["pidfile"], nil)
+	if err != nil || fmt.Sprint(pids) != "[101 102]" {
+		t.Fatalf("pid file tree = %v, %v", pids, err)
+	}
+	// The cgroup's usage_usec is the CPU time, exited processes included.
+	s := m.Begin("cgroup")
+	writeFile(t, filepath.Join(procRoot, "cgroup", "ollama.service", "cpu.stat"), "usage_usec 3234567\n")
+	f := s.End(Work{})
+	if f.Method != MethodCPUTimeModel || f.CPUJoules < 20-1e-9 || f.CPUJoules > 20+1e-9 {
+		t.Fatalf("cgroup figure = %+v, want 2 s × 10 W", f)
+	}
+}
+
+func TestNoProcess(t *testing.T) {
+	m, _ := cpuFixtureMeter(t, nil)
+	f := m.Begin("nothing").End(Work{PromptTokens: 10, CompletionTokens: 10})
+	if f.Method != MethodTokenModel || f.Reason != ReasonNoProcess || f.Joules != 10*DefaultLocalJPerCompletion*1.1 {
+		t.Fatalf("figure = %+v", f)
+	}
+}
+
+func TestGPUNodesWithoutNVML(t *testing.T) {
+	// /dev has an NVIDIA device and the fixture's 102 holds /dev/nvidia0 open: it used a GPU
+	// that nothing can measure, so the GPU power model estimates.
+	m, _ := cpuFixtureMeter(t, func(o *Options) {
+		o.DevRoot = t.TempDir()
+		writeFile(t, filepath.Join(o.DevRoot, "nvidia0"), "")
+	})
+	f := m.Begin("ollama").End(Work{})
+	if f.Method != "rapl+gpu-model" || f.Reason != ReasonNoNVML || f.GPUJoules <= 0 {
+		t.Fatalf("figure = %+v", f)
+	}
+}
+
+func TestProbe(t *testing.T) {
+	n := 0.0
+	live := runProbe(probeTarget{name: "moving", period: time.Millisecond, read: func() (float64, error) { n++; return n, nil }}, false)
+	if !live.Live || live.ReadCost <= 0 {
+		t.Fatalf("a counter that moves on every read: %+v", live)
+	}
+	dead := runProbe(probeTarget{name: "still", period: time.Millisecond, read: func() (float64, error) { return 1, nil }}, false)
+	if dead.Live {
+		t.Fatalf("a counter that never moves: %+v", dead)
+	}
+	// Moves in bursts: lively in a third of the intervals only.
+	start := time.Now()
+	bursty := runProbe(probeTarget{name: "bursty", period: time.Millisecond, read: func() (float64, error) {
+		if int(time.Since(start)/(20*time.Millisecond))%3 == 0 {
+			n++
+		}
+		return n, nil
+	}}, false)
+	if bursty.Live {
+		t.Fatalf("a counter that moves in a third of the intervals: %+v", bursty)
+	}
+	failing := runProbe(probeTarget{name: "err", period: time.Millisecond, read: func() (float64, error) { return 0, errors.New("eio") }}, false)
+	if failing.Live || failing.Err == nil {
+		t.Fatalf("a failing counter: %+v", failing)
+	}
+}
+
+// TestProbeAtStart: fixture counters stand still, so without SkipProbe RAPL is dropped as dead.
+func TestProbeAtStart(t *testing.T) {
+	m, _ := cpuFixtureMeter(t, func(o *Options) { o.SkipProbe = false })
+	if m.rapl != nil || reasonFor(m.raplErr, ReasonNoRAPL) != ReasonCounterDead {
+		t.Fatalf("a still RAPL passed the probe: %v", m.raplErr)
+	}
+	if f := m.Begin("ollama").End(Work{}); f.Reason != ReasonCounterDead {
+		t.Fatalf("figure = %+v", f)
+	}
+}
+
+func TestStatus(t *testing.T) {
+	m, _ := cpuFixtureMeter(t, nil)
+	rep := m.Status(context.Background(), 10*time.Millisecond)
+	byName := map[string]CounterStatus{}
+	for _, c := range rep.Counters {
+		byName[strings.SplitN(c.Name, ":", 2)[0]] = c
+	}
+	if c := byName["rapl"]; c.Live || c.Reason != ReasonCounterDead || c.Name != "rapl:package-0+dram" {
+		t.Fatalf("rapl status = %+v", c)
+	}
+	if c := byName["nvml"]; c.Live || c.Reason != ReasonNoNVML {
+		t.Fatalf("nvml status = %+v", c)
+	}
+	if c := byName["proxy-cpu"]; !c.Live || c.ReadCostUS <= 0 {
+		t.Fatalf("proxy-cpu status = %+v", c)
+	}
+	var ollama BackendStatus
+	for _, b := range rep.Backends {
+		if b.Name == "ollama" {
+			ollama = b
+		}
+	}
+	if ollama.Source != "listen:11434" || len(ollama.Processes) != 3 || ollama.Processes[2].Comm != "gpu (worker) x" {
+		t.Fatalf("ollama status = %+v", ollama)
 	}
 }

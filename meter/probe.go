@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -22,9 +22,10 @@ const (
 
 // probeTarget is one counter to probe: a monotone reading and how often it updates.
 type probeTarget struct {
-	name   string
-	read   func() (float64, error)
-	period time.Duration
+	name     string
+	read     func() (float64, error)
+	period   time.Duration
+	interval time.Duration // 0: six periods, at least 20 ms
 }
 
 // probeResult is what a probe found.
@@ -39,7 +40,10 @@ type probeResult struct {
 // and at least probeWindow in all, with a CPU burner on every core when load is set. The
 // counter is live when it advanced ≥ 5 times in ≥ 80% of the intervals.
 func runProbe(t probeTarget, load bool) probeResult {
-	interval := max(6*t.period, 20*time.Millisecond)
+	interval := t.interval
+	if interval == 0 {
+		interval = max(6*t.period, 20*time.Millisecond)
+	}
 	n := max(5, int(math.Ceil(float64(probeWindow)/float64(interval))))
 	if load {
 		stop := burn(runtime.NumCPU())
@@ -123,7 +127,8 @@ func (m *Meter) nvmlTarget() probeTarget {
 }
 
 func (m *Meter) hostTarget() probeTarget {
-	return probeTarget{name: "host-cpu", period: 10 * time.Millisecond, read: func() (float64, error) {
+	// /proc/stat moves by whole ticks (10 ms per CPU): intervals of 100 ms.
+	return probeTarget{name: "host-cpu", period: 10 * time.Millisecond, interval: 100 * time.Millisecond, read: func() (float64, error) {
 		h, err := m.proc.hostTimes()
 		return float64(h.busy), err
 	}}
@@ -195,7 +200,7 @@ func (m *Meter) Status(ctx context.Context, powerWindow time.Duration) Report {
 		}
 		res := runProbe(t, true)
 		cs.Live, cs.Detail = res.Live, res.Detail
-		cs.ReadCostUS = float64(res.ReadCost.Nanoseconds()) / 1e3
+		cs.ReadCostUS = float64(readCost(t).Nanoseconds()) / 1e3
 		if !res.Live {
 			cs.Reason = ReasonCounterDead
 			if res.Err != nil {
@@ -234,6 +239,18 @@ func (m *Meter) Status(ctx context.Context, powerWindow time.Duration) Report {
 		rep.Backends = append(rep.Backends, m.backendStatus(m.backends[n]))
 	}
 	return rep
+}
+
+// readCost is the median cost of one read of t, with no load running.
+func readCost(t probeTarget) time.Duration {
+	var d [51]time.Duration
+	for i := range d {
+		t0 := time.Now()
+		t.read()
+		d[i] = time.Since(t0)
+	}
+	slices.Sort(d[:])
+	return d[len(d)/2]
 }
 
 // watts reads t over window, without load, and converts the advance to watts.
@@ -302,5 +319,3 @@ func (m *Meter) backendStatus(b *backendState) BackendStatus {
 	}
 	return bs
 }
-
-var _ = os.Getpid

@@ -1,0 +1,192 @@
+package meter
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// helperEnv makes the test binary act as a stand-in backend ("backend", "idle-backend") or as
+// the backend's CPU-burning child ("burner") instead of running tests.
+const helperEnv = "EOC_METER_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(helperEnv) {
+	case "backend":
+		helperBackend(true)
+		return
+	case "idle-backend":
+		helperBackend(false)
+		return
+	case "burner":
+		stop := burn(1)
+		io.Copy(io.Discard, os.Stdin) // until the parent goes away
+		stop()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// helperBackend listens on 127.0.0.1:0, starts a child that burns CPU, burns CPU itself when
+// busy is set, reports "port childpid", and lives until its stdin closes.
+func helperBackend(busy bool) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), helperEnv+"=burner")
+	childIn, _ := child.StdinPipe()
+	if !busy {
+		child.Env = append(os.Environ(), helperEnv+"=idle")
+	}
+	if err := child.Start(); err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	if busy {
+		defer burn(1)()
+	}
+	fmt.Printf("%d %d\n", ln.Addr().(*net.TCPAddr).Port, child.Process.Pid)
+	io.Copy(io.Discard, os.Stdin)
+	childIn.Close()
+	child.Process.Kill()
+	child.Wait()
+}
+
+// startBackend runs the helper backend and returns its port, its PID and its child's PID.
+func startBackend(t testing.TB, busy bool) (port, pid, childPID int) {
+	t.Helper()
+	mode := "idle-backend"
+	if busy {
+		mode = "backend"
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		in.Close()
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+		}
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("helper backend: %v", err)
+	}
+	if _, err := fmt.Sscanf(line, "%d %d", &port, &childPID); err != nil {
+		t.Fatalf("helper backend said %q", line)
+	}
+	return port, cmd.Process.Pid, childPID
+}
+
+func TestRealBackendDiscoveryAndCPU(t *testing.T) {
+	port, pid, childPID := startBackend(t, true)
+	m, err := New(Options{SkipProbe: true, Backends: []BackendInfo{
+		{Name: "local", URL: fmt.Sprintf("http://127.0.0.1:%d", port)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+
+	tree, err := m.treePIDs(m.backends["local"], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tree[0] != pid || !slices.Contains(tree, childPID) {
+		t.Fatalf("tree = %v, want the listener %d first and its child %d", tree, pid, childPID)
+	}
+
+	s := m.Begin("local")
+	time.Sleep(300 * time.Millisecond)
+	f := s.End(Work{Model: "stand-in", PromptTokens: 10, CompletionTokens: 10})
+	t.Logf("figure: %+v", f)
+
+	if f.CPUJoules <= 0 {
+		t.Fatalf("the burning tree got no CPU energy: %+v", f)
+	}
+	// The tree cannot have used more than every core for the whole span.
+	if limit := time.Since(s.start).Seconds() * float64(runtime.NumCPU()) * DefaultCPUWattsPerCore; f.CPUJoules > limit {
+		t.Fatalf("CPU energy %v J is more than all cores could draw (%v J)", f.CPUJoules, limit)
+	}
+	if f.GPUJoules != 0 || f.Coverage != CoverageWhole {
+		t.Fatalf("no GPU here, yet %+v", f)
+	}
+	if m.rapl == nil {
+		if f.Grade != GradeEstimated || f.Method != MethodCPUTimeModel || f.Reason != ReasonNoRAPL {
+			t.Fatalf("without RAPL the figure is %+v; want a cpu-time-model estimate with reason no-rapl", f)
+		}
+	} else if f.Grade == GradeEstimated && f.Reason == "" {
+		t.Fatalf("estimated without a reason: %+v", f)
+	}
+
+	rep := m.Status(context.Background(), 50*time.Millisecond)
+	if len(rep.Backends) != 1 || len(rep.Backends[0].Processes) < 2 {
+		t.Fatalf("status backends = %+v", rep.Backends)
+	}
+	for _, p := range rep.Backends[0].Processes {
+		if !strings.HasPrefix(p.Comm, "meter.test") {
+			t.Errorf("process %+v is not the helper", p)
+		}
+	}
+}
+
+// TestRealBackendRediscovery: when the listener goes away, the cached PID is dropped and the
+// backend has no process; a new listener on the same URL is not found by the old PID.
+func TestRealBackendVanishes(t *testing.T) {
+	port, pid, _ := startBackend(t, false)
+	m, err := New(Options{SkipProbe: true, Backends: []BackendInfo{
+		{Name: "local", URL: fmt.Sprintf("http://127.0.0.1:%d", port)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	b := m.backends["local"]
+	if got, err := b.rootPID(m.proc, m.fs); err != nil || got != pid {
+		t.Fatalf("rootPID = %d, %v; want %d", got, err, pid)
+	}
+	p, _ := os.FindProcess(pid)
+	p.Kill()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := b.rootPID(m.proc, m.fs)
+		if err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a killed backend is still found")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	f := m.Begin("local").End(Work{CompletionTokens: 10})
+	if f.Method != MethodTokenModel || f.Reason != ReasonNoProcess || f.Joules != 10*DefaultLocalJPerCompletion {
+		t.Fatalf("figure for a vanished backend = %+v", f)
+	}
+}
