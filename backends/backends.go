@@ -364,10 +364,16 @@ func putBuf(buf *bytes.Buffer) {
 	}
 }
 
-// drain reads what is left of a finished reply (normally nothing but the end of the chunked
-// encoding), so the connection goes back to the idle pool instead of being closed.
-func drain(r io.Reader) {
+// drainWait bounds the wait for the end of a reply after its last event.
+const drainWait = 100 * time.Millisecond
+
+// drain reads what is left of a finished stream (normally nothing but the end of the chunked
+// encoding), so the connection goes back to the idle pool instead of being closed. An upstream
+// that keeps the reply open after its last event is cut off by cancel after drainWait.
+func drain(r io.Reader, cancel context.CancelFunc) {
+	t := time.AfterFunc(drainWait, cancel)
 	_, _ = io.CopyN(io.Discard, r, 4<<10)
+	t.Stop()
 }
 
 // newID returns prefix followed by 24 random characters.

@@ -67,16 +67,18 @@ func setStream(body []byte, stream bool) ([]byte, error) {
 	return append(out, '}'), nil
 }
 
+var includeUsageOnly = []byte(`{"include_usage":true}`)
+
 // mergeIncludeUsage returns the stream_options object opts with include_usage set to true.
 func mergeIncludeUsage(opts []byte) []byte {
 	var m map[string]json.RawMessage
 	if len(opts) == 0 || opts[0] != '{' || json.Unmarshal(opts, &m) != nil || len(m) == 0 {
-		return []byte(`{"include_usage":true}`)
+		return includeUsageOnly
 	}
 	m["include_usage"] = json.RawMessage("true")
 	b, err := json.Marshal(m)
 	if err != nil {
-		return []byte(`{"include_usage":true}`)
+		return includeUsageOnly
 	}
 	return b
 }

@@ -343,13 +343,9 @@ func TestSinkErrorStopsStream(t *testing.T) {
 				}
 				return nil
 			}
-			start := time.Now()
 			ans, err := b.Chat(context.Background(), chatRequest(t, helloBody), sink)
 			if !errors.Is(err, errGone) {
 				t.Fatalf("err = %v, want the sink's error", err)
-			}
-			if took := time.Since(start); took > 500*time.Millisecond {
-				t.Errorf("Chat took %v after the sink failed", took)
 			}
 			if calls != 2 {
 				t.Errorf("sink called %d times, want 2", calls)

@@ -152,7 +152,7 @@ func (o *Ollama) stream(ctx context.Context, cancel context.CancelFunc, body io.
 			break
 		}
 	}
-	drain(lr.br)
+	drain(lr.br, cancel)
 	return conv.final(true), nil
 }
 

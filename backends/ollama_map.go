@@ -58,7 +58,6 @@ func ollamaMessages(in []cascade.Message) ([]api.Message, error) {
 	out := make([]api.Message, 0, len(in))
 	for i := range in {
 		m := &in[i]
-		param := fmt.Sprintf("messages[%d]", i)
 		om := api.Message{Role: m.Role, ToolCallID: m.ToolCallID}
 		switch m.Role {
 		case "developer":
@@ -66,14 +65,14 @@ func ollamaMessages(in []cascade.Message) ([]api.Message, error) {
 		case "function": // the legacy shape of a tool result
 			om.Role = "tool"
 		}
-		if err := ollamaContent(m.Content, &om, param); err != nil {
+		if err := ollamaContent(m.Content, &om, i); err != nil {
 			return nil, err
 		}
 		for j, tc := range m.ToolCalls {
 			args := api.NewToolCallFunctionArguments()
 			if s := strings.TrimSpace(tc.Function.Arguments); s != "" {
 				if err := json.Unmarshal([]byte(s), &args); err != nil {
-					return nil, invalid(fmt.Sprintf("%s.tool_calls[%d].function.arguments", param, j), "tool call arguments are not a JSON object: %v", err)
+					return nil, invalid(fmt.Sprintf("messages[%d].tool_calls[%d].function.arguments", i, j), "tool call arguments are not a JSON object: %v", err)
 				}
 			}
 			om.ToolCalls = append(om.ToolCalls, api.ToolCall{ID: tc.ID, Function: api.ToolCallFunction{Index: j, Name: tc.Function.Name, Arguments: args}})
@@ -111,7 +110,7 @@ type contentPart struct {
 
 // ollamaContent sets om's text and images from an OpenAI content: a string, or parts whose texts
 // are joined by newlines and whose data: URL images are decoded.
-func ollamaContent(raw json.RawMessage, om *api.Message, param string) error {
+func ollamaContent(raw json.RawMessage, om *api.Message, msg int) error {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
@@ -121,11 +120,11 @@ func ollamaContent(raw json.RawMessage, om *api.Message, param string) error {
 		return json.Unmarshal(raw, &om.Content)
 	case '[':
 	default:
-		return invalid(param+".content", "content must be a string or an array of content parts")
+		return invalid(fmt.Sprintf("messages[%d].content", msg), "content must be a string or an array of content parts")
 	}
 	var parts []contentPart
 	if err := json.Unmarshal(raw, &parts); err != nil {
-		return invalid(param+".content", "invalid content parts: %v", err)
+		return invalid(fmt.Sprintf("messages[%d].content", msg), "invalid content parts: %v", err)
 	}
 	var text strings.Builder
 	addText := func(s string) {
@@ -143,11 +142,11 @@ func ollamaContent(raw json.RawMessage, om *api.Message, param string) error {
 		case "image_url":
 			img, err := imageData(p.ImageURL)
 			if err != nil {
-				return invalid(fmt.Sprintf("%s.content[%d].image_url", param, j), "%v", err)
+				return invalid(fmt.Sprintf("messages[%d].content[%d].image_url", msg, j), "%v", err)
 			}
 			om.Images = append(om.Images, img)
 		default:
-			return invalid(fmt.Sprintf("%s.content[%d].type", param, j), "content part type %q is not supported by Ollama backends", p.Type)
+			return invalid(fmt.Sprintf("messages[%d].content[%d].type", msg, j), "content part type %q is not supported by Ollama backends", p.Type)
 		}
 	}
 	om.Content = text.String()

@@ -6,8 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
+	"strings"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -115,7 +115,7 @@ func (o *OpenAI) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 		if err != nil {
 			return ans, err
 		}
-		if err := cascade.Replay(ans, true, sink); err != nil {
+		if err := cascade.Replay(ans, *ans.Usage != (cascade.Usage{}), sink); err != nil {
 			return ans, err
 		}
 		ans.Streamed = true
@@ -125,8 +125,7 @@ func (o *OpenAI) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 }
 
 func isJSON(ct string) bool {
-	mt, _, _ := mime.ParseMediaType(ct)
-	return mt == "application/json"
+	return len(ct) >= len("application/json") && strings.EqualFold(ct[:len("application/json")], "application/json")
 }
 
 // whole reads a non-stream completion.
@@ -221,7 +220,7 @@ func (o *OpenAI) stream(ctx context.Context, cancel context.CancelFunc, body io.
 			return finish(false), err
 		}
 	}
-	drain(sr.lines.br)
+	drain(sr.lines.br, cancel)
 	return finish(true), nil
 }
 

@@ -379,3 +379,35 @@ func TestConnectionReuse(t *testing.T) {
 		})
 	}
 }
+
+// An upstream that keeps the reply open after [DONE] or done does not hold the answer back.
+func TestStreamEndsAtDoneThoughUpstreamLingers(t *testing.T) {
+	cases := []struct {
+		typ, contentType, body string
+	}{
+		{"openai", "text/event-stream", "data: " + `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n"},
+		{"ollama", "application/x-ndjson", `{"model":"m","message":{"role":"assistant","content":"x"},"done":true,"done_reason":"stop"}` + "\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.typ, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", tc.contentType)
+				_, _ = io.WriteString(w, tc.body)
+				w.(http.Flusher).Flush()
+				<-r.Context().Done()
+			}))
+			t.Cleanup(srv.Close)
+			t.Cleanup(srv.CloseClientConnections)
+			b, _ := New(Options{Name: "l", Type: tc.typ, URL: srv.URL + "/v1"})
+			if tc.typ == "ollama" {
+				b, _ = New(Options{Name: "l", Type: tc.typ, URL: srv.URL})
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ans, err := b.Chat(ctx, chatRequest(t, helloBody), (&collector{}).sink)
+			if err != nil || !ans.Complete || ans.Text() != "x" {
+				t.Fatalf("answer %+v, err %v", ans, err)
+			}
+		})
+	}
+}

@@ -110,7 +110,8 @@ type Server struct {
 	Dialect Dialect
 
 	mu   sync.Mutex
-	cfg  Config
+	cfg  Config // as configured
+	eff  Config // cfg with defaults, shared read-only by the handlers
 	last Request
 
 	requests   atomic.Int64
@@ -136,6 +137,7 @@ func New(t testing.TB, d Dialect, cfg ...Config) *Server {
 	if len(cfg) > 0 {
 		s.cfg = cfg[0]
 	}
+	s.eff = s.cfg.withDefaults()
 	mux := http.NewServeMux()
 	switch d {
 	case Ollama:
@@ -186,6 +188,7 @@ func (s *Server) Configure(f func(*Config)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f(&s.cfg)
+	s.eff = s.cfg.withDefaults()
 }
 
 // Requests is the number of chat calls received.
@@ -228,10 +231,18 @@ func (s *Server) begin(r *http.Request) ([]byte, Config, error) {
 	body, err := io.ReadAll(r.Body)
 	s.requests.Add(1)
 	s.mu.Lock()
-	s.last = Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body}
-	cfg := s.cfg
+	// The server builds a new header map per request and the handlers never change it.
+	s.last = Request{Method: r.Method, Path: r.URL.Path, Header: r.Header, Body: body}
+	cfg := s.eff
 	s.mu.Unlock()
-	return body, cfg.withDefaults(), err
+	return body, cfg, err
+}
+
+// config is the knobs in effect, with defaults.
+func (s *Server) config() Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.eff
 }
 
 func (c Config) withDefaults() Config {

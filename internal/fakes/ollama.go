@@ -167,9 +167,7 @@ func (s *Server) ollamaStream(w http.ResponseWriter, r *http.Request, cfg *Confi
 }
 
 func (s *Server) ollamaTags(w http.ResponseWriter, _ *http.Request) {
-	s.mu.Lock()
-	cfg := s.cfg.withDefaults()
-	s.mu.Unlock()
+	cfg := s.config()
 	b := []byte(`{"models":[`)
 	for i, m := range cfg.Models {
 		if i > 0 {

@@ -269,9 +269,7 @@ func openaiPieces(cfg *Config) []string {
 }
 
 func (s *Server) openaiModels(w http.ResponseWriter, _ *http.Request) {
-	s.mu.Lock()
-	cfg := s.cfg.withDefaults()
-	s.mu.Unlock()
+	cfg := s.config()
 	b := []byte(`{"object":"list","data":[`)
 	for i, m := range cfg.Models {
 		if i > 0 {
@@ -289,9 +287,7 @@ func (s *Server) openaiModels(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) llamaHealth(w http.ResponseWriter, _ *http.Request) {
-	s.mu.Lock()
-	cfg := s.cfg.withDefaults()
-	s.mu.Unlock()
+	cfg := s.config()
 	if cfg.HealthStatus != http.StatusOK {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(cfg.HealthStatus)
