@@ -595,3 +595,31 @@ func grep(b []byte, s string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+func TestCacheControlHeaders(t *testing.T) {
+	fake := fakes.NewOpenAI(t)
+	s := startStack(t, oneBackend("openai", fake.BaseURL(), ""))
+	post := func(content, cc string) string {
+		req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/chat/completions",
+			strings.NewReader(`{"model":"fake-model","messages":[{"role":"user","content":"`+content+`"}]}`))
+		if cc != "" {
+			req.Header.Set("Cache-Control", cc)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.Header.Get("X-EOC-Stage")
+	}
+	if post("a", "no-store") != "neural" || post("a", "") != "neural" {
+		t.Fatal("no-store stored the answer")
+	}
+	if post("a", "no-cache") != "neural" {
+		t.Fatal("no-cache looked up the cache")
+	}
+	if post("b", "no-cache") != "neural" || post("b", "") != "cache" {
+		t.Fatal("no-cache did not store")
+	}
+}

@@ -1,0 +1,117 @@
+package cache
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+)
+
+// countingStage answers every request; complete says whether its answers ended normally.
+type countingStage struct {
+	calls    int
+	complete bool
+}
+
+func (s *countingStage) Name() string { return "model" }
+func (s *countingStage) Serve(context.Context, *cascade.Request, cascade.Sink) (*cascade.Answer, error) {
+	s.calls++
+	t := "answer"
+	return &cascade.Answer{ID: "orig", Choices: []cascade.Choice{{Message: cascade.AnswerMessage{Role: "assistant", Content: &t}, FinishReason: "stop"}},
+		Complete: s.complete, Energy: cascade.Energy{Joules: 2.5, Grade: cascade.Estimated, Method: "token-model"}}, nil
+}
+
+type anyBackend struct{}
+
+func (anyBackend) Chat(context.Context, *cascade.Request, cascade.Sink) (*cascade.Answer, error) {
+	return nil, errors.New("unused")
+}
+
+func walk(t *testing.T, c *cascade.Cascade, req cascade.Request) string {
+	t.Helper()
+	var res cascade.Result
+	if err := c.Walk(context.Background(), &req, &res, nil); err != nil {
+		t.Fatal(err)
+	}
+	return res.Stage
+}
+
+func TestCacheControls(t *testing.T) {
+	router, _ := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"*"}, Backend: anyBackend{}}})
+	raw := json.RawMessage(`{"model":"m","messages":[{"role":"user","content":"q"}]}`)
+	req := func(noCache, noStore bool) cascade.Request {
+		r := cascade.Request{Raw: raw, NoCache: noCache, NoStore: noStore}
+		r.Chat.Model = "m"
+		return r
+	}
+	tests := []struct {
+		name     string
+		complete bool
+		first    cascade.Request
+		second   cascade.Request
+		want     string // stage of the second call
+	}{
+		{"repeat hits", true, req(false, false), req(false, false), "cache"},
+		{"no-store does not store", true, req(false, true), req(false, false), "model"},
+		{"no-cache skips the lookup", true, req(false, false), req(true, false), "model"},
+		{"no-cache still stores", true, req(true, false), req(false, false), "cache"},
+		{"incomplete is not stored", false, req(false, false), req(false, false), "model"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := New(100, time.Hour)
+			model := &countingStage{complete: tc.complete}
+			c := cascade.New(router, []cascade.Stage{st, model}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
+			walk(t, c, tc.first)
+			if got := walk(t, c, tc.second); got != tc.want {
+				t.Fatalf("second call served by %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestHitCarriesSavedAndFreshID(t *testing.T) {
+	router, _ := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"*"}, Backend: anyBackend{}}})
+	st := New(100, time.Hour)
+	c := cascade.New(router, []cascade.Stage{st, &countingStage{complete: true}}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
+	mk := func() *cascade.Request {
+		r := &cascade.Request{Raw: json.RawMessage(`{"model":"m","messages":[]}`)}
+		r.Chat.Model = "m"
+		return r
+	}
+	var first, second cascade.Result
+	if err := c.Walk(context.Background(), mk(), &first, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Walk(context.Background(), mk(), &second, nil); err != nil {
+		t.Fatal(err)
+	}
+	e := second.Answer.Energy
+	if second.Stage != "cache" || e.Saved != 2.5 || e.Method != "stage-model" || e.Grade != cascade.Estimated || e.Joules >= 2.5 {
+		t.Fatalf("hit energy %+v", e)
+	}
+	if second.Answer.ID == first.Answer.ID {
+		t.Fatal("a hit reused the original completion id")
+	}
+	if first.Answer.Energy.Joules != 2.5 {
+		t.Fatal("a hit changed the stored answer")
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	st := New(10, 50*time.Millisecond)
+	req := &cascade.Request{Raw: json.RawMessage(`{}`)}
+	st.Learn(req, &cascade.Answer{Complete: true})
+	if _, err := st.Serve(context.Background(), req, nil); err != nil {
+		t.Fatal("no hit right after storing")
+	}
+	time.Sleep(120 * time.Millisecond)
+	if _, err := st.Serve(context.Background(), req, nil); !errors.Is(err, cascade.ErrMiss) {
+		t.Fatal("an expired entry still hits")
+	}
+}
