@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // fileSystem is how the meter reads sysfs, procfs and pid files. The real one is osFS; tests
@@ -53,10 +54,18 @@ func (osFS) ReadDirNames(name string) ([]string, error) {
 
 func (osFS) Readlink(name string) (string, error) { return os.Readlink(name) }
 
+// bufPool holds read buffers: a buffer handed to fileSystem.ReadFile escapes to the heap, and
+// a span reads a few dozen files.
+var bufPool = sync.Pool{New: func() any { return new([4096]byte) }}
+
+func getBuf() *[4096]byte  { return bufPool.Get().(*[4096]byte) }
+func putBuf(b *[4096]byte) { bufPool.Put(b) }
+
 // readUint reads a file holding one unsigned decimal number, as sysfs attributes do.
 func readUint(fsys fileSystem, name string) (uint64, error) {
-	var buf [32]byte
-	n, err := fsys.ReadFile(name, buf[:])
+	buf := getBuf()
+	defer putBuf(buf)
+	n, err := fsys.ReadFile(name, buf[:32])
 	if err != nil {
 		return 0, err
 	}
@@ -73,8 +82,9 @@ func readUint(fsys fileSystem, name string) (uint64, error) {
 
 // readString reads a short file, trimmed.
 func readString(fsys fileSystem, name string) (string, error) {
-	var buf [256]byte
-	n, err := fsys.ReadFile(name, buf[:])
+	buf := getBuf()
+	defer putBuf(buf)
+	n, err := fsys.ReadFile(name, buf[:256])
 	if err != nil {
 		return "", err
 	}

@@ -82,6 +82,8 @@ var ErrNoData = errors.New("meter: no data")
 var errCounterDead = errors.New("meter: counter failed its liveness probe")
 
 // Figure is the energy of one call, measured or estimated. The zero value means "not computed".
+// Joules = CPUJoules + GPUJoules, except for the token model, which prices the call as a whole
+// and leaves both parts 0.
 type Figure struct {
 	Joules    float64
 	Grade     string // GradeMeasured or GradeEstimated
@@ -106,6 +108,7 @@ type Work struct {
 }
 
 // TokenModel prices the tokens of models whose names match one of Patterns (path.Match globs).
+// The first matching model wins. The zero value matches nothing.
 type TokenModel struct {
 	Patterns       []string
 	JPerPrompt     float64
@@ -154,8 +157,13 @@ type Options struct {
 }
 
 // Meter opens and closes spans around upstream calls and turns what its counters saw into a
-// Figure. A Meter is safe for concurrent use. A nil *Meter is usable: its spans give token
-// estimates at the default prices.
+// Figure. Make one with New; the zero Meter is not usable, but a nil *Meter is: its spans give
+// token estimates at the default prices. A Meter is safe for concurrent use.
+//
+// Counters are read directly at both ends of a span rather than sampled in the background: the
+// reads cost tens to hundreds of µs per call, a sampler would cost that every period whether or
+// not calls run, and span edges would blur by a period. The one background reader, started by
+// New, reads RAPL once per quarter of its wrap window so that no span can miss a second wrap.
 type Meter struct {
 	opts Options
 	log  zerolog.Logger
@@ -357,8 +365,9 @@ func (m *Meter) Close() error {
 	return err
 }
 
-// Span is one upstream call being metered. End it exactly once; later calls return the same
-// Figure. A Span is not safe for concurrent use.
+// Span is one upstream call being metered, from Meter.Begin; the zero Span is not usable. End
+// it once, after the last byte; later calls return the same Figure. A Span is not safe for
+// concurrent use, but spans of one Meter may be used from different goroutines.
 type Span struct {
 	m       *Meter
 	b       *backendState
@@ -419,8 +428,11 @@ func (m *Meter) Begin(backend string) *Span {
 	return s
 }
 
-// End closes the span after the last byte of the response and returns its Figure. When the
-// backend used a GPU it may wait, at most Options.NVMLWait, for NVML's counter to update.
+// End closes the span after the last byte of the response and returns its Figure. It costs a
+// few hundred µs for a local backend and nothing measurable for a remote one, except that when
+// the backend used a GPU it waits, at most Options.NVMLWait (250 ms by default), for NVML's
+// counter to update after the span, so a non-streaming response's headers or a stream's
+// trailers carry a figure that is not short.
 func (s *Span) End(w Work) Figure {
 	if s.ended {
 		return s.fig

@@ -38,8 +38,9 @@ type procStat struct {
 // stat reads /proc/<pid>/stat. The command name may hold spaces and parentheses, so the fields
 // are counted from the last ')'.
 func (p *procfs) stat(pid int) (procStat, error) {
-	var buf [1024]byte
-	n, err := p.fs.ReadFile(p.path(pid, "stat"), buf[:])
+	buf := getBuf()
+	defer putBuf(buf)
+	n, err := p.fs.ReadFile(p.path(pid, "stat"), buf[:1024])
 	if err != nil {
 		return procStat{}, err
 	}
@@ -126,9 +127,10 @@ func (p *procfs) cpuNs(pid int) (uint64, error) {
 		return st.ticks * tickNs, nil
 	}
 	var sum uint64
-	var buf [96]byte
+	buf := getBuf()
+	defer putBuf(buf)
 	for _, tid := range tids {
-		n, err := p.fs.ReadFile(p.path(pid, "task", tid, "schedstat"), buf[:])
+		n, err := p.fs.ReadFile(p.path(pid, "task", tid, "schedstat"), buf[:96])
 		if err != nil {
 			continue // the thread exited
 		}
@@ -151,7 +153,8 @@ func (p *procfs) children(pid int, dst []int) ([]int, error) {
 	if err != nil {
 		return dst, err
 	}
-	var buf [4096]byte
+	buf := getBuf()
+	defer putBuf(buf)
 	found := false
 	for _, tid := range tids {
 		n, err := p.fs.ReadFile(p.path(pid, "task", tid, "children"), buf[:])
@@ -208,8 +211,9 @@ type hostCPU struct {
 // hostTimes reads /proc/stat's "cpu" line. Busy is user+nice+system+irq+softirq (guest time is
 // inside user); idle, iowait and steal are not this host's work.
 func (p *procfs) hostTimes() (hostCPU, error) {
-	var buf [512]byte
-	n, err := p.fs.ReadFile(p.root+"/stat", buf[:])
+	buf := getBuf()
+	defer putBuf(buf)
+	n, err := p.fs.ReadFile(p.root+"/stat", buf[:512])
 	if err != nil {
 		return hostCPU{}, err
 	}
@@ -383,8 +387,9 @@ func readPIDFile(fsys fileSystem, name string) (int, error) {
 
 // cgroupUsage reads usage_usec from a cgroup v2 cpu.stat, in ns.
 func cgroupUsage(fsys fileSystem, dir string) (uint64, error) {
-	var buf [1024]byte
-	n, err := fsys.ReadFile(filepath.Join(dir, "cpu.stat"), buf[:])
+	buf := getBuf()
+	defer putBuf(buf)
+	n, err := fsys.ReadFile(filepath.Join(dir, "cpu.stat"), buf[:1024])
 	if err != nil {
 		return 0, err
 	}
