@@ -190,3 +190,24 @@ func TestRealBackendVanishes(t *testing.T) {
 		t.Fatalf("figure for a vanished backend = %+v", f)
 	}
 }
+
+// TestInProcessBackend: a loopback upstream served by this very process (an httptest fake) has
+// no processes of its own; it is priced by tokens with reason no-process.
+func TestInProcessBackend(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	m, err := New(Options{SkipProbe: true, nvml: noGPU, SysfsRoot: t.TempDir(), Backends: []BackendInfo{
+		{Name: "fake", URL: fmt.Sprintf("http://%s", ln.Addr())},
+	}, TokenModels: []TokenModel{{Patterns: []string{"fake-*"}, JPerPrompt: 1, JPerCompletion: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	f := m.Begin("fake").End(Work{Model: "fake-1", PromptTokens: 12, CompletionTokens: 4})
+	if f.Method != MethodTokenModel || f.Reason != ReasonNoProcess || f.Joules != 16 {
+		t.Fatalf("figure = %+v", f)
+	}
+}

@@ -78,6 +78,10 @@ const (
 // without it). It is not a failure: the meter estimates instead.
 var ErrNoData = errors.New("meter: no data")
 
+// errInProcess says a loopback backend listens inside this process, so it has no processes of
+// its own to meter.
+var errInProcess = fmt.Errorf("%w: the backend listens in this process", ErrNoData)
+
 // errCounterDead says a counter failed its liveness probe.
 var errCounterDead = errors.New("meter: counter failed its liveness probe")
 
@@ -503,11 +507,6 @@ func (s *Span) End(w Work) Figure {
 			})
 			in.TreeCPU, in.TreeShort = time.Duration(ns), short
 		}
-		for _, p := range procsB {
-			if p.pid == m.selfPID {
-				in.ProxyCPU = 0 // the backend is this process: do not count it twice
-			}
-		}
 	}
 	// The GPU.
 	inTree := func(pid uint32) bool {
@@ -642,6 +641,10 @@ func (m *Meter) treePIDs(b *backendState, dst []int) ([]int, error) {
 	root, err := b.rootPID(m.proc, m.fs)
 	if err != nil {
 		return dst, err
+	}
+	if root == m.selfPID {
+		// An in-process upstream (a test fake): its work cannot be told from the proxy's.
+		return dst, errInProcess
 	}
 	return m.proc.tree(root, dst), nil
 }
