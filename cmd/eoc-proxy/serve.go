@@ -209,9 +209,9 @@ var buildStage = func(name string, _ *config.Config, log zerolog.Logger, _ *app)
 
 func meterOptions(cfg *config.Config, log zerolog.Logger) meter.Options {
 	o := meter.Options{
-		RAPL:            cfg.Meter.RAPL.Enabled,
-		NVML:            cfg.Meter.NVML.Enabled,
-		SysfsRoot:       cfg.Meter.RAPL.SysfsRoot,
+		RAPL:              cfg.Meter.RAPL.Enabled,
+		NVML:              cfg.Meter.NVML.Enabled,
+		SysfsRoot:         cfg.Meter.RAPL.SysfsRoot,
 		CPUWattsPerCore:   cfg.Meter.CPUWattsPerCore,
 		GPUWatts:          cfg.Meter.GPUWatts,
 		StageWattsPerCore: cfg.Meter.StageWattsPerCore,
