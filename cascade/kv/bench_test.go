@@ -1,0 +1,175 @@
+package kv
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	chromem "github.com/philippgille/chromem-go"
+
+	"github.com/eoc-proxy/eoc-proxy/config"
+)
+
+var benchVocab = strings.Fields(`account address alert archive backup balance battery billing
+	branch browser budget buffer cache calendar camera certificate channel chart checkout cluster
+	column comment commit config console contract cookie coupon cursor dashboard database deadline
+	deploy device directory disk domain draft driver email endpoint engine export feature filter
+	firewall folder font gateway graph header image import inbox index invoice kernel keyboard
+	label laptop layout ledger license link locale log mailbox manifest memory menu message meter
+	mirror module monitor network node notebook order package page panel parser partition password
+	patch payment permission pipeline plugin policy port printer process profile project proxy
+	queue quota record region release report repository request router runtime schedule schema
+	screen script search secret server session shell snapshot socket spreadsheet storage stream
+	subnet summary switch table tablet task template tenant terminal ticket timer token topic
+	tracker transfer tunnel upload user vault version video volume wallet webhook widget window
+	workflow workspace zone`)
+
+var benchVerbs = strings.Fields(`rename move copy share rotate restore resize rebuild sort merge
+	split migrate verify inspect audit tag pin archive refresh reindex`)
+
+// benchQuestion makes a question of varied wording, like a help desk's.
+func benchQuestion(r *rand.Rand) string {
+	w := func() string { return benchVocab[r.IntN(len(benchVocab))] }
+	v := benchVerbs[r.IntN(len(benchVerbs))]
+	switch r.IntN(4) {
+	case 0:
+		return fmt.Sprintf("How do I %s the %s %s for my %s?", v, w(), w(), w())
+	case 1:
+		return fmt.Sprintf("Why can my %s not %s the %s after the %s %s?", w(), v, w(), w(), w())
+	case 2:
+		return fmt.Sprintf("What is the best way to %s a %s %s with the %s?", v, w(), w(), w())
+	}
+	return fmt.Sprintf("Can you explain how the %s %s handles the %s %s?", w(), w(), v, w())
+}
+
+type benchSet struct {
+	s      *Stage
+	col    *collection
+	stored []string // questions in the store
+	fresh  []string // questions not in it
+	vecs   [][]float32
+}
+
+var benchSets sync.Map
+
+// benchStore builds (once per size) a stage whose one collection holds n learned entries.
+func benchStore(b *testing.B, n int) *benchSet {
+	if v, ok := benchSets.Load(n); ok {
+		return v.(*benchSet)
+	}
+	s, err := New(config.KV{MaxEntries: n})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, uint64(n)))
+	set := &benchSet{s: s}
+	for i := 0; i < n; i++ {
+		q := benchQuestion(r)
+		query := query{question: q, context: contextOf(q)}
+		v, err := s.embed(context.Background(), query)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if set.col == nil {
+			if set.col, err = s.collectionFor("", "m", len(v)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		e := &entry{id: entryID(query), vec: v, sketch: s.sketchOf(v), question: q, context: query.context, answer: "a", joules: 1}
+		e.seq = set.col.nextSeq()
+		set.col.insert(e, 0)
+		if i%(n/100+1) == 0 {
+			set.stored = append(set.stored, q)
+		}
+		set.vecs = append(set.vecs, v)
+	}
+	for range 100 {
+		set.fresh = append(set.fresh, benchQuestion(r)+" today")
+	}
+	benchSets.Store(n, set)
+	return set
+}
+
+var benchSizes = []int{1000, 10000, 100000}
+
+func sizeName(n int) string { return fmt.Sprintf("entries=%dk", n/1000) }
+
+// BenchmarkLookup is Serve end to end with the built-in embedder: embedding both halves, the
+// index search, and the guards for a hit.
+func BenchmarkLookup(b *testing.B) {
+	for _, n := range benchSizes {
+		for _, kind := range []string{"hit", "miss"} {
+			b.Run(sizeName(n)+"/"+kind, func(b *testing.B) {
+				set := benchStore(b, n)
+				qs := set.stored
+				if kind == "miss" {
+					qs = set.fresh
+				}
+				hits := 0
+				for i := 0; b.Loop(); i++ {
+					r := request("", "m", user(qs[i%len(qs)]))
+					if _, err := set.s.Serve(context.Background(), r, nil); err == nil {
+						hits++
+					}
+				}
+				b.StopTimer()
+				if kind == "hit" && hits == 0 || kind == "miss" && hits > 0 {
+					b.Fatalf("%s: %d hits", kind, hits)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkSearch is the index alone, for a vector already embedded.
+func BenchmarkSearch(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(sizeName(n), func(b *testing.B) {
+			set := benchStore(b, n)
+			var cands int
+			for i := 0; b.Loop(); i++ {
+				v := set.vecs[(i*7919)%len(set.vecs)]
+				cands += len(set.col.search(v, set.s.sketchOf(v), DefaultThreshold))
+			}
+			if cands == 0 {
+				b.Fatal("stored vectors not found")
+			}
+		})
+	}
+}
+
+// BenchmarkChromemQuery is chromem-go's exhaustive QueryEmbedding over the same vectors, nResults
+// 1, for comparison with BenchmarkSearch.
+func BenchmarkChromemQuery(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(sizeName(n), func(b *testing.B) {
+			set := benchStore(b, n)
+			db := chromem.NewDB()
+			col, err := db.CreateCollection("bench", nil, noEmbed)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i, v := range set.vecs {
+				if err := col.AddDocument(context.Background(), chromem.Document{ID: fmt.Sprint(i), Embedding: v, Content: "x"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for i := 0; b.Loop(); i++ {
+				if _, err := col.QueryEmbedding(context.Background(), set.vecs[(i*7919)%len(set.vecs)], 1, nil, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkBuiltinEmbed(b *testing.B) {
+	q := "Can you explain how the payment gateway handles the rotate token?"
+	texts := []string{q, contextOf(q)}
+	for b.Loop() {
+		_, _ = Builtin{}.Embed(context.Background(), texts)
+	}
+}

@@ -1,0 +1,97 @@
+package kv
+
+import (
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"testing"
+)
+
+// tilt returns a unit vector at cosine c from unit vector v.
+func tilt(r *rand.Rand, v []float32, c float64) []float32 {
+	u := make([]float32, len(v))
+	for i := range u {
+		u[i] = float32(r.NormFloat64())
+	}
+	// Remove u's component along v, normalise, and mix.
+	d := dot(u, v)
+	for i := range u {
+		u[i] -= d * v[i]
+	}
+	normalize(u)
+	s := math.Sqrt(1 - c*c)
+	out := make([]float32, len(v))
+	for i := range out {
+		out[i] = float32(c)*v[i] + float32(s)*u[i]
+	}
+	return out
+}
+
+func hamming(a, b sketch) int {
+	d := 0
+	for i := range a {
+		d += bits.OnesCount64(a[i] ^ b[i])
+	}
+	return d
+}
+
+// TestSketchRecall: vectors at or above the threshold survive the sketch filter; unrelated ones
+// do not.
+func TestSketchRecall(t *testing.T) {
+	const dim, trials = 256, 400
+	r := rand.New(rand.NewPCG(7, 7))
+	l := newLSH(dim)
+	cut := hammingCutoff(DefaultThreshold)
+	for _, tc := range []struct {
+		cos      float64
+		maxShare float64 // the share of pairs allowed on the wrong side of the cutoff
+		wantNear bool
+	}{
+		{1, 0, true},
+		{0.99, 0.001, true},
+		{0.95, 0.005, true},
+		{0.6, 0.005, false},
+		{0, 0, false},
+	} {
+		wrong := 0
+		for range trials {
+			v := make([]float32, dim)
+			for i := range v {
+				v[i] = float32(r.NormFloat64())
+			}
+			normalize(v)
+			near := hamming(l.sketch(v), l.sketch(tilt(r, v, tc.cos))) <= cut
+			if near != tc.wantNear {
+				wrong++
+			}
+		}
+		if share := float64(wrong) / trials; share > tc.maxShare {
+			t.Errorf("cosine %.2f: %.2f%% on the wrong side of the cutoff %d", tc.cos, 100*share, cut)
+		}
+	}
+}
+
+func TestCollectionInsertRemove(t *testing.T) {
+	c := newCollection("", "m")
+	l := newLSH(4)
+	mk := func(id string, v ...float32) *entry {
+		normalize(v)
+		return &entry{id: id, vec: v, sketch: l.sketch(v)}
+	}
+	a, b, c2 := mk("a", 1, 0, 1, 0), mk("b", 0, 1, 0, 1), mk("c", 1, 1, 0, 0)
+	for _, e := range []*entry{a, b} {
+		c.insert(e, 2)
+	}
+	if ev := c.insert(c2, 2); len(ev) != 1 || ev[0] != a {
+		t.Fatalf("evicted %v, want a", ev)
+	}
+	// Replacing an id keeps one entry in a freed slot; slots are reused, never shrunk.
+	b2 := mk("b", 0, 1, 0, 1)
+	c.insert(b2, 2)
+	if got := c.entries(); len(got) != 2 || got[0] != c2 || got[1] != b2 || len(c.slots) != 3 || len(c.free) != 1 {
+		t.Fatalf("entries %v slots %d", got, len(c.slots))
+	}
+	if res := c.search(b2.vec, b2.sketch, 0.9); len(res) != 1 || res[0].e != b2 {
+		t.Fatalf("search: %v", res)
+	}
+}

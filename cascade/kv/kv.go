@@ -1,0 +1,631 @@
+// Package kv is the cascade's semantic key-value stage: seeded answers by normalised question,
+// then learned answers by embedding similarity over the whole conversation.
+package kv
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	chromem "github.com/philippgille/chromem-go"
+	"github.com/rs/zerolog"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/config"
+)
+
+var (
+	_ cascade.Stage   = (*Stage)(nil)
+	_ cascade.Learner = (*Stage)(nil)
+)
+
+// Defaults for fields a config.KV left at zero (config.Parse fills the same ones).
+const (
+	DefaultThreshold             = 0.95
+	DefaultMaxEntries            = 100000
+	DefaultLearnQueue            = 1024
+	DefaultMaxSimilarTemperature = 0.5
+	// DefaultSeedJoules is what a seeded answer reports as saved unless its file says otherwise:
+	// the stated cost of one small-model call (a 1B-class model writing a ~30-token answer at
+	// ~0.3 J/token on a laptop-class CPU or GPU). A seed was never made by a model here, so this
+	// is an estimate, not a measurement.
+	DefaultSeedJoules = 10.0
+)
+
+// Timeouts for embedder calls.
+const (
+	serveEmbedTimeout = 10 * time.Second
+	learnEmbedTimeout = 60 * time.Second
+)
+
+// Stage answers seeded questions by their Normalize form and learned answers by similarity.
+// Learn queues complete answers from later stages without blocking. Call Close at shutdown.
+// A Stage is safe for concurrent use; its zero value is not usable (use New).
+type Stage struct {
+	emb        Embedder
+	log        zerolog.Logger
+	threshold  float32
+	maxEntries int
+	maxTemp    float64
+	seeds      map[string]seed
+	db         *chromem.DB // nil: in memory
+
+	mu   sync.RWMutex
+	cols map[colKey]*collection
+	lsh  *lsh
+	dim  int // full vector dimension once known
+
+	// recent keeps the vectors Serve computed, by request key, so Learn need not embed again.
+	recent *lru.Cache[string, []float32]
+
+	qmu    sync.RWMutex
+	closed bool
+	queue  chan job
+	done   chan struct{}
+
+	stats struct {
+		seedHits, similarHits, guarded, learned, dropped, failed, evicted atomic.Int64
+	}
+}
+
+type colKey struct{ tenant, model string }
+
+// job is one answer to learn, or a flush barrier.
+type job struct {
+	tenant, model string
+	q             query
+	vec           []float32
+	answer        string
+	joules        float64
+	ctok          int
+	barrier       chan struct{}
+}
+
+// Option changes how New builds a Stage.
+type Option func(*options)
+
+type options struct {
+	embedder   Embedder
+	log        zerolog.Logger
+	seedJoules float64
+}
+
+// WithEmbedder sets the embedder, overriding cfg.Embedder.
+func WithEmbedder(e Embedder) Option { return func(o *options) { o.embedder = e } }
+
+// WithLogger sets the logger for warnings (a store that needed repair, answers not learned).
+func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithSeedJoules sets what a seeded answer reports as saved when its file gives no figure.
+func WithSeedJoules(j float64) Option { return func(o *options) { o.seedJoules = j } }
+
+// New builds the stage: it reads the seed files (an unreadable or inconsistent seed file is an
+// error), opens the store under cfg.DataDir (in memory when empty; a store that does not load is
+// repaired or moved aside with a warning, never an error), and starts the learning worker.
+func New(cfg config.KV, opts ...Option) (*Stage, error) {
+	o := options{log: zerolog.Nop(), seedJoules: DefaultSeedJoules}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.embedder == nil {
+		e, err := NewEmbedder(cfg.Embedder)
+		if err != nil {
+			return nil, err
+		}
+		o.embedder = e
+	}
+	s := &Stage{
+		emb:        o.embedder,
+		log:        o.log,
+		threshold:  float32(orDefault(cfg.Threshold, DefaultThreshold)),
+		maxEntries: orDefault(cfg.MaxEntries, DefaultMaxEntries),
+		maxTemp:    DefaultMaxSimilarTemperature,
+		cols:       map[colKey]*collection{},
+	}
+	if cfg.MaxSimilarTemperature != nil {
+		s.maxTemp = *cfg.MaxSimilarTemperature
+	}
+	var err error
+	if s.seeds, err = loadSeeds(cfg.SeedFiles, o.seedJoules); err != nil {
+		return nil, err
+	}
+	s.recent, _ = lru.New[string, []float32](256)
+	if cfg.DataDir != "" {
+		if s.db, err = openDB(cfg.DataDir, s.log); err != nil {
+			s.log.Warn().Err(err).Str("data_dir", cfg.DataDir).Msg("kv store unusable; learning in memory only")
+			s.db = nil
+		} else {
+			s.load()
+		}
+	}
+	s.queue = make(chan job, orDefault(cfg.LearnQueue, DefaultLearnQueue))
+	s.done = make(chan struct{})
+	go s.work()
+	return s, nil
+}
+
+func orDefault[T int | float64](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// load indexes the store's collections that this embedder wrote.
+func (s *Stage) load() {
+	ctx := context.Background()
+	for name, col := range s.db.ListCollections() {
+		var n colName
+		if json.Unmarshal([]byte(name), &n) != nil || n.KV != storeVersion || n.Dim <= 0 {
+			continue
+		}
+		if n.Embedder != s.emb.ID() {
+			s.log.Info().Str("embedder", n.Embedder).Str("model", n.Model).Int("entries", col.Count()).
+				Msg("kv collection from another embedder kept on disk, not used")
+			continue
+		}
+		if s.dim != 0 && n.Dim != s.dim {
+			s.log.Warn().Str("collection", name).Int("dim", n.Dim).Int("want", s.dim).Msg("kv collection has another dimension; not used")
+			continue
+		}
+		entries, bad, err := loadCollection(ctx, col, n.Dim)
+		if err != nil {
+			s.log.Warn().Err(err).Str("collection", name).Msg("kv collection does not load; not used")
+			continue
+		}
+		if bad > 0 {
+			s.log.Warn().Int("skipped", bad).Str("model", n.Model).Msg("kv entries that do not parse were skipped")
+		}
+		s.dim = n.Dim
+		if s.lsh == nil {
+			s.lsh = newLSH(n.Dim)
+		}
+		c := newCollection(n.Tenant, n.Model)
+		c.store = s.db.GetCollection(name, noEmbed)
+		for _, e := range entries {
+			e.sketch = s.lsh.sketch(e.vec)
+			s.deleteEvicted(ctx, c, c.insert(e, s.maxEntries))
+		}
+		s.cols[colKey{n.Tenant, n.Model}] = c
+	}
+}
+
+// Name is "kv".
+func (*Stage) Name() string { return "kv" }
+
+// Serve answers a single seeded question, else the most similar learned answer of the same
+// tenant and model that passes the false-hit guards. An embedder failure is an error; everything
+// else that does not answer is cascade.ErrMiss.
+func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink) (*cascade.Answer, error) {
+	if req.NoCache {
+		return nil, cascade.ErrMiss
+	}
+	if sd, ok := s.seeded(req); ok {
+		s.stats.seedHits.Add(1)
+		return answer(req, sd.answer, 0, sd.joules), nil
+	}
+	q, ok := s.query(req)
+	if !ok {
+		return nil, cascade.ErrMiss
+	}
+	col := s.collection(req.Tenant, req.Chat.Model)
+	if col == nil || col.len() == 0 {
+		return nil, cascade.ErrMiss
+	}
+	ectx, cancel := context.WithTimeout(ctx, serveEmbedTimeout)
+	defer cancel()
+	vec, err := s.embed(ectx, q)
+	if errors.Is(err, errNothing) {
+		return nil, cascade.ErrMiss
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kv: %w", err)
+	}
+	s.recent.Add(req.Key(), vec)
+	cands := col.search(vec, s.sketchOf(vec), s.threshold)
+	if len(cands) == 0 {
+		return nil, cascade.ErrMiss
+	}
+	qsig := sign(q.context)
+	maxTok := req.Chat.MaxOutputTokens()
+	for _, c := range cands {
+		e := c.e
+		if e.params != q.params || (maxTok > 0 && e.ctok > maxTok) {
+			continue
+		}
+		if conflict(qsig, sign(e.context)) {
+			s.stats.guarded.Add(1)
+			continue
+		}
+		s.stats.similarHits.Add(1)
+		return answer(req, e.answer, e.ctok, e.joules), nil
+	}
+	return nil, cascade.ErrMiss
+}
+
+// seeded finds the seed for a request that is one user message and nothing else: a system
+// prompt can change the answer (language, persona, format), so it takes the request out of the
+// operator's FAQ.
+func (s *Stage) seeded(req *cascade.Request) (seed, bool) {
+	c := &req.Chat
+	if len(s.seeds) == 0 || len(c.Messages) != 1 || c.Messages[0].Role != "user" || !plain(c) {
+		return seed{}, false
+	}
+	text, ok := textOf(&c.Messages[0])
+	if !ok {
+		return seed{}, false
+	}
+	sd, ok := s.seeds[Normalize(text)]
+	return sd, ok
+}
+
+// plain reports a request whose answer is one ordinary text: no tools, one choice, no log
+// probabilities, no structured output.
+func plain(c *cascade.ChatRequest) bool {
+	if len(c.Tools) > 0 || (c.N != nil && *c.N > 1) || (c.Logprobs != nil && *c.Logprobs) {
+		return false
+	}
+	return c.ResponseFormat == nil || c.ResponseFormat.Type == "" || c.ResponseFormat.Type == "text"
+}
+
+// textOf is a message's text, false when it has non-text parts (an image decides the answer too).
+func textOf(m *cascade.Message) (string, bool) {
+	for _, p := range m.Parts() {
+		if p.Type != "text" {
+			return "", false
+		}
+	}
+	return m.Text(), true
+}
+
+// query is what similarity compares: the last user message, the whole conversation rendered as
+// text, and the parameters that change an answer's text without changing the conversation.
+type query struct {
+	question string
+	context  string
+	params   string
+}
+
+// query reports whether the request may be matched or learned by similarity, and its parts.
+// Requests with tools or tool messages, n > 1, log probabilities, structured output, non-text
+// content, or a temperature above the ceiling are not. A request that sets no temperature is.
+func (s *Stage) query(req *cascade.Request) (query, bool) {
+	c := &req.Chat
+	if !plain(c) || (c.Temperature != nil && *c.Temperature > s.maxTemp) || len(c.Messages) == 0 {
+		return query{}, false
+	}
+	last := &c.Messages[len(c.Messages)-1]
+	if last.Role != "user" {
+		return query{}, false
+	}
+	var b strings.Builder
+	var question string
+	for i := range c.Messages {
+		m := &c.Messages[i]
+		if m.Role == "tool" || len(m.ToolCalls) > 0 {
+			return query{}, false
+		}
+		text, ok := textOf(m)
+		if !ok {
+			return query{}, false
+		}
+		question = text
+		role := m.Role
+		if role == "developer" {
+			role = "system"
+		}
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(role + ": " + text)
+	}
+	if strings.TrimSpace(question) == "" {
+		return query{}, false
+	}
+	return query{question: question, context: b.String(), params: paramsOf(c.StopWords())}, true
+}
+
+// paramsOf is the canonical form of the stop sequences, the one request field besides the
+// conversation that changes a stored answer's text (max_tokens is checked against the entry).
+func paramsOf(stop []string) string {
+	if len(stop) == 0 {
+		return ""
+	}
+	stop = slices.Clone(stop)
+	slices.Sort(stop)
+	b, _ := json.Marshal(map[string]any{"stop": slices.Compact(stop)})
+	return string(b)
+}
+
+// contextOf renders a single question the way query renders a one-message conversation.
+func contextOf(question string) string { return "user: " + question }
+
+var errNothing = errors.New("nothing to embed")
+
+// embed returns the stored-vector form of a query (see join).
+func (s *Stage) embed(ctx context.Context, q query) ([]float32, error) {
+	vs, err := s.emb.Embed(ctx, []string{q.question, q.context})
+	if err != nil {
+		return nil, err
+	}
+	if len(vs) != 2 {
+		return nil, fmt.Errorf("embedder %s returned %d vectors for 2 texts", s.emb.ID(), len(vs))
+	}
+	if len(vs[0]) != len(vs[1]) {
+		return nil, fmt.Errorf("embedder %s returned vectors of %d and %d dimensions", s.emb.ID(), len(vs[0]), len(vs[1]))
+	}
+	v, ok := join(vs[0], vs[1])
+	if !ok {
+		return nil, errNothing
+	}
+	return v, nil
+}
+
+// sketchOf returns v's sketch, creating the hyperplanes for the first dimension seen.
+func (s *Stage) sketchOf(v []float32) sketch {
+	s.mu.Lock()
+	if s.lsh == nil {
+		s.lsh = newLSH(len(v))
+		s.dim = len(v)
+	}
+	l := s.lsh
+	s.mu.Unlock()
+	return l.sketch(v)
+}
+
+func (s *Stage) collection(tenant, model string) *collection {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.cols[colKey{tenant, model}]
+}
+
+// collectionFor returns the collection, creating it (and its chromem collection) when missing.
+func (s *Stage) collectionFor(tenant, model string, dim int) (*collection, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dim != 0 && dim != s.dim {
+		return nil, fmt.Errorf("embedder %s returned %d dimensions; the store holds %d", s.emb.ID(), dim, s.dim)
+	}
+	s.dim = dim
+	k := colKey{tenant, model}
+	if c := s.cols[k]; c != nil {
+		return c, nil
+	}
+	c := newCollection(tenant, model)
+	if s.db != nil {
+		name := colName{KV: storeVersion, Embedder: s.emb.ID(), Dim: dim, Tenant: tenant, Model: model}.String()
+		col, err := s.db.GetOrCreateCollection(name, nil, noEmbed)
+		if err != nil {
+			return nil, fmt.Errorf("creating store collection: %w", err)
+		}
+		c.store = col
+	}
+	s.cols[k] = c
+	return c, nil
+}
+
+// answer builds the served answer. Energy carries only Saved: the walk fills the stage's own
+// estimate.
+func answer(req *cascade.Request, text string, ctok int, saved float64) *cascade.Answer {
+	ptok := 0
+	for i := range req.Chat.Messages {
+		ptok += estimateTokens(req.Chat.Messages[i].Text())
+	}
+	if ctok <= 0 {
+		ctok = estimateTokens(text)
+	}
+	content := text
+	return &cascade.Answer{
+		ID:      newID(),
+		Model:   req.Chat.Model,
+		Created: time.Now().Unix(),
+		Choices: []cascade.Choice{{
+			Message:      cascade.AnswerMessage{Role: "assistant", Content: &content},
+			FinishReason: "stop",
+		}},
+		Usage:    &cascade.Usage{PromptTokens: ptok, CompletionTokens: ctok, TotalTokens: ptok + ctok},
+		Energy:   cascade.Energy{Saved: saved},
+		Complete: true,
+	}
+}
+
+// estimateTokens is the usual four characters a token.
+func estimateTokens(s string) int { return (utf8.RuneCountInString(s) + 3) / 4 }
+
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "chatcmpl-" + hex.EncodeToString(b[:])
+}
+
+// Learn queues a complete neural answer for the similarity store. It never blocks: when the
+// queue is full the answer is dropped and counted. Answers from in-process stages (no Backend),
+// unfinished ones (finish_reason other than stop), tool calls, refusals and requests that
+// similarity would not match are not learned.
+func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {
+	if req.NoStore || ans.Backend == "" || !ans.Complete || len(ans.Choices) != 1 {
+		return
+	}
+	m := ans.Choices[0].Message
+	if ans.Choices[0].FinishReason != "stop" || m.Content == nil || strings.TrimSpace(*m.Content) == "" ||
+		len(m.ToolCalls) > 0 || m.Refusal != "" {
+		return
+	}
+	q, ok := s.query(req)
+	if !ok {
+		return
+	}
+	j := job{tenant: req.Tenant, model: req.Chat.Model, q: q, answer: *m.Content, joules: cascade.OriginalCost(ans)}
+	if ans.Usage != nil {
+		j.ctok = ans.Usage.CompletionTokens
+	}
+	j.vec, _ = s.recent.Peek(req.Key())
+	s.qmu.RLock()
+	defer s.qmu.RUnlock()
+	if s.closed {
+		s.stats.dropped.Add(1)
+		return
+	}
+	select {
+	case s.queue <- j:
+	default:
+		s.stats.dropped.Add(1)
+	}
+}
+
+// Flush waits until every answer queued before it has been learned (or failed). For tests and
+// tools; it may block.
+func (s *Stage) Flush() {
+	done := make(chan struct{})
+	s.qmu.RLock()
+	if s.closed {
+		s.qmu.RUnlock()
+		return
+	}
+	s.queue <- job{barrier: done}
+	s.qmu.RUnlock()
+	<-done
+}
+
+// Close stops accepting answers, learns those already queued and returns. Learn after Close
+// drops. It is safe to call more than once.
+func (s *Stage) Close() error {
+	s.qmu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.queue)
+	}
+	s.qmu.Unlock()
+	<-s.done
+	return nil
+}
+
+func (s *Stage) work() {
+	defer close(s.done)
+	for j := range s.queue {
+		if j.barrier != nil {
+			close(j.barrier)
+			continue
+		}
+		if err := s.learn(j); err != nil {
+			s.stats.failed.Add(1)
+			s.log.Warn().Err(err).Str("model", j.model).Msg("kv: answer not learned")
+		}
+	}
+}
+
+func (s *Stage) learn(j job) error {
+	ctx, cancel := context.WithTimeout(context.Background(), learnEmbedTimeout)
+	defer cancel()
+	if j.vec == nil {
+		v, err := s.embed(ctx, j.q)
+		if err != nil {
+			return err
+		}
+		j.vec = v
+	}
+	col, err := s.collectionFor(j.tenant, j.model, len(j.vec))
+	if err != nil {
+		return err
+	}
+	e := &entry{
+		id:       entryID(j.q),
+		vec:      j.vec,
+		sketch:   s.sketchOf(j.vec),
+		question: j.q.question,
+		context:  j.q.context,
+		params:   j.q.params,
+		answer:   j.answer,
+		joules:   j.joules,
+		ctok:     j.ctok,
+		created:  time.Now().Unix(),
+	}
+	return s.add(ctx, col, e)
+}
+
+// add persists e (when the store is on disk), indexes it and evicts what overflows.
+func (s *Stage) add(ctx context.Context, col *collection, e *entry) error {
+	e.seq = col.nextSeq()
+	if col.store != nil {
+		if err := col.store.AddDocument(ctx, docOf(e)); err != nil {
+			return fmt.Errorf("storing entry: %w", err)
+		}
+	}
+	s.deleteEvicted(ctx, col, col.insert(e, s.maxEntries))
+	s.stats.learned.Add(1)
+	return nil
+}
+
+func (s *Stage) deleteEvicted(ctx context.Context, col *collection, evicted []*entry) {
+	s.stats.evicted.Add(int64(len(evicted)))
+	if col.store == nil || len(evicted) == 0 {
+		return
+	}
+	ids := make([]string, len(evicted))
+	for i, e := range evicted {
+		ids[i] = e.id
+	}
+	if err := col.store.Delete(ctx, nil, nil, ids...); err != nil {
+		s.log.Warn().Err(err).Msg("kv: evicted entries not removed from disk")
+	}
+}
+
+// entryID names an entry by what it answers, so learning the same conversation again replaces
+// the entry.
+func entryID(q query) string {
+	h := sha256.Sum256([]byte(q.params + "\x00" + q.context))
+	return hex.EncodeToString(h[:16])
+}
+
+// Stats are the stage's counters. Entries and Collections are current; the rest count since New.
+type Stats struct {
+	Seeds       int
+	Collections int
+	Entries     int
+	SeedHits    int64
+	SimilarHits int64
+	// Guarded counts candidates above the threshold that a false-hit guard rejected.
+	Guarded int64
+	Learned int64
+	// Dropped counts answers not queued because the queue was full or the stage closed.
+	Dropped int64
+	// Failed counts answers that could not be embedded or stored.
+	Failed  int64
+	Evicted int64
+}
+
+// Stats returns the counters.
+func (s *Stage) Stats() Stats {
+	st := Stats{
+		Seeds:       len(s.seeds),
+		SeedHits:    s.stats.seedHits.Load(),
+		SimilarHits: s.stats.similarHits.Load(),
+		Guarded:     s.stats.guarded.Load(),
+		Learned:     s.stats.learned.Load(),
+		Dropped:     s.stats.dropped.Load(),
+		Failed:      s.stats.failed.Load(),
+		Evicted:     s.stats.evicted.Load(),
+	}
+	s.mu.RLock()
+	cols := make([]*collection, 0, len(s.cols))
+	for _, c := range s.cols {
+		cols = append(cols, c)
+	}
+	s.mu.RUnlock()
+	st.Collections = len(cols)
+	for _, c := range cols {
+		st.Entries += c.len()
+	}
+	return st
+}

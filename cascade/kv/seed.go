@@ -1,0 +1,111 @@
+package kv
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/eoc-proxy/eoc-proxy/data"
+)
+
+// seed is an operator's answer to one question.
+type seed struct {
+	question string
+	answer   string
+	joules   float64
+}
+
+// seedRecord is one question/answer pair as a seed file writes it. Joules, optional, is what the
+// answer is worth when served (default: the stage's seed estimate).
+type seedRecord struct {
+	Question string  `json:"question" yaml:"question"`
+	Answer   string  `json:"answer" yaml:"answer"`
+	Joules   float64 `json:"joules,omitempty" yaml:"joules,omitempty"`
+}
+
+// loadSeeds reads seed files into a map from the Normalize form of each question. A file ending
+// in .yaml or .yml holds a YAML list of {question, answer}; any other file is JSON Lines, one
+// {"question","answer"} object a line (blank lines and lines starting with # are skipped).
+// Shipped files under data/ fall back to the copies built into the binary. Two seeds whose
+// questions normalise alike but whose answers differ are an error.
+func loadSeeds(files []string, defaultJoules float64) (map[string]seed, error) {
+	seeds := map[string]seed{}
+	for _, name := range files {
+		recs, err := readSeedFile(name)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			key := Normalize(r.rec.Question)
+			if key == "" || strings.TrimSpace(r.rec.Answer) == "" {
+				return nil, fmt.Errorf("%s:%d: question and answer are required", name, r.line)
+			}
+			if old, dup := seeds[key]; dup && old.answer != r.rec.Answer {
+				return nil, fmt.Errorf("%s:%d: %q has two answers (the other is for %q)", name, r.line, r.rec.Question, old.question)
+			}
+			j := r.rec.Joules
+			if j <= 0 {
+				j = defaultJoules
+			}
+			seeds[key] = seed{question: r.rec.Question, answer: r.rec.Answer, joules: j}
+		}
+	}
+	return seeds, nil
+}
+
+type lineRecord struct {
+	line int
+	rec  seedRecord
+}
+
+func readSeedFile(name string) ([]lineRecord, error) {
+	f, _, err := data.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("kv seed file: %w", err)
+	}
+	defer f.Close()
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".yaml", ".yml":
+		b, err := io.ReadAll(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		var recs []seedRecord
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(&recs); err != nil && err != io.EOF {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		out := make([]lineRecord, len(recs))
+		for i, r := range recs {
+			out[i] = lineRecord{line: i + 1, rec: r}
+		}
+		return out, nil
+	}
+	var out []lineRecord
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for line := 1; sc.Scan(); line++ {
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 || b[0] == '#' {
+			continue
+		}
+		var r seedRecord
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&r); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
+		}
+		out = append(out, lineRecord{line: line, rec: r})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return out, nil
+}
