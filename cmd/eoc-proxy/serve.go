@@ -20,6 +20,8 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/backends"
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/cascade/cache"
+	"github.com/eoc-proxy/eoc-proxy/cascade/graph"
+	"github.com/eoc-proxy/eoc-proxy/cascade/kv"
 	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
 	"github.com/eoc-proxy/eoc-proxy/config"
 	"github.com/eoc-proxy/eoc-proxy/ledger"
@@ -146,14 +148,28 @@ func build(cfg *config.Config, log zerolog.Logger) (*app, error) {
 			stages = append(stages, cs)
 		case "neural":
 			stages = append(stages, neural.New(router, m))
-		default:
-			st, err := buildStage(name, cfg, log, a)
+		case "kv":
+			st, err := kv.New(cfg.Cascade.KV, kv.WithLogger(log))
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("kv stage: %w", err)
 			}
-			if st != nil {
-				stages = append(stages, st)
+			a.closers = append(a.closers, st.Close)
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eoc_kv_entries", Help: "Learned entries in the kv stage."},
+				func() float64 { return float64(st.Stats().Entries) }))
+			stages = append(stages, st)
+		case "graph":
+			st, err := graph.New(cfg.Cascade.Graph, graph.WithLogger(log))
+			if err != nil {
+				return nil, fmt.Errorf("graph stage: %w", err)
 			}
+			a.reload = func(l zerolog.Logger) {
+				if err := st.Reload(); err != nil {
+					l.Error().Err(err).Msg("SIGHUP: graph reload failed; still serving the old graph")
+					return
+				}
+				l.Info().Msg("SIGHUP: graph reloaded")
+			}
+			stages = append(stages, st)
 		}
 	}
 	c := cascade.New(router, stages, cascade.Options{StageWatts: cfg.Meter.StageWattsPerCore, Logger: log})
@@ -199,12 +215,6 @@ func openLedger(cfg *config.Config, log zerolog.Logger, a *app) (func(proxy.Call
 			Disconnected: c.Disconnected, Receipt: c.Receipt})
 		return err
 	}, nil
-}
-
-// buildStage builds the optional stages (kv, graph); stages.go fills it in.
-var buildStage = func(name string, _ *config.Config, log zerolog.Logger, _ *app) (cascade.Stage, error) {
-	log.Warn().Str("stage", name).Msg("stage not built into this binary; skipped")
-	return nil, nil
 }
 
 func meterOptions(cfg *config.Config, log zerolog.Logger) meter.Options {
