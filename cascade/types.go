@@ -238,13 +238,13 @@ type Usage struct {
 
 // Timings are what a local backend reports about its own work (Ollama durations, llama.cpp timings).
 type Timings struct {
-	PromptN     int           // tokens evaluated for the prompt
-	PredictedN  int           // tokens generated
-	CacheN      int           // prompt tokens served from the backend's KV cache
-	Load        time.Duration // model load time
-	PromptEval  time.Duration
-	Eval        time.Duration
-	Total       time.Duration
+	PromptN    int           // tokens evaluated for the prompt
+	PredictedN int           // tokens generated
+	CacheN     int           // prompt tokens served from the backend's KV cache
+	Load       time.Duration // model load time
+	PromptEval time.Duration
+	Eval       time.Duration
+	Total      time.Duration
 }
 
 // Chunk is one server-sent event of a chat completion stream, in OpenAI's chunk shape.

@@ -145,10 +145,10 @@ type Budget struct {
 
 // Ledger is the receipts ledger.
 type Ledger struct {
-	Path      string `yaml:"path"`
-	Fsync     string `yaml:"fsync"` // every | batch
-	HMACKey   Secret `yaml:"hmac_key"`
-	MaxBytes  int64  `yaml:"max_bytes"`
+	Path     string `yaml:"path"`
+	Fsync    string `yaml:"fsync"` // every | batch
+	HMACKey  Secret `yaml:"hmac_key"`
+	MaxBytes int64  `yaml:"max_bytes"`
 }
 
 // Secret is a string that prints masked.
