@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/eoc-proxy/eoc-proxy/config"
 	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
+	"github.com/eoc-proxy/eoc-proxy/ledger"
 )
 
 // stack is eoc-proxy served by a real HTTP server over loopback, wired from a config as main does.
@@ -622,4 +624,93 @@ func TestCacheControlHeaders(t *testing.T) {
 	if post("b", "no-cache") != "neural" || post("b", "") != "cache" {
 		t.Fatal("no-cache did not store")
 	}
+}
+
+// TestLedgerRecordsEveryCall checks that whole answers, streams, cache hits, errors and a client
+// that went away each append one record whose receipt is the one the client was sent, and that
+// the chain verifies.
+func TestLedgerRecordsEveryCall(t *testing.T) {
+	fake := fakes.NewOpenAI(t, fakes.Config{Chunks: 4})
+	path := t.TempDir() + "/receipts.jsonl"
+	s := startStack(t, oneBackend("openai", fake.BaseURL(), fmt.Sprintf(`
+ledger: {path: %q, fsync: every, hmac_key: test-hmac}
+auth: {keys: [{id: team-a, key: secret-a}]}
+`, path)))
+	hdr := map[string]string{"Authorization": "Bearer secret-a"}
+	c := client(s, "secret-a")
+	var receipts []string
+	for range 2 { // neural, then cache
+		resp, err := c.CreateChatCompletion(context.Background(), chatReq("ledger"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		receipts = append(receipts, resp.Header().Get("X-EOC-Receipt"))
+	}
+	_, resp := rawStream(t, s.URL, `{"model":"fake-model","stream":true,"messages":[{"role":"user","content":"ledger stream"}]}`, hdr)
+	receipts = append(receipts, resp.Trailer.Get("X-EOC-Receipt"))
+	errorOf(t, s.URL, `{"model":"nope","messages":[{"role":"user","content":"e"}]}`, hdr)
+	fake.Configure(func(c *fakes.Config) { c.BlockAfter = 2 })
+	ctx, cancel := context.WithCancel(context.Background())
+	req := chatReq("ledger gone")
+	req.Stream = true
+	st, err := c.CreateChatCompletionStream(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	st.Close()
+	if !fake.WaitCanceled(5 * time.Second) {
+		t.Fatal("upstream never saw the disconnect")
+	}
+	// The disconnected call's record is written once the walk returns.
+	deadline := time.Now().Add(5 * time.Second)
+	var recs []ledger.Record
+	for time.Now().Before(deadline) {
+		recs = readRecords(t, path)
+		if len(recs) == 5 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(recs) != 5 {
+		t.Fatalf("%d records, want 5", len(recs))
+	}
+	for i, r := range receipts {
+		if recs[i].Receipt != r {
+			t.Errorf("record %d receipt %q, client got %q", i, recs[i].Receipt, r)
+		}
+		if recs[i].KeyID != "team-a" || recs[i].Status != 200 {
+			t.Errorf("record %d: %+v", i, recs[i])
+		}
+	}
+	if recs[1].Stage != "cache" || recs[1].JoulesSaved == 0 || recs[3].Status != 404 || !recs[4].Disconnected {
+		t.Errorf("records: %+v", recs)
+	}
+	rep, err := ledger.Verifier{HMACKey: []byte("test-hmac")}.Verify(path)
+	if err != nil || rep.Records != 5 {
+		t.Fatalf("verify: %v, %+v", err, rep)
+	}
+}
+
+func readRecords(t *testing.T, path string) []ledger.Record {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []ledger.Record
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if line == "" {
+			continue
+		}
+		var r ledger.Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
 }
