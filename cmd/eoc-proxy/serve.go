@@ -56,13 +56,14 @@ func runServe(args []string, _ io.Writer) error {
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          nil,
 	}
+	// Signals are caught before the first request can arrive.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info().Str("listen", ln.Addr().String()).Str("version", buildVersion()).Msg("eoc-proxy serving")
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
 	for {
 		select {
 		case err := <-errc:
