@@ -8,7 +8,8 @@
 # miniaudio (audio input only, every decode fails).
 #
 # Skips the build when bin/ollama already holds the pinned version
-# (FORCE=1 rebuilds). Takes ~6.5 min on 2 cores with a cold Go build cache.
+# (FORCE=1 rebuilds). With a cold Go build cache it takes ~7.5 min on 2 idle
+# cores (~11 CPU-minutes: user+sys), 15+ min on a busy machine.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -52,7 +53,7 @@ fi
 
 mkdir -p "$root/bin"
 stub="$root/scripts/ollama-stub"
-echo "build-ollama: building $mod@$version into bin/ollama (cold: ~6.5 min on 2 cores)"
+echo "build-ollama: building $mod@$version into bin/ollama (cold: ~7.5 min on 2 idle cores)"
 start=$(date +%s)
 CGO_ENABLED=1 \
 	CGO_CPPFLAGS="-I$stub ${CGO_CPPFLAGS:-}" \
