@@ -21,6 +21,12 @@ done
 "$bin" -test.run '^$' -test.bench 'Soak' -test.benchtime 20000x | grep ^Benchmark | tee -a "$out"
 go test -run '^$' -bench . -benchtime 1s -count 1 ./meter/... ./cascade/kv/... ./cascade/graph/... 2>/dev/null | tee -a "$out" || true
 
+# One tiny-model call (eoc-tiny on the real Ollama, when bin/ollama is built): the yardstick for
+# the kv lookup at 100k entries (target: under 1% of it).
+if [ -x bin/ollama ]; then
+  EOC_E2E_RACE=0 go test -tags e2e -run '^$' -bench TinyCall -benchtime 20x ./e2e/ 2>/dev/null | grep ^Benchmark | tee -a "$out" || true
+fi
+
 median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 ns() { grep -E "^Benchmark$1(-[0-9]+)? " "$out" | awk '{for (i=1;i<=NF;i++) if ($(i+1)=="ns/op") print $i}' | median; }
 metric() { grep -E "^Benchmark$1(-[0-9]+)? " "$out" | awk -v m="$2" '{for (i=1;i<=NF;i++) if ($(i+1)==m) print $i}' | median; }
@@ -33,4 +39,7 @@ echo "== targets (medians of $count runs, ns per call) =="
 awk -v d="$direct" -v r="$rp" -v e="$eoc" 'BEGIN {printf "neural overhead: direct %.0f, +reverseproxy hop %.0f, +eoc %.0f  => ratio %.2f (target <= 1.25)\n", d, r-d, e-d, (e-d)/(r-d)}'
 awk -v b="$bare" -v h="$hit" 'BEGIN {printf "cache hit: bare %.0f, cache %.0f  => throughput ratio %.2f (target >= 0.7)\n", b, h, b/h}'
 awk -v a="$e10" -v b="$e10k" 'BEGIN {printf "cache hit at 10 vs 10000 entries: %.0f vs %.0f  => %.2f (flat is 1.0)\n", a, b, b/a}'
+tiny=$(ns 'TinyCall/direct'); kv100k=$(ns 'Lookup/entries=100000' 2>/dev/null || true)
+grep -E '^BenchmarkLookup' "$out" | head -20 || true
+[ -n "$tiny" ] && echo "one eoc-tiny call (32 tokens, direct): $tiny ns; see the kv lookup lines above for the ratio (target < 1%)"
 echo "soak: goroutine growth $(metric Soak goroutines-growth), heap growth $(metric Soak heap-growth-KiB) KiB"
