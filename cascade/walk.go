@@ -112,7 +112,7 @@ func (c *Cascade) stageEstimate(took time.Duration, saved float64) Energy {
 		Grade:    Estimated,
 		Coverage: "whole",
 		Method:   "stage-model",
-		Reason:   "in-process stage: wall time x watts per core",
+		Reason:   "in-process-stage", // no counter isolates microseconds of this process's work
 		Saved:    saved,
 	}
 }

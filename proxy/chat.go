@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -128,6 +129,10 @@ func (s *Server) settle(req *cascade.Request, res *cascade.Result, resv reservat
 		o.energy = res.Answer.Energy
 		lf.backend = res.Answer.Backend
 	}
+	// Nanojoules are finer than any counter: rounding there keeps float noise out of the
+	// header, and the header, receipt, ledger and metrics all carry the same figure.
+	o.energy.Joules = roundNano(o.energy.Joules)
+	o.energy.Saved = roundNano(o.energy.Saved)
 	now := time.Now()
 	o.receipt = ledger.Receipt{Key: req.Key(), Stage: o.stage, Model: req.Chat.Model, Joules: o.energy.Joules,
 		Grade: string(o.energy.Grade), Time: now}.Hash()
@@ -146,7 +151,7 @@ func (s *Server) settle(req *cascade.Request, res *cascade.Result, resv reservat
 			s.log.Error().Err(rerr).Str("request_id", req.ID).Msg("ledger: record not written")
 		}
 	}
-	s.metrics.observe(res, model, status, time.Since(start))
+	s.metrics.observe(res, o.energy, model, status, time.Since(start))
 	if n := len(res.Attempts); n > 0 {
 		lf.upstream = res.Attempts[n-1].Duration
 	}
@@ -165,6 +170,8 @@ func (s *Server) setBudgetHeader(h http.Header, tenant string) {
 		h.Set(HeaderBudgetRemaining, formatJoules(left))
 	}
 }
+
+func roundNano(j float64) float64 { return math.Round(j*1e9) / 1e9 }
 
 func formatJoules(j float64) string { return strconv.FormatFloat(j, 'f', -1, 64) }
 

@@ -41,7 +41,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-func (m *metrics) observe(res *cascade.Result, model string, status int, total time.Duration) {
+func (m *metrics) observe(res *cascade.Result, e cascade.Energy, model string, status int, total time.Duration) {
 	if m == nil {
 		return
 	}
@@ -60,7 +60,6 @@ func (m *metrics) observe(res *cascade.Result, model string, status int, total t
 		m.stage.WithLabelValues(a.Stage, outcome).Observe(a.Duration.Seconds())
 	}
 	if res.Answer != nil {
-		e := res.Answer.Energy
 		m.joules.WithLabelValues(res.Stage, model, string(e.Grade)).Add(e.Joules)
 		if e.Saved > 0 {
 			m.saved.WithLabelValues(res.Stage, model).Add(e.Saved)
