@@ -3,8 +3,6 @@ package cache
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
@@ -41,7 +39,7 @@ func (s *Stage) Serve(_ context.Context, req *cascade.Request, _ cascade.Sink) (
 		return nil, cascade.ErrMiss
 	}
 	ans := *orig // the stored answer is shared; its slices are never mutated
-	ans.ID = newID()
+	ans.ID = cascade.NewID()
 	ans.Created = time.Now().Unix()
 	ans.Streamed = false
 	ans.Energy = cascade.Energy{Saved: cascade.OriginalCost(orig)}
@@ -59,9 +57,3 @@ func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {
 
 // Len is the number of stored answers.
 func (s *Stage) Len() int { return s.lru.Len() }
-
-func newID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return "chatcmpl-" + hex.EncodeToString(b[:])
-}

@@ -4,13 +4,9 @@ package graph
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
-	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -157,26 +153,5 @@ func list(names []string) string {
 }
 
 func (s *Stage) reply(req *cascade.Request, text string) *cascade.Answer {
-	ptok := 0
-	for i := range req.Chat.Messages {
-		ptok += tokens(req.Chat.Messages[i].Text())
-	}
-	ctok := tokens(text)
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return &cascade.Answer{
-		ID:      "chatcmpl-" + hex.EncodeToString(b[:]),
-		Model:   req.Chat.Model,
-		Created: time.Now().Unix(),
-		Choices: []cascade.Choice{{
-			Message:      cascade.AnswerMessage{Role: "assistant", Content: &text},
-			FinishReason: "stop",
-		}},
-		Usage:    &cascade.Usage{PromptTokens: ptok, CompletionTokens: ctok, TotalTokens: ptok + ctok},
-		Energy:   cascade.Energy{Saved: s.saved},
-		Complete: true,
-	}
+	return cascade.TextAnswer(req, text, 0, s.saved)
 }
-
-// tokens is the usual four characters a token.
-func tokens(s string) int { return (utf8.RuneCountInString(s) + 3) / 4 }

@@ -4,7 +4,6 @@ package kv
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -15,7 +14,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	chromem "github.com/philippgille/chromem-go"
@@ -213,7 +211,7 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	}
 	if sd, ok := s.seeded(req); ok {
 		s.stats.seedHits.Add(1)
-		return answer(req, sd.answer, 0, sd.joules), nil
+		return cascade.TextAnswer(req, sd.answer, 0, sd.joules), nil
 	}
 	q, ok := s.query(req)
 	if !ok {
@@ -249,7 +247,7 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 			continue
 		}
 		s.stats.similarHits.Add(1)
-		return answer(req, e.answer, e.ctok, e.joules), nil
+		return cascade.TextAnswer(req, e.answer, e.ctok, e.joules), nil
 	}
 	return nil, cascade.ErrMiss
 }
@@ -415,39 +413,6 @@ func (s *Stage) collectionFor(tenant, model string, dim int) (*collection, error
 	return c, nil
 }
 
-// answer builds the served answer. Energy carries only Saved: the walk fills the stage's own
-// estimate.
-func answer(req *cascade.Request, text string, ctok int, saved float64) *cascade.Answer {
-	ptok := 0
-	for i := range req.Chat.Messages {
-		ptok += estimateTokens(req.Chat.Messages[i].Text())
-	}
-	if ctok <= 0 {
-		ctok = estimateTokens(text)
-	}
-	content := text
-	return &cascade.Answer{
-		ID:      newID(),
-		Model:   req.Chat.Model,
-		Created: time.Now().Unix(),
-		Choices: []cascade.Choice{{
-			Message:      cascade.AnswerMessage{Role: "assistant", Content: &content},
-			FinishReason: "stop",
-		}},
-		Usage:    &cascade.Usage{PromptTokens: ptok, CompletionTokens: ctok, TotalTokens: ptok + ctok},
-		Energy:   cascade.Energy{Saved: saved},
-		Complete: true,
-	}
-}
-
-// estimateTokens is the usual four characters a token.
-func estimateTokens(s string) int { return (utf8.RuneCountInString(s) + 3) / 4 }
-
-func newID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return "chatcmpl-" + hex.EncodeToString(b[:])
-}
 
 // Learn queues a complete neural answer for the similarity store. It never blocks: when the
 // queue is full the answer is dropped and counted. Answers from in-process stages (no Backend),

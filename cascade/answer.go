@@ -1,0 +1,43 @@
+package cascade
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+	"unicode/utf8"
+)
+
+// NewID returns a fresh completion id in OpenAI's form.
+func NewID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "chatcmpl-" + hex.EncodeToString(b[:])
+}
+
+// TextAnswer is a whole, complete answer made by an in-process stage: one assistant choice with
+// text, finish reason stop, and usage estimated at four characters a token where not known
+// (completionTokens <= 0). saved is what the stage reports as saved.
+func TextAnswer(req *Request, text string, completionTokens int, saved float64) *Answer {
+	prompt := 0
+	for i := range req.Chat.Messages {
+		prompt += EstimateTokens(req.Chat.Messages[i].Text())
+	}
+	if completionTokens <= 0 {
+		completionTokens = EstimateTokens(text)
+	}
+	return &Answer{
+		ID:      NewID(),
+		Model:   req.Chat.Model,
+		Created: time.Now().Unix(),
+		Choices: []Choice{{
+			Message:      AnswerMessage{Role: "assistant", Content: &text},
+			FinishReason: "stop",
+		}},
+		Usage:    &Usage{PromptTokens: prompt, CompletionTokens: completionTokens, TotalTokens: prompt + completionTokens},
+		Energy:   Energy{Saved: saved},
+		Complete: true,
+	}
+}
+
+// EstimateTokens is the usual four characters a token.
+func EstimateTokens(s string) int { return (utf8.RuneCountInString(s) + 3) / 4 }
