@@ -413,7 +413,6 @@ func (s *Stage) collectionFor(tenant, model string, dim int) (*collection, error
 	return c, nil
 }
 
-
 // Learn queues a complete neural answer for the similarity store. It never blocks: when the
 // queue is full the answer is dropped and counted. Answers from in-process stages (no Backend),
 // unfinished ones (finish_reason other than stop), tool calls, refusals and requests that
