@@ -78,7 +78,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	case sw != nil && (sw.started || err == nil):
 		s.finishStream(w, sw, &res, o, err)
 	case err != nil:
-		s.setBudgetHeader(w.Header(), req.Tenant)
+		// The walk ran: what it spent, and its receipt, go on the error response too.
+		setEnergyHeaders(w.Header().Set, o)
 		writeError(w, o.apiErr)
 	default:
 		s.writeAnswer(w, res.Answer, o)

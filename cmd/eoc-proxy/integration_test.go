@@ -476,6 +476,18 @@ backends: [{name: up, type: openai, url: %q, models: ["fake-*"], timeout: 300ms}
 			if status != tc.status || !strings.Contains(msg, tc.msg) {
 				t.Fatalf("got %d %q, want %d containing %q", status, msg, tc.status, tc.msg)
 			}
+			if tc.status == 502 || tc.status == 504 {
+				// The walk ran: the error carries its figure and receipt.
+				req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/chat/completions", strings.NewReader(tc.body))
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if !hex64.MatchString(resp.Header.Get("X-EOC-Receipt")) || resp.Header.Get("X-EOC-Energy") == "" {
+					t.Fatalf("error response without energy headers: %v", resp.Header)
+				}
+			}
 		})
 	}
 }
