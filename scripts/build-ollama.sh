@@ -52,7 +52,12 @@ if ((${#need[@]})); then
 fi
 
 mkdir -p "$root/bin"
-stub="$root/scripts/ollama-stub"
+# The stub's -I path is part of Go's build cache key: copy it to a path that does not depend on
+# where the checkout lives, so a fresh clone (CI's) reuses an earlier build instead of a cold one.
+stub="${XDG_CACHE_HOME:-$HOME/.cache}/eoc-proxy/ollama-stub"
+mkdir -p "$stub/miniaudio"
+cmp -s "$root/scripts/ollama-stub/miniaudio/miniaudio.h" "$stub/miniaudio/miniaudio.h" ||
+	cp "$root/scripts/ollama-stub/miniaudio/miniaudio.h" "$stub/miniaudio/miniaudio.h"
 echo "build-ollama: building $mod@$version into bin/ollama (cold: ~7.5 min on 2 idle cores)"
 start=$(date +%s)
 CGO_ENABLED=1 \
