@@ -37,7 +37,8 @@ func TestMain(m *testing.M) {
 }
 
 // helperBackend listens on 127.0.0.1:0, starts a child that burns CPU, burns CPU itself when
-// busy is set, reports "port childpid", and lives until its stdin closes.
+// busy is set, reports "port childpid", and lives until its stdin closes. Each "spawn" line on
+// its stdin starts one more burning child, as Ollama starts a runner, and reports its PID.
 func helperBackend(busy bool) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -58,14 +59,39 @@ func helperBackend(busy bool) {
 		defer burn(1)()
 	}
 	fmt.Printf("%d %d\n", ln.Addr().(*net.TCPAddr).Port, child.Process.Pid)
-	io.Copy(io.Discard, os.Stdin)
+	var runners []*exec.Cmd
+	for sc := bufio.NewScanner(os.Stdin); sc.Scan(); {
+		if sc.Text() != "spawn" {
+			continue
+		}
+		r := exec.Command(os.Args[0], "-test.run=^$")
+		r.Env = append(os.Environ(), helperEnv+"=burner")
+		if _, err := r.StdinPipe(); err != nil || r.Start() != nil {
+			fmt.Println("ERR spawn")
+			continue
+		}
+		runners = append(runners, r)
+		fmt.Println(r.Process.Pid)
+	}
 	childIn.Close()
 	child.Process.Kill()
 	child.Wait()
+	for _, r := range runners {
+		r.Process.Kill()
+		r.Wait()
+	}
 }
 
 // startBackend runs the helper backend and returns its port, its PID and its child's PID.
 func startBackend(t testing.TB, busy bool) (port, pid, childPID int) {
+	t.Helper()
+	port, pid, childPID, _ = startSpawningBackend(t, busy)
+	return port, pid, childPID
+}
+
+// startSpawningBackend is startBackend with spawn, which makes the backend start one more
+// child and returns its PID.
+func startSpawningBackend(t testing.TB, busy bool) (port, pid, childPID int, spawn func() int) {
 	t.Helper()
 	mode := "idle-backend"
 	if busy {
@@ -95,14 +121,27 @@ func startBackend(t testing.TB, busy bool) (port, pid, childPID int) {
 			cmd.Process.Kill()
 		}
 	})
-	line, err := bufio.NewReader(out).ReadString('\n')
+	rd := bufio.NewReader(out)
+	line, err := rd.ReadString('\n')
 	if err != nil {
 		t.Fatalf("helper backend: %v", err)
 	}
 	if _, err := fmt.Sscanf(line, "%d %d", &port, &childPID); err != nil {
 		t.Fatalf("helper backend said %q", line)
 	}
-	return port, cmd.Process.Pid, childPID
+	spawn = func() int {
+		t.Helper()
+		if _, err := io.WriteString(in, "spawn\n"); err != nil {
+			t.Fatal(err)
+		}
+		line, err := rd.ReadString('\n')
+		var pid int
+		if _, serr := fmt.Sscanf(line, "%d", &pid); err != nil || serr != nil {
+			t.Fatalf("helper backend answered spawn with %q, %v", line, err)
+		}
+		return pid
+	}
+	return port, cmd.Process.Pid, childPID, spawn
 }
 
 func TestRealBackendDiscoveryAndCPU(t *testing.T) {

@@ -2,56 +2,87 @@ package meter
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"testing"
 	"time"
 )
 
-// BenchmarkSpan is the meter's cost per call, Begin and End together.
-func BenchmarkSpan(b *testing.B) {
-	b.Run("remote", func(b *testing.B) {
-		m, err := New(Options{SkipProbe: true, nvml: noGPU, SysfsRoot: b.TempDir(),
-			Backends: []BackendInfo{{Name: "openai", URL: "https://api.openai.com/v1"}}})
+// BenchmarkBeginEnd is the meter's cost per call, Begin and End together.
+func BenchmarkBeginEnd(b *testing.B) {
+	span := func(b *testing.B, m *Meter, backend string) {
+		m.Begin(backend).End(Work{}) // discovery, cached from here on
+		be := m.backends[backend]
+		walks := be.walks
+		b.ReportAllocs()
+		for b.Loop() {
+			m.Begin(backend).End(Work{Model: "llama3", PromptTokens: 100, CompletionTokens: 100})
+		}
+		// Tree walks: a process created anywhere on the host during the run makes End walk.
+		b.ReportMetric(float64(be.walks-walks)/float64(b.N), "walks/op")
+	}
+	meter := func(b *testing.B, sysfs string, backends ...BackendInfo) *Meter {
+		m, err := New(Options{SkipProbe: true, nvml: noGPU, SysfsRoot: sysfs, DevRoot: b.TempDir(), Backends: backends})
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer m.Close()
-		b.ReportAllocs()
-		for b.Loop() {
-			m.Begin("openai").End(Work{Model: "gpt-4o", PromptTokens: 100, CompletionTokens: 100})
-		}
+		b.Cleanup(func() { m.Close() })
+		return m
+	}
+	b.Run("remote", func(b *testing.B) {
+		m := meter(b, b.TempDir(), BackendInfo{Name: "openai", URL: "https://api.openai.com/v1"})
+		span(b, m, "openai")
 	})
-	// A real local backend found by its listening port: two processes, the live /proc, the
-	// process CPU clocks, /proc/stat, and the RAPL fixture standing in for powercap.
+	// An upstream listening in this process, as the proxy's benchmarks use: no-process.
+	b.Run("no-process", func(b *testing.B) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ln.Close()
+		m := meter(b, b.TempDir(), BackendInfo{Name: "fake", URL: fmt.Sprintf("http://%s", ln.Addr())})
+		span(b, m, "fake")
+	})
+	// A real local backend found by its listening port: two processes on the live /proc, and
+	// the RAPL fixture standing in for powercap (so /proc/stat and the proxy's CPU clock too).
 	b.Run("local-live-proc", func(b *testing.B) {
 		port, _, _ := startBackend(b, false)
-		m, err := New(Options{SkipProbe: true, nvml: noGPU, SysfsRoot: sysFixture(b, "sys-two-socket.txtar"),
-			DevRoot:  b.TempDir(),
-			Backends: []BackendInfo{{Name: "local", URL: fmt.Sprintf("http://127.0.0.1:%d", port)}}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer m.Close()
-		m.Begin("local").End(Work{}) // discovery, cached from here on
-		b.ReportAllocs()
-		for b.Loop() {
-			m.Begin("local").End(Work{Model: "llama3", PromptTokens: 100, CompletionTokens: 100})
-		}
+		m := meter(b, sysFixture(b, "sys-two-socket.txtar"), BackendInfo{Name: "local", URL: fmt.Sprintf("http://127.0.0.1:%d", port)})
+		span(b, m, "local")
 	})
 	// The same with no RAPL: what this machine pays.
 	b.Run("local-live-proc-no-rapl", func(b *testing.B) {
 		port, _, _ := startBackend(b, false)
-		m, err := New(Options{SkipProbe: true, nvml: noGPU, SysfsRoot: b.TempDir(), DevRoot: b.TempDir(),
-			Backends: []BackendInfo{{Name: "local", URL: fmt.Sprintf("http://127.0.0.1:%d", port)}}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer m.Close()
+		m := meter(b, b.TempDir(), BackendInfo{Name: "local", URL: fmt.Sprintf("http://127.0.0.1:%d", port)})
+		span(b, m, "local")
+	})
+	// As if a process had been created on the host during every call: End walks the tree.
+	b.Run("local-live-proc-no-rapl-walk", func(b *testing.B) {
+		port, _, _ := startBackend(b, false)
+		m := meter(b, b.TempDir(), BackendInfo{Name: "local", URL: fmt.Sprintf("http://127.0.0.1:%d", port)})
+		be := m.backends["local"]
 		m.Begin("local").End(Work{})
 		b.ReportAllocs()
 		for b.Loop() {
-			m.Begin("local").End(Work{Model: "llama3", PromptTokens: 100, CompletionTokens: 100})
+			s := m.Begin("local")
+			be.mu.Lock()
+			be.treeCurOK = false
+			be.mu.Unlock()
+			s.End(Work{Model: "llama3", PromptTokens: 100, CompletionTokens: 100})
 		}
+	})
+	// A real backend, e.g. Ollama with a model loaded: EOC_METER_BENCH_URL=http://127.0.0.1:11434.
+	b.Run("env-backend", func(b *testing.B) {
+		u := os.Getenv("EOC_METER_BENCH_URL")
+		if u == "" {
+			b.Skip("EOC_METER_BENCH_URL is not set")
+		}
+		m := meter(b, b.TempDir(), BackendInfo{Name: "env", URL: u})
+		m.Begin("env").End(Work{})
+		if f := m.Begin("env").End(Work{}); f.Method == MethodTokenModel {
+			b.Fatalf("no process found behind %s: %+v", u, f)
+		}
+		span(b, m, "env")
 	})
 }
 

@@ -34,3 +34,21 @@ func bootTicks() (uint64, error) {
 	}
 	return uint64(ts.Nano()) / uint64(time.Second/userHZ), nil
 }
+
+// pidfdOpen opens a pidfd for pid (Linux 5.3): a handle that never refers to another process,
+// even once pid is reused.
+func pidfdOpen(pid int) (int, error) { return unix.PidfdOpen(pid, 0) }
+
+// pidfdExited reports whether the process behind a pidfd has exited, zombie or reaped: the
+// pidfd polls readable then. One ppoll, with no wait.
+func pidfdExited(fd int) (bool, error) {
+	fds := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	var ts unix.Timespec
+	n, err := unix.Ppoll(fds[:], &ts, nil)
+	if err != nil {
+		return false, err
+	}
+	return n > 0, nil
+}
+
+func closeFD(fd int) { unix.Close(fd) }

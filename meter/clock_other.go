@@ -11,3 +11,9 @@ func processCPUClock(int) (uint64, error) { return 0, errNotLinux }
 func selfCPU() (uint64, error) { return 0, errNotLinux }
 
 func bootTicks() (uint64, error) { return 0, errNotLinux }
+
+func pidfdOpen(int) (int, error) { return -1, errNotLinux }
+
+func pidfdExited(int) (bool, error) { return false, errNotLinux }
+
+func closeFD(int) {}

@@ -89,6 +89,16 @@ func (r *refusingFS) ReadFile(name string, buf []byte) (int, error) {
 	return r.osFS.ReadFile(name, buf)
 }
 
+func (r *refusingFS) Open(name string) (sampleFile, error) {
+	for _, s := range r.suffixes {
+		if strings.HasSuffix(name, s) {
+			r.refused.Add(1)
+			return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
+		}
+	}
+	return r.osFS.Open(name)
+}
+
 // fakeClock is a settable clock.
 type fakeClock struct {
 	mu sync.Mutex

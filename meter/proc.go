@@ -18,12 +18,20 @@ const userHZ = 100
 const tickNs = uint64(time.Second / userHZ)
 
 // procfs reads processes and host CPU time from a /proc tree. It is safe for concurrent use.
+// The zero value with fs and root set is usable: it opens nothing and reads each file afresh.
 type procfs struct {
 	fs   fileSystem
 	root string
+	self int // this process's PID
 	// cpuClock reads a process's CPU time in ns from the kernel's per-process CPU clock, when the
-	// tree is the live /proc; nil otherwise.
+	// tree is the live /proc; nil otherwise. live also allows pidfds.
 	cpuClock func(pid int) (uint64, error)
+	live     bool
+
+	// Kept open by the Meter when it needs them; nil reads each file afresh (stat) or not at all
+	// (loadavg).
+	loadavg  sampleFile // the last PID created, to know that the process set did not change
+	hostStat sampleFile // host CPU time, read only when RAPL is live
 }
 
 // procStat is what the meter reads from /proc/<pid>/stat.
@@ -203,6 +211,11 @@ func (p *procfs) tree(pid int, dst []int) []int {
 	return dst
 }
 
+// isBlank is bytes.Fields's notion of a separator, for ASCII.
+func isBlank(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+}
+
 // hostCPU is the host's CPU time from the first line of /proc/stat, in ns.
 type hostCPU struct {
 	busy, total uint64
@@ -213,28 +226,99 @@ type hostCPU struct {
 func (p *procfs) hostTimes() (hostCPU, error) {
 	buf := getBuf()
 	defer putBuf(buf)
-	n, err := p.fs.ReadFile(p.root+"/stat", buf[:512])
+	var n int
+	var err error
+	if p.hostStat != nil {
+		n, err = p.hostStat.ReadStart(buf[:512])
+	} else {
+		n, err = p.fs.ReadFile(p.root+"/stat", buf[:512])
+	}
 	if err != nil {
 		return hostCPU{}, err
 	}
 	return parseHostStat(buf[:n])
 }
 
+// lastPID is the PID most recently handed out in this PID namespace, the last field of
+// /proc/loadavg. Every fork and every new thread moves it on, so while it stands still no
+// process can have joined a tree, and no PID can have been reused. ok is false when it cannot
+// be read (no loadavg kept open, or a malformed line).
+func (p *procfs) lastPID() (pid uint64, ok bool) {
+	if p.loadavg == nil {
+		return 0, false
+	}
+	buf := getBuf()
+	defer putBuf(buf)
+	n, err := p.loadavg.ReadStart(buf[:128])
+	if err != nil {
+		return 0, false
+	}
+	return parseLastPID(buf[:n])
+}
+
+// parseLastPID takes the last field of a /proc/loadavg line ("0.35 3.74 5.55 2/108 15847").
+func parseLastPID(b []byte) (uint64, bool) {
+	b = bytes.TrimRight(b, " \n")
+	if bytes.Count(b, []byte{' '}) != 4 {
+		return 0, false
+	}
+	return parseUint(b[bytes.LastIndexByte(b, ' ')+1:])
+}
+
+// openPidfd opens a pidfd for pid on the live /proc, checking that pid is still the process
+// that started at start. It returns -1 where pidfds are unavailable (a fixture /proc, Linux
+// before 5.3, a seccomp filter) or the process is already gone.
+func (p *procfs) openPidfd(pid int, start uint64) int {
+	if !p.live {
+		return -1
+	}
+	fd, err := pidfdOpen(pid)
+	if err != nil {
+		return -1
+	}
+	if st, err := p.stat(pid); err != nil || st.starttime != start {
+		closeFD(fd) // the PID was reused between the check and the open
+		return -1
+	}
+	return fd
+}
+
+var errHostStat = errors.New("malformed /proc/stat")
+
 func parseHostStat(b []byte) (hostCPU, error) {
 	if i := bytes.IndexByte(b, '\n'); i >= 0 {
 		b = b[:i]
 	}
-	f := bytes.Fields(b)
-	if len(f) < 8 || string(f[0]) != "cpu" {
-		return hostCPU{}, errors.New("malformed /proc/stat")
-	}
+	// Fields split on blanks without allocating: "cpu", then up to ten numbers (seven at least).
 	var v [10]uint64
-	for i := 1; i < len(f) && i <= 10; i++ {
-		x, ok := parseUint(f[i])
-		if !ok || x > 1<<50 {
-			return hostCPU{}, errors.New("malformed /proc/stat")
+	n := 0 // fields seen, "cpu" included
+	for len(b) > 0 {
+		if isBlank(b[0]) {
+			b = b[1:]
+			continue
 		}
-		v[i-1] = x
+		end := 0
+		for end < len(b) && !isBlank(b[end]) {
+			end++
+		}
+		f := b[:end]
+		b = b[end:]
+		switch {
+		case n == 0:
+			if string(f) != "cpu" {
+				return hostCPU{}, errHostStat
+			}
+		case n <= 10:
+			x, ok := parseUint(f)
+			if !ok || x > 1<<50 {
+				return hostCPU{}, errHostStat
+			}
+			v[n-1] = x
+		}
+		n++
+	}
+	if n < 8 {
+		return hostCPU{}, errHostStat
 	}
 	// user nice system idle iowait irq softirq steal guest guest_nice
 	busy := v[0] + v[1] + v[2] + v[5] + v[6]
@@ -284,6 +368,15 @@ func parseListeners(b []byte, port int, dst []uint64) []uint64 {
 		}
 	}
 	return dst
+}
+
+// close releases the files kept open.
+func (p *procfs) close() {
+	for _, f := range []sampleFile{p.loadavg, p.hostStat} {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 // socketOwner finds the process holding one of the socket inodes, by reading every
@@ -389,18 +482,40 @@ func readPIDFile(fsys fileSystem, name string) (int, error) {
 func cgroupUsage(fsys fileSystem, dir string) (uint64, error) {
 	buf := getBuf()
 	defer putBuf(buf)
-	n, err := fsys.ReadFile(filepath.Join(dir, "cpu.stat"), buf[:1024])
+	name := filepath.Join(dir, "cpu.stat")
+	n, err := fsys.ReadFile(name, buf[:1024])
 	if err != nil {
 		return 0, err
 	}
-	for _, ln := range bytes.Split(buf[:n], []byte{'\n'}) {
+	return parseCgroupUsage(buf[:n], name)
+}
+
+// cgroupUsageFile reads usage_usec from a cpu.stat kept open, in ns.
+func cgroupUsageFile(f sampleFile, name string) (uint64, error) {
+	buf := getBuf()
+	defer putBuf(buf)
+	n, err := f.ReadStart(buf[:1024])
+	if err != nil {
+		return 0, err
+	}
+	return parseCgroupUsage(buf[:n], name)
+}
+
+func parseCgroupUsage(b []byte, name string) (uint64, error) {
+	for len(b) > 0 {
+		ln := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			ln, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
 		if v, ok := bytes.CutPrefix(ln, []byte("usage_usec ")); ok {
 			if u, ok := parseUint(bytes.TrimSpace(v)); ok {
 				return u * 1000, nil
 			}
 		}
 	}
-	return 0, fmt.Errorf("%s/cpu.stat: no usage_usec", dir)
+	return 0, fmt.Errorf("%s: no usage_usec", name)
 }
 
 // cgroupProcs lists the PIDs in a cgroup v2 directory.

@@ -26,6 +26,8 @@ type raplZone struct {
 	name     string // package-0, dram, psys
 	maxRange uint64 // max_energy_range_uj: energy_uj wraps to 0 past it
 	window   time.Duration
+	energy   string     // the energy_uj path
+	f        sampleFile // energy_uj kept open; nil: read afresh each time
 
 	// Guarded by rapl.mu: the last raw value, when it was read, and the wrap-extended total.
 	last   uint64
@@ -114,8 +116,31 @@ func detectRAPL(fsys fileSystem, sysfsRoot string, now func() time.Time, maxWatt
 			return nil, fmt.Errorf("rapl %s: %w", z.name, err)
 		}
 		z.lastAt = t
+		// Readable: keep it open, one pread per reading from here on. (A refused read stopped
+		// detection above, so the refusal is decided once, here.)
+		z.energy = filepath.Join(z.dir, "energy_uj")
+		if f, err := fsys.Open(z.energy); err == nil {
+			z.f = f
+		}
 	}
 	return r, nil
+}
+
+// close releases the energy files kept open; a later read fails.
+func (r *rapl) close() {
+	for _, z := range r.zones {
+		if z.f != nil {
+			z.f.Close()
+		}
+	}
+}
+
+// readEnergy reads the zone's raw energy_uj.
+func (z *raplZone) readEnergy(fsys fileSystem) (uint64, error) {
+	if z.f != nil {
+		return sampleUint(z.f, z.energy)
+	}
+	return readUint(fsys, z.energy)
 }
 
 // isRAPLZoneName accepts intel-rapl:N and intel-rapl:N:M with hex N and M (intel-rapl:a on
@@ -176,7 +201,7 @@ func (r *rapl) read() (raplReading, error) {
 	t := r.now()
 	var sum uint64
 	for _, z := range r.zones {
-		v, err := readUint(r.fs, filepath.Join(z.dir, "energy_uj"))
+		v, err := z.readEnergy(r.fs)
 		if err != nil {
 			return raplReading{}, fmt.Errorf("rapl %s: %w", z.name, err)
 		}

@@ -7,7 +7,7 @@ muts = [
  ("always measured (token path too)", "rules.go", "Grade: GradeEstimated, Coverage: CoverageWhole, Method: MethodTokenModel", "Grade: GradeMeasured, Coverage: CoverageWhole, Method: MethodTokenModel"),
  ("overlap ignored in rules", "rules.go", "\t\tif s.Overlap {\n\t\t\tcpuMeasured = false", "\t\tif false {\n\t\t\tcpuMeasured = false"),
  ("overlap ignored for GPU", "rules.go", "case s.Overlap || s.GPUShare < dominantShare:", "case s.GPUShare < dominantShare:"),
- ("overlap only checked at Begin", "meter.go", "in.Overlap = s.overlap || m.begins != s.seq", "in.Overlap = s.overlap"),
+ ("overlap only checked at Begin", "meter.go", "overlap = s.overlap || m.begins != s.seq", "overlap = s.overlap"),
  ("99% check removed", "rules.go", "} else if !dominant(s.TreeCPU+s.ProxyCPU, s.HostBusy) {", "} else if false {"),
  ("99% check without the proxy", "rules.go", "!dominant(s.TreeCPU+s.ProxyCPU, s.HostBusy)", "!dominant(s.TreeCPU, s.HostBusy)"),
  ("GPU share check removed", "rules.go", "case s.Overlap || s.GPUShare < dominantShare:", "case s.Overlap:"),
@@ -28,6 +28,13 @@ muts = [
  ("permission error not sticky: ignored at start", "rapl.go", "\t\tz.last, err = readUint(fsys, filepath.Join(z.dir, \"energy_uj\"))\n\t\tif err != nil {", "\t\tz.last, err = readUint(fsys, filepath.Join(z.dir, \"energy_uj\"))\n\t\tif err != nil && false {"),
  ("dead counter used anyway", "meter.go", "m.rapl, m.raplErr = nil, fmt.Errorf(\"rapl: %w: %s\", errCounterDead, res.Detail)", "_ = res"),
  ("new child not counted", "meter.go", "\t\t\tif started(e.pid) {\n\t\t\t\tns += e.cpu", "\t\t\tif started(e.pid) {\n\t\t\t\tns += 0"),
+ # The cost work: a cheaper span must not be a less honest one.
+ ("cached tree trusted though a PID was handed out", "meter.go", "if b.tree != nil && b.treeRoot == b.pid && curOK && b.treeCurOK && cur == b.treeCur {", "if b.tree != nil && b.treeRoot == b.pid {"),
+ ("root not checked alive at End", "meter.go", "if !atEnd || b.aliveLocked(m.proc) {", "if true {"),
+ ("pidfd exit ignored", "clock_linux.go", "return n > 0, nil", "return n < 0, nil"),
+ ("another namespace's /proc trusted for the last PID", "meter.go", "err == nil && self != strconv.Itoa(m.selfPID)", "err == nil && self != strconv.Itoa(m.selfPID) && false"),
+ ("host and RAPL read under overlap", "meter.go", "if m.rapl != nil && !s.overlap {", "if m.rapl != nil {"),
+ ("in-process upstream looked up at every span", "meter.go", "case b.inProcess && time.Since(b.lastTry) < inProcessRecheck:", "case false:"),
 ]
 only = sys.argv[1:]
 for name, f, old, new in muts:

@@ -1,0 +1,52 @@
+//go:build !linux
+
+package meter
+
+import (
+	"errors"
+	"io"
+	"os"
+)
+
+func (osFS) ReadFile(name string, buf []byte) (int, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.ReadFull(f, buf)
+	f.Close()
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return n, err
+}
+
+func (osFS) ReadDirNames(name string) ([]string, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+func (osFS) Open(name string) (sampleFile, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return osSampleFile{f}, nil
+}
+
+// osSampleFile reads a kept-open file from its start with ReadAt.
+type osSampleFile struct{ f *os.File }
+
+func (s osSampleFile) ReadStart(buf []byte) (int, error) {
+	n, err := s.f.ReadAt(buf, 0)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return n, err
+}
+
+func (s osSampleFile) Close() error { return s.f.Close() }

@@ -1,0 +1,5 @@
+//go:build race
+
+package meter
+
+const raceEnabled = true
