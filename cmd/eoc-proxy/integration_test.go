@@ -592,6 +592,9 @@ func TestMetricsAfterKnownSequence(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
+	if !regexp.MustCompile(`eoc_meter_counter_live\{counter="rapl"\} [01]\n`).Match(body) {
+		t.Error("no eoc_meter_counter_live for rapl")
+	}
 	if !regexp.MustCompile(`eoc_joules_total\{grade="estimated",model="fake-model",stage="neural"\} [0-9.e+-]+`).Match(body) {
 		t.Error("no eoc_joules_total for the neural calls")
 	}

@@ -134,9 +134,18 @@ func build(cfg *config.Config, log zerolog.Logger) (*app, error) {
 		return nil, fmt.Errorf("meter: %w", err)
 	}
 	a.closers = append(a.closers, m.Close)
+	live := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "eoc_meter_counter_live",
+		Help: "1 when a hardware energy counter is live, 0 when it is not (the log says why)."}, []string{"counter"})
+	for _, cs := range m.Counters() {
+		v := 0.0
+		if cs.Live {
+			v = 1
+		}
+		live.WithLabelValues(cs.Name).Set(v)
+	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), live)
 	a.registry = reg
 
 	var stages []cascade.Stage
