@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	stdlog "log"
 	"net"
 	"net/http"
 	"os"
@@ -54,7 +55,7 @@ func runServe(args []string, _ io.Writer) error {
 		Handler:           app.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		ErrorLog:          nil,
+		ErrorLog:          stdlog.New(log.With().Str("component", "http").Logger(), "", 0),
 	}
 	// Signals are caught before the first request can arrive.
 	sigs := make(chan os.Signal, 1)
