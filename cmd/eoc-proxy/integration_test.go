@@ -367,21 +367,7 @@ func TestNothingCachedFromFailures(t *testing.T) {
 		fake := fakes.NewOllama(t, fakes.Config{Chunks: 4, BlockAfter: 2})
 		s := startStack(t, oneBackend("ollama", fake.BaseURL(), ""))
 		c := client(s, "")
-		ctx, cancel := context.WithCancel(context.Background())
-		req := chatReq("c")
-		req.Stream = true
-		st, err := c.CreateChatCompletionStream(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Recv(); err != nil {
-			t.Fatal(err)
-		}
-		cancel()
-		st.Close()
-		if !fake.WaitCanceled(5 * time.Second) {
-			t.Fatal("the upstream never saw the client go away")
-		}
+		disconnectMidStream(t, c, fake, "c")
 		fake.Configure(func(c *fakes.Config) { c.BlockAfter = 0 })
 		resp, err := c.CreateChatCompletion(context.Background(), chatReq("c"))
 		if err != nil {
@@ -665,21 +651,7 @@ auth: {keys: [{id: team-a, key: secret-a}]}
 	receipts = append(receipts, resp.Trailer.Get("X-EOC-Receipt"))
 	errorOf(t, s.URL, `{"model":"nope","messages":[{"role":"user","content":"e"}]}`, hdr)
 	fake.Configure(func(c *fakes.Config) { c.BlockAfter = 2 })
-	ctx, cancel := context.WithCancel(context.Background())
-	req := chatReq("ledger gone")
-	req.Stream = true
-	st, err := c.CreateChatCompletionStream(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	st.Close()
-	if !fake.WaitCanceled(5 * time.Second) {
-		t.Fatal("upstream never saw the disconnect")
-	}
+	disconnectMidStream(t, c, fake, "ledger gone")
 	// The disconnected call's record is written once the walk returns.
 	deadline := time.Now().Add(5 * time.Second)
 	var recs []ledger.Record
@@ -728,4 +700,25 @@ func readRecords(t *testing.T, path string) []ledger.Record {
 		out = append(out, r)
 	}
 	return out
+}
+
+// disconnectMidStream starts a stream, reads one chunk, goes away, and waits for the upstream
+// (configured to block after a few chunks) to see the cancellation.
+func disconnectMidStream(t *testing.T, c *openai.Client, fake *fakes.Server, content string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req := chatReq(content)
+	req.Stream = true
+	st, err := c.CreateChatCompletionStream(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	st.Close()
+	if !fake.WaitCanceled(5 * time.Second) {
+		t.Fatal("the upstream never saw the client go away")
+	}
 }
