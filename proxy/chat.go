@@ -16,20 +16,20 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/ledger"
 )
 
-// The X-EOC headers. On a stream they are HTTP trailers.
+// The X-EOC headers (X-EOC-Joules, …), spelled in Go's canonical form so setting them allocates
+// no canonical copy; header names are case-insensitive. On a stream they are HTTP trailers.
 const (
-	HeaderJoules      = "X-EOC-Joules"
-	HeaderStage       = "X-EOC-Stage"
-	HeaderEnergy      = "X-EOC-Energy"
-	HeaderReason      = "X-EOC-Energy-Reason"
-	HeaderMethod      = "X-EOC-Energy-Method"
-	HeaderCoverage    = "X-EOC-Coverage"
-	HeaderReceipt     = "X-EOC-Receipt"
-	HeaderJoulesSaved = "X-EOC-Joules-Saved"
+	HeaderJoules      = "X-Eoc-Joules"
+	HeaderStage       = "X-Eoc-Stage"
+	HeaderEnergy      = "X-Eoc-Energy"
+	HeaderReason      = "X-Eoc-Energy-Reason"
+	HeaderMethod      = "X-Eoc-Energy-Method"
+	HeaderCoverage    = "X-Eoc-Coverage"
+	HeaderReceipt     = "X-Eoc-Receipt"
+	HeaderJoulesSaved = "X-Eoc-Joules-Saved"
+	// HeaderBudgetRemaining is the caller's joule budget left, on every response of a key with one.
+	HeaderBudgetRemaining = "X-Eoc-Budget-Remaining"
 )
-
-// HeaderBudgetRemaining is the caller's joule budget left, on every response of a key with one.
-const HeaderBudgetRemaining = "X-EOC-Budget-Remaining"
 
 var trailerNames = strings.Join([]string{HeaderJoules, HeaderStage, HeaderEnergy, HeaderReason, HeaderMethod, HeaderCoverage,
 	HeaderReceipt, HeaderJoulesSaved, HeaderBudgetRemaining}, ", ")
