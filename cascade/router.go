@@ -46,9 +46,6 @@ func (r *Router) Route(model string) (*Route, error) {
 	return nil, fmt.Errorf("%w: %q", ErrModelNotFound, model)
 }
 
-// Routes returns the routes in order.
-func (r *Router) Routes() []Route { return r.routes }
-
 // Model is one model a backend serves.
 type Model struct {
 	ID      string

@@ -46,9 +46,6 @@ func New(router *Router, stages []Stage, opts Options) *Cascade {
 // Router returns the cascade's router.
 func (c *Cascade) Router() *Router { return c.router }
 
-// Stages returns the stages in walk order.
-func (c *Cascade) Stages() []Stage { return c.stages }
-
 // Walk tries each stage in order; the first answer wins, and res records what happened (the caller
 // allocates it, so a streaming sink can read res.Stage while it writes). With a non-nil sink the
 // answer is streamed: live by a streaming stage, or replayed from a whole answer. A failing stage
