@@ -171,8 +171,8 @@ func TestEachBackendWholeAndStreamed(t *testing.T) {
 	}
 }
 
-// rawStream posts a streaming request and returns the SSE events, the response and its trailers.
-func rawStream(t *testing.T, url, body string, hdr map[string]string) ([]string, *http.Response) {
+// postChat posts body to the chat endpoint with the given headers; the caller closes the body.
+func postChat(t *testing.T, url, body string, hdr map[string]string) *http.Response {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
 	for k, v := range hdr {
@@ -182,6 +182,13 @@ func rawStream(t *testing.T, url, body string, hdr map[string]string) ([]string,
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp
+}
+
+// rawStream posts a streaming request and returns the SSE events, the response and its trailers.
+func rawStream(t *testing.T, url, body string, hdr map[string]string) ([]string, *http.Response) {
+	t.Helper()
+	resp := postChat(t, url, body, hdr)
 	defer resp.Body.Close()
 	var events []string
 	sc := bufio.NewScanner(resp.Body)
@@ -405,14 +412,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 // errorOf posts body and decodes OpenAI's error shape.
 func errorOf(t *testing.T, url, body string, hdr map[string]string) (int, string, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := postChat(t, url, body, hdr)
 	defer resp.Body.Close()
 	var e struct {
 		Error struct {
@@ -464,11 +464,7 @@ backends: [{name: up, type: openai, url: %q, models: ["fake-*"], timeout: 300ms}
 			}
 			if tc.status == 502 || tc.status == 504 {
 				// The walk ran: the error carries its figure and receipt.
-				req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/chat/completions", strings.NewReader(tc.body))
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
+				resp := postChat(t, s.URL, tc.body, nil)
 				resp.Body.Close()
 				if !hex64.MatchString(resp.Header.Get("X-EOC-Receipt")) || resp.Header.Get("X-EOC-Energy") == "" {
 					t.Fatalf("error response without energy headers: %v", resp.Header)
@@ -603,15 +599,11 @@ func TestCacheControlHeaders(t *testing.T) {
 	fake := fakes.NewOpenAI(t)
 	s := startStack(t, oneBackend("openai", fake.BaseURL(), ""))
 	post := func(content, cc string) string {
-		req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/chat/completions",
-			strings.NewReader(`{"model":"fake-model","messages":[{"role":"user","content":"`+content+`"}]}`))
+		hdr := map[string]string{}
 		if cc != "" {
-			req.Header.Set("Cache-Control", cc)
+			hdr["Cache-Control"] = cc
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := postChat(t, s.URL, `{"model":"fake-model","messages":[{"role":"user","content":"`+content+`"}]}`, hdr)
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		return resp.Header.Get("X-EOC-Stage")
