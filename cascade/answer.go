@@ -1,6 +1,8 @@
 package cascade
 
 import (
+	"github.com/eoc-proxy/eoc-proxy/energy"
+
 	"crypto/rand"
 	"encoding/hex"
 	"time"
@@ -34,7 +36,7 @@ func TextAnswer(req *Request, text string, completionTokens int, saved float64) 
 			FinishReason: "stop",
 		}},
 		Usage:    &Usage{PromptTokens: prompt, CompletionTokens: completionTokens, TotalTokens: prompt + completionTokens},
-		Energy:   Energy{Saved: saved},
+		Energy:   energy.Figure{Saved: saved},
 		Complete: true,
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"strings"
 	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 // Request is one chat completion call as the cascade sees it. The proxy fills it; stages read it.
@@ -196,7 +198,7 @@ type Answer struct {
 	// Timings are the backend's own counters, kept for the meter.
 	Timings *Timings `json:"-"`
 	// Energy is what producing this answer cost.
-	Energy Energy `json:"-"`
+	Energy energy.Figure `json:"-"`
 	// Streamed is true when the chunks already went through the sink.
 	Streamed bool `json:"-"`
 	// Complete is true when the answer ended normally (finish_reason stop/length/tool_calls and
@@ -278,27 +280,6 @@ type Delta struct {
 // Sink receives the chunks of a stream in order. An error from the sink (the client went away)
 // must stop the producer.
 type Sink func(*Chunk) error
-
-// Grade says whether a figure was measured by hardware counters or estimated from a model.
-type Grade string
-
-// Grades.
-const (
-	Measured  Grade = "measured"
-	Estimated Grade = "estimated"
-)
-
-// Energy is what one answer cost, as the meter or a stage's model computed it. The zero value
-// means "not computed".
-type Energy struct {
-	Joules   float64
-	Grade    Grade
-	Coverage string // "whole" or "partial"
-	Method   string // rapl+nvml, rapl, nvml-zero-gpu, cpu-time-model, token-model, stage-model, ...
-	Reason   string // why it is not measured; "" when measured
-	// Saved is what the original answer cost, for answers served by a memoizing stage.
-	Saved float64
-}
 
 // ErrMiss is returned by a stage that cannot answer a request; the walk moves on.
 var ErrMiss = errors.New("cascade: stage miss")

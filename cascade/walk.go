@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 // Attempt records one stage's try at a request.
@@ -103,11 +105,11 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Sink
 }
 
 // stageEstimate is the stated model for in-process stages: wall time × StageWatts.
-func (c *Cascade) stageEstimate(took time.Duration, saved float64) Energy {
-	return Energy{
+func (c *Cascade) stageEstimate(took time.Duration, saved float64) energy.Figure {
+	return energy.Figure{
 		Joules:   took.Seconds() * c.opts.StageWatts,
-		Grade:    Estimated,
-		Coverage: "whole",
+		Grade:    energy.Estimated,
+		Coverage: energy.CoverageWhole,
 		Method:   "stage-model",
 		Reason:   "in-process-stage", // no counter isolates microseconds of this process's work
 		Saved:    saved,

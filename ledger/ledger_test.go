@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/rs/zerolog"
 )
 
@@ -30,11 +31,13 @@ func rec(i int) Record {
 		Stage:     []string{"cache", "neural"}[i%2],
 		Backend:   "ollama",
 		Status:    200,
-		Joules:    1.5 + float64(i),
-		Grade:     "estimated",
-		Coverage:  "whole",
-		Method:    "token-model",
-		Reason:    "no counters",
+		Figure: energy.Figure{
+			Joules:   1.5 + float64(i),
+			Grade:    "estimated",
+			Coverage: "whole",
+			Method:   "token-model",
+			Reason:   "no counters",
+		},
 	}
 }
 
@@ -116,8 +119,8 @@ func TestAppendChains(t *testing.T) {
 func TestReceiptMatchesHeader(t *testing.T) {
 	l := open(t, Options{Path: filepath.Join(t.TempDir(), "l.jsonl")})
 	now := time.Now().In(time.FixedZone("CEST", 2*3600)) // with a monotonic reading and a zone
-	header := Receipt{Key: "k", Stage: "neural", Model: "m", Joules: 0.1 + 0.2, Grade: "measured", Time: now}.Hash()
-	r, err := l.Append(Record{Time: now, Key: "k", Stage: "neural", Model: "m", Joules: 0.1 + 0.2, Grade: "measured", Receipt: header})
+	header := energy.Receipt{Key: "k", Stage: "neural", Model: "m", Joules: 0.1 + 0.2, Grade: "measured", Time: now}.Hash()
+	r, err := l.Append(Record{Time: now, Key: "k", Stage: "neural", Model: "m", Figure: energy.Figure{Joules: 0.1 + 0.2, Grade: "measured"}, Receipt: header})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +145,7 @@ func TestAppendInvalid(t *testing.T) {
 		edit func(*Record)
 	}{
 		{"nan joules", func(r *Record) { r.Joules = math.NaN() }},
-		{"inf saved", func(r *Record) { r.JoulesSaved = math.Inf(1) }},
+		{"inf saved", func(r *Record) { r.Saved = math.Inf(1) }},
 		{"receipt of other fields", func(r *Record) { r.Receipt = strings.Repeat("ab", 32) }},
 		{"year 10000", func(r *Record) { r.Time = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }},
 	} {
@@ -760,7 +763,7 @@ func TestSum(t *testing.T) {
 	l := open(t, Options{Path: path, MaxBytes: 1500})
 	for i := range 30 {
 		r := rec(i)
-		r.Joules, r.JoulesSaved = 1, float64(i%2)
+		r.Joules, r.Saved = 1, float64(i%2)
 		if _, err := l.Append(r); err != nil {
 			t.Fatal(err)
 		}

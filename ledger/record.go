@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 // ZeroHash is the prev of the first record of a chain.
@@ -33,18 +35,14 @@ type Record struct {
 	// KeyID names the proxy API key that made the call, never the key itself; "" when auth is off.
 	KeyID string `json:"key_id"`
 	// Key is the request's canonical key hash (cascade.Request.Key), not a secret.
-	Key          string  `json:"key"`
-	Model        string  `json:"model"`
-	Stage        string  `json:"stage"`
-	Backend      string  `json:"backend"`
-	Status       int     `json:"status"`
-	Joules       float64 `json:"joules"`
-	JoulesSaved  float64 `json:"joules_saved"`
-	Grade        string  `json:"grade"`
-	Coverage     string  `json:"coverage"`
-	Method       string  `json:"method"`
-	Reason       string  `json:"reason"`
-	Disconnected bool    `json:"disconnected"`
+	Key     string `json:"key"`
+	Model   string `json:"model"`
+	Stage   string `json:"stage"`
+	Backend string `json:"backend"`
+	Status  int    `json:"status"`
+	// Figure is the call's energy, as the client was told it.
+	energy.Figure
+	Disconnected bool `json:"disconnected"`
 	// Receipt is Receipt{Key, Stage, Model, Joules, Grade, Time}.Hash(): the X-EOC-Receipt the
 	// client was sent.
 	Receipt string `json:"receipt"`
@@ -56,8 +54,8 @@ type Record struct {
 }
 
 // receipt returns the receipt behind the record's Receipt field.
-func (r Record) receipt() Receipt {
-	return Receipt{Key: r.Key, Stage: r.Stage, Model: r.Model, Joules: r.Joules, Grade: r.Grade, Time: r.Time}
+func (r Record) receipt() energy.Receipt {
+	return energy.Receipt{Key: r.Key, Stage: r.Stage, Model: r.Model, Joules: r.Joules, Grade: r.Grade, Time: r.Time}
 }
 
 // ErrInvalid is wrapped by Append for a record that cannot be written as given.
@@ -74,13 +72,16 @@ func normalize(r *Record, now func() time.Time) error {
 		return fmt.Errorf("%w: time %v is outside years 1-9999", ErrInvalid, r.Time)
 	}
 	for _, s := range []*string{&r.RequestID, &r.KeyID, &r.Key, &r.Model, &r.Stage, &r.Backend,
-		&r.Grade, &r.Coverage, &r.Method, &r.Reason} {
+		&r.Coverage, &r.Method, &r.Reason} {
 		if !utf8.ValidString(*s) {
 			*s = strings.ToValidUTF8(*s, "\uFFFD")
 		}
 	}
-	if !finite(r.Joules) || !finite(r.JoulesSaved) {
-		return fmt.Errorf("%w: joules %v, joules_saved %v are not finite", ErrInvalid, r.Joules, r.JoulesSaved)
+	if !utf8.ValidString(string(r.Grade)) {
+		r.Grade = energy.Grade(strings.ToValidUTF8(string(r.Grade), "\uFFFD"))
+	}
+	if !finite(r.Joules) || !finite(r.Saved) {
+		return fmt.Errorf("%w: joules %v, joules_saved %v are not finite", ErrInvalid, r.Joules, r.Saved)
 	}
 	want := r.receipt().Hash()
 	if r.Receipt != "" && r.Receipt != want {
@@ -109,9 +110,9 @@ func (r *Record) canonical(b []byte) []byte {
 	b = append(b, '\n')
 	b = strconv.AppendFloat(b, r.Joules, 'f', -1, 64)
 	b = append(b, '\n')
-	b = strconv.AppendFloat(b, r.JoulesSaved, 'f', -1, 64)
+	b = strconv.AppendFloat(b, r.Saved, 'f', -1, 64)
 	b = append(b, '\n')
-	for _, s := range []string{r.Grade, r.Coverage, r.Method, r.Reason} {
+	for _, s := range []string{string(r.Grade), r.Coverage, r.Method, r.Reason} {
 		b = strconv.AppendQuote(b, s)
 		b = append(b, '\n')
 	}

@@ -15,7 +15,7 @@ type Total struct {
 func (t *Total) add(r *Record) {
 	t.Records++
 	t.Joules += r.Joules
-	t.JoulesSaved += r.JoulesSaved
+	t.JoulesSaved += r.Saved
 }
 
 // Totals sum joules and joules saved over records, in all and grouped. Days are UTC dates

@@ -16,14 +16,16 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 // Grades and coverages of a Figure.
 const (
-	GradeMeasured   = "measured"
-	GradeEstimated  = "estimated"
-	CoverageWhole   = "whole"
-	CoveragePartial = "partial"
+	GradeMeasured   = energy.Measured
+	GradeEstimated  = energy.Estimated
+	CoverageWhole   = energy.CoverageWhole
+	CoveragePartial = energy.CoveragePartial
 )
 
 // Methods name how a figure was obtained. A figure made of a CPU part and a GPU part joins
@@ -87,21 +89,10 @@ var errInProcess = fmt.Errorf("%w: the backend listens in this process", ErrNoDa
 // errCounterDead says a counter failed its liveness probe.
 var errCounterDead = errors.New("meter: counter failed its liveness probe")
 
-// Figure is the energy of one call, measured or estimated. The zero value means "not computed".
+// Figure is the energy of one call, measured or estimated: the project's one energy value.
 // Joules = CPUJoules + GPUJoules, except for the token model, which prices the call as a whole
 // and leaves both parts 0.
-type Figure struct {
-	Joules    float64
-	Grade     string // GradeMeasured or GradeEstimated
-	Coverage  string // CoverageWhole, or CoveragePartial when the GPU part has no figure
-	Method    string // "rapl+nvml", "rapl", "cpu-time-model", "token-model", ...
-	Reason    string // why not measured or not whole, reasons joined by ";"; "" otherwise
-	CPUJoules float64
-	GPUJoules float64
-}
-
-// Measured reports whether the figure is measured.
-func (f Figure) Measured() bool { return f.Grade == GradeMeasured }
+type Figure = energy.Figure
 
 // Work is what the backend reported about a call, passed to Span.End.
 // The zero value is usable: no tokens, not failed.
@@ -634,7 +625,7 @@ func (s *Span) End(w Work) Figure {
 	if e := m.log.Debug(); e.Enabled() {
 		e.Str("backend", s.b.info.Name).Dur("wall", in.Wall).Dur("tree_cpu", in.TreeCPU).
 			Dur("proxy_cpu", in.ProxyCPU).Dur("host_busy", in.HostBusy).Bool("overlap", in.Overlap).
-			Float64("joules", s.fig.Joules).Str("grade", s.fig.Grade).Str("reason", s.fig.Reason).
+			Float64("joules", s.fig.Joules).Str("grade", string(s.fig.Grade)).Str("reason", s.fig.Reason).
 			Msg("meter: span")
 	}
 	return s.fig

@@ -1,19 +1,19 @@
 package proxy
 
 import (
+	"github.com/eoc-proxy/eoc-proxy/energy"
+
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/ledger"
 )
 
 // The X-EOC headers (X-EOC-Joules, …), spelled in Go's canonical form so setting them allocates
@@ -109,7 +109,7 @@ type completion struct {
 // outcome is what one call cost, the receipt that vouches for it, and how it ended.
 type outcome struct {
 	stage     string
-	energy    cascade.Energy
+	fig       energy.Figure
 	receipt   string
 	remaining *float64 // budget left, for keys with a budget
 	apiErr    *APIError
@@ -127,17 +127,14 @@ func (s *Server) settle(req *cascade.Request, res *cascade.Result, resv reservat
 		lf.err = o.apiErr
 	}
 	if res.Answer != nil {
-		o.energy = res.Answer.Energy
+		o.fig = res.Answer.Energy
 		lf.backend = res.Answer.Backend
 	}
-	// Nanojoules are finer than any counter: rounding there keeps float noise out of the
-	// header, and the header, receipt, ledger and metrics all carry the same figure.
-	o.energy.Joules = roundNano(o.energy.Joules)
-	o.energy.Saved = roundNano(o.energy.Saved)
+	o.fig = o.fig.Rounded() // the header, receipt, ledger and metrics carry the same figure
 	now := time.Now()
-	o.receipt = ledger.Receipt{Key: req.Key(), Stage: o.stage, Model: req.Chat.Model, Joules: o.energy.Joules,
-		Grade: string(o.energy.Grade), Time: now}.Hash()
-	if left, ok := s.budgets.settle(resv, o.energy.Joules); ok {
+	o.receipt = energy.Receipt{Key: req.Key(), Stage: o.stage, Model: req.Chat.Model, Joules: o.fig.Joules,
+		Grade: o.fig.Grade, Time: now}.Hash()
+	if left, ok := s.budgets.settle(resv, o.fig.Joules); ok {
 		o.remaining = &left
 	}
 	model := req.Chat.Model
@@ -146,17 +143,17 @@ func (s *Server) settle(req *cascade.Request, res *cascade.Result, resv reservat
 	}
 	if s.opts.Record != nil {
 		call := Call{Time: now, RequestID: req.ID, KeyID: req.Tenant, Key: req.Key(), Model: req.Chat.Model, Stage: o.stage,
-			Backend: lf.backend, Status: status, Energy: o.energy, Receipt: o.receipt,
+			Backend: lf.backend, Status: status, Energy: o.fig, Receipt: o.receipt,
 			Disconnected: errors.Is(err, context.Canceled) || (err != nil && res.Wrote && !isTimeout(err))}
 		if rerr := s.opts.Record(call); rerr != nil {
 			s.log.Error().Err(rerr).Str("request_id", req.ID).Msg("ledger: record not written")
 		}
 	}
-	s.metrics.observe(res, o.energy, model, status, time.Since(start))
+	s.metrics.observe(res, o.fig, model, status, time.Since(start))
 	if n := len(res.Attempts); n > 0 {
 		lf.upstream = res.Attempts[n-1].Duration
 	}
-	lf.stage, lf.joules, lf.grade, lf.method, lf.saved = o.stage, o.energy.Joules, string(o.energy.Grade), o.energy.Method, o.energy.Saved
+	lf.stage, lf.joules, lf.grade, lf.method, lf.saved = o.stage, o.fig.Joules, string(o.fig.Grade), o.fig.Method, o.fig.Saved
 	return o
 }
 
@@ -172,22 +169,20 @@ func (s *Server) setBudgetHeader(h http.Header, tenant string) {
 	}
 }
 
-func roundNano(j float64) float64 { return math.Round(j*1e9) / 1e9 }
-
 func formatJoules(j float64) string { return strconv.FormatFloat(j, 'f', -1, 64) }
 
 func setEnergyHeaders(set func(k, v string), o outcome) {
-	set(HeaderJoules, formatJoules(o.energy.Joules))
+	set(HeaderJoules, formatJoules(o.fig.Joules))
 	set(HeaderStage, o.stage)
-	set(HeaderEnergy, string(o.energy.Grade))
-	set(HeaderMethod, o.energy.Method)
-	set(HeaderCoverage, o.energy.Coverage)
+	set(HeaderEnergy, string(o.fig.Grade))
+	set(HeaderMethod, o.fig.Method)
+	set(HeaderCoverage, o.fig.Coverage)
 	set(HeaderReceipt, o.receipt)
-	if o.energy.Reason != "" {
-		set(HeaderReason, o.energy.Reason)
+	if o.fig.Reason != "" {
+		set(HeaderReason, o.fig.Reason)
 	}
-	if o.energy.Saved > 0 {
-		set(HeaderJoulesSaved, formatJoules(o.energy.Saved))
+	if o.fig.Saved > 0 {
+		set(HeaderJoulesSaved, formatJoules(o.fig.Saved))
 	}
 	if o.remaining != nil {
 		set(HeaderBudgetRemaining, formatJoules(*o.remaining))

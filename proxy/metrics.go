@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"github.com/eoc-proxy/eoc-proxy/energy"
+
 	"net/http"
 	"strconv"
 	"time"
@@ -41,7 +43,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-func (m *metrics) observe(res *cascade.Result, e cascade.Energy, model string, status int, total time.Duration) {
+func (m *metrics) observe(res *cascade.Result, e energy.Figure, model string, status int, total time.Duration) {
 	if m == nil {
 		return
 	}

@@ -2,6 +2,8 @@
 package proxy
 
 import (
+	"github.com/eoc-proxy/eoc-proxy/energy"
+
 	"context"
 	"encoding/json"
 	"net/http"
@@ -42,7 +44,7 @@ type Call struct {
 	Stage        string
 	Backend      string
 	Status       int
-	Energy       cascade.Energy
+	Energy       energy.Figure
 	Receipt      string
 	Disconnected bool
 }

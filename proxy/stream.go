@@ -108,8 +108,8 @@ func (s *Server) finishStream(w http.ResponseWriter, sw *sseWriter, res *cascade
 		sw.id, sw.model, sw.created = res.Answer.ID, res.Answer.Model, res.Answer.Created
 	}
 	final := eocChunk{ID: sw.id, Object: "chat.completion.chunk", Created: sw.created, Model: sw.model, Choices: []json.RawMessage{},
-		EOC: eocFigures{Joules: o.energy.Joules, Stage: o.stage, Energy: string(o.energy.Grade), Coverage: o.energy.Coverage,
-			Method: o.energy.Method, Reason: o.energy.Reason, JoulesSaved: o.energy.Saved, Receipt: o.receipt}}
+		EOC: eocFigures{Joules: o.fig.Joules, Stage: o.stage, Energy: string(o.fig.Grade), Coverage: o.fig.Coverage,
+			Method: o.fig.Method, Reason: o.fig.Reason, JoulesSaved: o.fig.Saved, Receipt: o.receipt}}
 	if o.remaining != nil {
 		final.EOC.BudgetRemaining = o.remaining
 	}

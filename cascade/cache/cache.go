@@ -2,6 +2,8 @@
 package cache
 
 import (
+	"github.com/eoc-proxy/eoc-proxy/energy"
+
 	"context"
 	"time"
 
@@ -42,7 +44,7 @@ func (s *Stage) Serve(_ context.Context, req *cascade.Request, _ cascade.Sink) (
 	ans.ID = cascade.NewID()
 	ans.Created = time.Now().Unix()
 	ans.Streamed = false
-	ans.Energy = cascade.Energy{Saved: cascade.OriginalCost(orig)}
+	ans.Energy = energy.Figure{Saved: cascade.OriginalCost(orig)}
 	return &ans, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 // countingStage answers every request; complete says whether its answers ended normally.
@@ -23,7 +24,7 @@ func (s *countingStage) Serve(context.Context, *cascade.Request, cascade.Sink) (
 	s.calls++
 	t := "answer"
 	return &cascade.Answer{ID: "orig", Choices: []cascade.Choice{{Message: cascade.AnswerMessage{Role: "assistant", Content: &t}, FinishReason: "stop"}},
-		Complete: s.complete, Energy: cascade.Energy{Joules: 2.5, Grade: cascade.Estimated, Method: "token-model"}}, nil
+		Complete: s.complete, Energy: energy.Figure{Joules: 2.5, Grade: energy.Estimated, Method: "token-model"}}, nil
 }
 
 type anyBackend struct{}
@@ -92,7 +93,7 @@ func TestHitCarriesSavedAndFreshID(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := second.Answer.Energy
-	if second.Stage != "cache" || e.Saved != 2.5 || e.Method != "stage-model" || e.Grade != cascade.Estimated || e.Joules >= 2.5 {
+	if second.Stage != "cache" || e.Saved != 2.5 || e.Method != "stage-model" || e.Grade != energy.Estimated || e.Joules >= 2.5 {
 		t.Fatalf("hit energy %+v", e)
 	}
 	if second.Answer.ID == first.Answer.ID {

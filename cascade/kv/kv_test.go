@@ -12,6 +12,7 @@ import (
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/config"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 func msg(role, text string) cascade.Message {
@@ -42,7 +43,7 @@ func neural(text string, joules float64) *cascade.Answer {
 		ID: "chatcmpl-up", Model: "m", Backend: "local", Complete: true,
 		Choices: []cascade.Choice{{Message: cascade.AnswerMessage{Role: "assistant", Content: &content}, FinishReason: "stop"}},
 		Usage:   &cascade.Usage{PromptTokens: 9, CompletionTokens: 7, TotalTokens: 16},
-		Energy:  cascade.Energy{Joules: joules, Grade: cascade.Measured},
+		Energy:  energy.Figure{Joules: joules, Grade: energy.Measured},
 	}
 }
 

@@ -44,12 +44,6 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Si
 		ans = &cascade.Answer{Backend: route.Name}
 	}
 	ans.Backend = route.Name
-	ans.Energy = cascade.Energy{
-		Joules:   fig.Joules,
-		Grade:    cascade.Grade(fig.Grade),
-		Coverage: fig.Coverage,
-		Method:   fig.Method,
-		Reason:   fig.Reason,
-	}
+	ans.Energy = fig
 	return ans, err
 }

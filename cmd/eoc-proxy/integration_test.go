@@ -665,7 +665,7 @@ auth: {keys: [{id: team-a, key: secret-a}]}
 			t.Errorf("record %d: %+v", i, recs[i])
 		}
 	}
-	if recs[1].Stage != "cache" || recs[1].JoulesSaved == 0 || recs[3].Status != 404 || !recs[4].Disconnected {
+	if recs[1].Stage != "cache" || recs[1].Saved == 0 || recs[3].Status != 404 || !recs[4].Disconnected {
 		t.Errorf("records: %+v", recs)
 	}
 	rep, err := ledger.Verifier{HMACKey: []byte("test-hmac")}.Verify(path)

@@ -221,8 +221,7 @@ func openLedger(cfg *config.Config, log zerolog.Logger, a *app) (func(proxy.Call
 	a.closers = append(a.closers, l.Close)
 	return func(c proxy.Call) error {
 		_, err := l.Append(ledger.Record{Time: c.Time, RequestID: c.RequestID, KeyID: c.KeyID, Key: c.Key, Model: c.Model,
-			Stage: c.Stage, Backend: c.Backend, Status: c.Status, Joules: c.Energy.Joules, JoulesSaved: c.Energy.Saved,
-			Grade: string(c.Energy.Grade), Coverage: c.Energy.Coverage, Method: c.Energy.Method, Reason: c.Energy.Reason,
+			Stage: c.Stage, Backend: c.Backend, Status: c.Status, Figure: c.Energy,
 			Disconnected: c.Disconnected, Receipt: c.Receipt})
 		return err
 	}, nil

@@ -1,11 +1,4 @@
-// Package ledger keeps the receipts: one hash-chained JSONL record for every call.
-//
-// A Ledger appends Records to a file, one JSON object a line. Each record carries the hash of
-// the record before it (prev) and its own hash over all its fields, so that Verify finds a record
-// edited, removed, reordered or inserted; with an HMAC key only the key's holder can forge a
-// record that verifies. The file rotates at a size and the chain runs on across the files. Open
-// recovers from a crash mid-write. Sum totals the joules by key id, model, stage and day.
-package ledger
+package energy
 
 import (
 	"crypto/sha256"
@@ -20,7 +13,7 @@ type Receipt struct {
 	Stage  string    `json:"stage"`
 	Model  string    `json:"model"`
 	Joules float64   `json:"joules"`
-	Grade  string    `json:"grade"`
+	Grade  Grade     `json:"grade"`
 	Time   time.Time `json:"time"`
 }
 

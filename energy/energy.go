@@ -1,0 +1,125 @@
+// Package energy is the one shape of what a call cost: the meter computes a Figure, the cascade's
+// Answer carries it, the proxy renders it (headers, trailers, the eoc chunk), and the ledger
+// stores it. A Receipt vouches for one Figure and hashes it. The package is a leaf: it imports
+// nothing of the project's.
+package energy
+
+import (
+	"math"
+	"strings"
+)
+
+// Grade says whether a figure was measured by hardware counters or estimated from a model.
+type Grade string
+
+// Grades. The zero Grade means "not computed".
+const (
+	Measured  Grade = "measured"
+	Estimated Grade = "estimated"
+)
+
+// Coverages of a Figure.
+const (
+	CoverageWhole   = "whole"   // every part of the work has a figure
+	CoveragePartial = "partial" // a part (e.g. a shared GPU) could not be attributed
+)
+
+// Figure is what one piece of work cost. The zero value means "not computed" (IsZero).
+//
+// The JSON encoding is the ledger's: the field names and their order are part of its file
+// format. CPUJoules and GPUJoules are the meter's breakdown and are not stored.
+type Figure struct {
+	Joules float64 `json:"joules"`
+	// Saved is what the original answer cost, for answers served by a memoizing stage.
+	Saved    float64 `json:"joules_saved"`
+	Grade    Grade   `json:"grade"`
+	Coverage string  `json:"coverage"` // CoverageWhole or CoveragePartial
+	// Method names how the figure was obtained: rapl+nvml, rapl, nvml-zero-gpu, cpu-time-model,
+	// token-model, stage-model, ...; parts are joined with "+".
+	Method string `json:"method"`
+	// Reason says why the figure is not measured, or not whole, in stable words joined by ";";
+	// "" when it is measured and whole.
+	Reason string `json:"reason"`
+
+	CPUJoules float64 `json:"-"`
+	GPUJoules float64 `json:"-"`
+}
+
+// IsZero reports whether the figure was never computed.
+func (f Figure) IsZero() bool { return f.Grade == "" }
+
+// Measured reports whether the figure is measured.
+func (f Figure) Measured() bool { return f.Grade == Measured }
+
+// Plus is the figure of two pieces of work done for one call (an embedding and the answer it
+// found, a failed attempt and the next): the joules add up, the grade and coverage are the
+// weaker of the two, and methods and reasons are joined without repeats. A zero figure adds
+// nothing. Saved is kept from f, else g.
+func (f Figure) Plus(g Figure) Figure {
+	switch {
+	case g.IsZero():
+		return f
+	case f.IsZero():
+		return g
+	}
+	out := Figure{
+		Joules:    f.Joules + g.Joules,
+		Saved:     f.Saved,
+		Grade:     Measured,
+		Coverage:  CoverageWhole,
+		Method:    join(f.Method, g.Method, "+"),
+		Reason:    join(f.Reason, g.Reason, ";"),
+		CPUJoules: f.CPUJoules + g.CPUJoules,
+		GPUJoules: f.GPUJoules + g.GPUJoules,
+	}
+	if out.Saved == 0 {
+		out.Saved = g.Saved
+	}
+	if f.Grade != Measured || g.Grade != Measured {
+		out.Grade = Estimated
+	}
+	if f.Coverage == CoveragePartial || g.Coverage == CoveragePartial {
+		out.Coverage = CoveragePartial
+	}
+	return out
+}
+
+// join joins the sep-separated words of a and b, each once, in order of first appearance.
+func join(a, b, sep string) string {
+	switch {
+	case b == "" || a == b:
+		return a
+	case a == "":
+		return b
+	}
+	words := strings.Split(a, sep)
+	for _, w := range strings.Split(b, sep) {
+		if w != "" && !contains(words, w) {
+			words = append(words, w)
+		}
+	}
+	return strings.Join(words, sep)
+}
+
+func contains(ws []string, w string) bool {
+	for _, x := range ws {
+		if x == w {
+			return true
+		}
+	}
+	return false
+}
+
+// Rounded returns the figure with its joules rounded to nanojoules. Nanojoules are finer than
+// any counter: rounding once keeps float noise out, so the header, the receipt, the ledger and
+// the metrics carry the same number.
+func (f Figure) Rounded() Figure {
+	f.Joules = RoundNano(f.Joules)
+	f.Saved = RoundNano(f.Saved)
+	f.CPUJoules = RoundNano(f.CPUJoules)
+	f.GPUJoules = RoundNano(f.GPUJoules)
+	return f
+}
+
+// RoundNano rounds joules to nanojoules.
+func RoundNano(j float64) float64 { return math.Round(j*1e9) / 1e9 }
