@@ -6,10 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/url"
 	"os"
-	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -45,9 +42,6 @@ type Cascade struct {
 	Graph  Graph    `yaml:"graph"`
 }
 
-// Stage names, in their natural order.
-var StageNames = []string{"cache", "kv", "graph", "neural"}
-
 // Cache is the exact-match stage.
 type Cache struct {
 	MaxEntries int      `yaml:"max_entries"`
@@ -67,7 +61,7 @@ type KV struct {
 
 // Embedder picks the kv stage's embedding model.
 type Embedder struct {
-	Type   string `yaml:"type"` // builtin | ollama | openai
+	Type   string `yaml:"type"` // one of Registry.Embedders
 	URL    string `yaml:"url"`
 	Model  string `yaml:"model"`
 	APIKey Secret `yaml:"api_key"`
@@ -81,7 +75,7 @@ type Graph struct {
 // Backend is one upstream.
 type Backend struct {
 	Name    string   `yaml:"name"`
-	Type    string   `yaml:"type"` // ollama | openai | llamacpp
+	Type    string   `yaml:"type"` // one of Registry.BackendTypes
 	URL     string   `yaml:"url"`
 	APIKey  Secret   `yaml:"api_key"`
 	Models  []string `yaml:"models"`
@@ -98,13 +92,10 @@ type Process struct {
 	Cgroup  string `yaml:"cgroup"`
 }
 
-// BackendTypes are the accepted backend types.
-var BackendTypes = []string{"ollama", "openai", "llamacpp"}
-
 // Meter configures the energy counters and the estimate models.
 type Meter struct {
-	RAPL            Counter      `yaml:"rapl"`
-	NVML            Counter      `yaml:"nvml"`
+	RAPL            RAPL         `yaml:"rapl"`
+	NVML            NVML         `yaml:"nvml"`
 	CPUWattsPerCore float64      `yaml:"cpu_watts_per_core"`
 	GPUWatts        float64      `yaml:"gpu_watts"`
 	TokenModels     []TokenModel `yaml:"token_models"`
@@ -112,10 +103,16 @@ type Meter struct {
 	StageWattsPerCore float64 `yaml:"stage_watts_per_core"`
 }
 
-// Counter switches one hardware counter.
-type Counter struct {
+// RAPL switches the RAPL counter. SysfsRoot is where the meter reads sysfs (RAPL's powercap
+// zones and the backends' cgroups).
+type RAPL struct {
 	Enabled   string `yaml:"enabled"` // auto | on | off
 	SysfsRoot string `yaml:"sysfs_root"`
+}
+
+// NVML switches the NVIDIA GPU counter.
+type NVML struct {
+	Enabled string `yaml:"enabled"` // auto | on | off
 }
 
 // TokenModel prices tokens for models matching the patterns.
@@ -184,13 +181,13 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // MarshalYAML writes the duration as a string.
 func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
 
-// Load reads and parses the file at p.
-func Load(p string) (*Config, error) {
+// Load reads the file at p and parses it against reg.
+func Load(p string, reg Registry) (*Config, error) {
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return nil, err
 	}
-	c, err := Parse(b)
+	c, err := Parse(b, reg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
@@ -199,9 +196,9 @@ func Load(p string) (*Config, error) {
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
 
-// Parse expands ${ENV} (and ${ENV:-default}) references, decodes strictly, fills defaults and
-// validates.
-func Parse(b []byte) (*Config, error) {
+// Parse expands ${ENV} (and ${ENV:-default}) references, decodes strictly, fills config's own
+// defaults and then reg's, and validates against reg.
+func Parse(b []byte, reg Registry) (*Config, error) {
 	b = envRef.ReplaceAllFunc(b, func(m []byte) []byte {
 		sub := envRef.FindSubmatch(m)
 		if v, ok := os.LookupEnv(string(sub[1])); ok && v != "" {
@@ -215,8 +212,11 @@ func Parse(b []byte) (*Config, error) {
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	c.fillDefaults()
-	if err := c.Validate(); err != nil {
+	c.fillDefaults(reg)
+	if reg.Defaults != nil {
+		reg.Defaults(&c)
+	}
+	if err := c.Validate(reg); err != nil {
 		return nil, err
 	}
 	return &c, nil
@@ -230,7 +230,11 @@ func yamlQuoteInline(v string) string {
 	return v
 }
 
-func (c *Config) fillDefaults() {
+// fillDefaults fills the config-level defaults: the settings no other package owns (the listen
+// address, the edge's limits, the cache's bounds, backend routing, the counter switches and
+// the ledger's rotation). Defaults that a package owns (kv's thresholds, the meter's prices)
+// come from Registry.Defaults.
+func (c *Config) fillDefaults(reg Registry) {
 	def := func(p *string, v string) {
 		if *p == "" {
 			*p = v
@@ -248,28 +252,13 @@ func (c *Config) fillDefaults() {
 		c.Limits.ShutdownTimeout = Duration(30 * time.Second)
 	}
 	if c.Cascade.Stages == nil {
-		c.Cascade.Stages = slices.Clone(StageNames)
+		c.Cascade.Stages = slices.Clone(reg.Stages)
 	}
 	if c.Cascade.Cache.MaxEntries == 0 {
 		c.Cascade.Cache.MaxEntries = 10000
 	}
 	if c.Cascade.Cache.TTL == 0 {
 		c.Cascade.Cache.TTL = Duration(time.Hour)
-	}
-	kv := &c.Cascade.KV
-	def(&kv.Embedder.Type, "builtin")
-	if kv.Threshold == 0 {
-		kv.Threshold = 0.95
-	}
-	if kv.MaxEntries == 0 {
-		kv.MaxEntries = 100000
-	}
-	if kv.LearnQueue == 0 {
-		kv.LearnQueue = 1024
-	}
-	if kv.MaxSimilarTemperature == nil {
-		t := 0.5
-		kv.MaxSimilarTemperature = &t
 	}
 	for i := range c.Backends {
 		b := &c.Backends[i]
@@ -283,135 +272,9 @@ func (c *Config) fillDefaults() {
 	def(&c.Meter.RAPL.Enabled, "auto")
 	def(&c.Meter.RAPL.SysfsRoot, "/sys")
 	def(&c.Meter.NVML.Enabled, "auto")
-	if c.Meter.CPUWattsPerCore == 0 {
-		c.Meter.CPUWattsPerCore = 10
-	}
-	if c.Meter.GPUWatts == 0 {
-		c.Meter.GPUWatts = 300
-	}
-	if c.Meter.StageWattsPerCore == 0 {
-		c.Meter.StageWattsPerCore = c.Meter.CPUWattsPerCore
-	}
-	def(&c.Ledger.Fsync, "every")
 	if c.Ledger.MaxBytes == 0 {
 		c.Ledger.MaxBytes = 64 << 20
 	}
-}
-
-// Validate checks every field and names the first bad one with its allowed values.
-func (c *Config) Validate() error {
-	var errs []error
-	bad := func(field, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, a...)))
-	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		bad("listen", "%q is not host:port", c.Listen)
-	}
-	if !slices.Contains([]string{"trace", "debug", "info", "warn", "error"}, c.LogLevel) {
-		bad("log_level", "%q is not one of trace, debug, info, warn, error", c.LogLevel)
-	}
-	if c.Limits.MaxBodyBytes < 0 {
-		bad("limits.max_body_bytes", "must be positive")
-	}
-	seen := map[string]bool{}
-	for i, s := range c.Cascade.Stages {
-		if !slices.Contains(StageNames, s) {
-			bad(fmt.Sprintf("cascade.stages[%d]", i), "%q is not one of %s", s, strings.Join(StageNames, ", "))
-		}
-		if seen[s] {
-			bad(fmt.Sprintf("cascade.stages[%d]", i), "%q is listed twice", s)
-		}
-		seen[s] = true
-	}
-	if n := len(c.Cascade.Stages); n > 0 && seen["neural"] && c.Cascade.Stages[n-1] != "neural" {
-		bad("cascade.stages", "neural must be the last stage: nothing after it can run")
-	}
-	if c.Cascade.Cache.MaxEntries < 0 {
-		bad("cascade.cache.max_entries", "must be positive")
-	}
-	kv := c.Cascade.KV
-	if !slices.Contains([]string{"builtin", "ollama", "openai"}, kv.Embedder.Type) {
-		bad("cascade.kv.embedder.type", "%q is not one of builtin, ollama, openai", kv.Embedder.Type)
-	}
-	if kv.Embedder.Type != "builtin" && kv.Embedder.URL == "" {
-		bad("cascade.kv.embedder.url", "required for embedder type %s", kv.Embedder.Type)
-	}
-	if kv.Threshold <= 0 || kv.Threshold > 1 {
-		bad("cascade.kv.threshold", "%v is not in (0, 1]", kv.Threshold)
-	}
-	if seen["neural"] && len(c.Backends) == 0 {
-		bad("backends", "at least one backend is needed when the neural stage is on")
-	}
-	names := map[string]bool{}
-	for i, b := range c.Backends {
-		f := fmt.Sprintf("backends[%d]", i)
-		if b.Name == "" {
-			bad(f+".name", "required")
-		}
-		if names[b.Name] {
-			bad(f+".name", "%q is used twice", b.Name)
-		}
-		names[b.Name] = true
-		if !slices.Contains(BackendTypes, b.Type) {
-			bad(f+".type", "%q is not one of %s", b.Type, strings.Join(BackendTypes, ", "))
-		}
-		if u, err := url.Parse(b.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad(f+".url", "%q is not an http(s) URL", b.URL)
-		}
-		for _, p := range b.Models {
-			if _, err := path.Match(p, ""); err != nil {
-				bad(f+".models", "%q is not a glob pattern", p)
-			}
-		}
-		if b.Timeout < 0 {
-			bad(f+".timeout", "must be positive")
-		}
-	}
-	for _, cn := range []struct {
-		field string
-		v     string
-	}{{"meter.rapl.enabled", c.Meter.RAPL.Enabled}, {"meter.nvml.enabled", c.Meter.NVML.Enabled}} {
-		if !slices.Contains([]string{"auto", "on", "off"}, cn.v) {
-			bad(cn.field, "%q is not one of auto, on, off", cn.v)
-		}
-	}
-	if c.Meter.CPUWattsPerCore < 0 {
-		bad("meter.cpu_watts_per_core", "must be positive")
-	}
-	for i, tm := range c.Meter.TokenModels {
-		if len(tm.Models) == 0 {
-			bad(fmt.Sprintf("meter.token_models[%d].models", i), "required")
-		}
-		if tm.JoulesPerPromptToken < 0 || tm.JoulesPerCompletionToken < 0 {
-			bad(fmt.Sprintf("meter.token_models[%d]", i), "joules per token must be positive")
-		}
-	}
-	ids := map[string]bool{}
-	for i, k := range c.Auth.Keys {
-		f := fmt.Sprintf("auth.keys[%d]", i)
-		if k.ID == "" {
-			bad(f+".id", "required")
-		}
-		if ids[k.ID] {
-			bad(f+".id", "%q is used twice", k.ID)
-		}
-		ids[k.ID] = true
-		if k.Key == "" {
-			bad(f+".key", "empty (is its ${ENV} variable set?)")
-		}
-		if k.Budget != nil {
-			if k.Budget.Joules <= 0 {
-				bad(f+".budget.joules", "must be positive")
-			}
-			if !slices.Contains([]string{"day", "month"}, k.Budget.Per) {
-				bad(f+".budget.per", "%q is not one of day, month", k.Budget.Per)
-			}
-		}
-	}
-	if !slices.Contains([]string{"every", "batch"}, c.Ledger.Fsync) {
-		bad("ledger.fsync", "%q is not one of every, batch", c.Ledger.Fsync)
-	}
-	return errors.Join(errs...)
 }
 
 // Masked returns the config as YAML with every secret masked.

@@ -6,12 +6,32 @@ import (
 	"testing"
 )
 
+// testRegistry stands in for the program's registry (cmd/eoc-proxy/registry.go, whose own
+// test parses the shipped file against the real one).
+var testRegistry = Registry{
+	Stages:       []string{"cache", "kv", "graph", "neural"},
+	LastStage:    "neural",
+	BackendTypes: []string{"ollama", "openai", "llamacpp"},
+	Embedders:    map[string]bool{"builtin": false, "ollama": true, "openai": true},
+	Defaults: func(c *Config) {
+		if c.Cascade.KV.Embedder.Type == "" {
+			c.Cascade.KV.Embedder.Type = "builtin"
+		}
+		if c.Cascade.KV.Threshold == 0 {
+			c.Cascade.KV.Threshold = 0.95
+		}
+		if c.Ledger.Fsync == "" {
+			c.Ledger.Fsync = "every"
+		}
+	},
+}
+
 func TestShippedConfigParses(t *testing.T) {
 	b, err := os.ReadFile("../eoc.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Parse(b)
+	c, err := Parse(b, testRegistry)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,11 +59,15 @@ func TestParseErrors(t *testing.T) {
 		{"bad rapl switch", "meter: {rapl: {enabled: maybe}}\nbackends: [{name: a, type: openai, url: 'http://x'}]\n", []string{"meter.rapl.enabled", "auto, on, off"}},
 		{"bad budget period", "auth: {keys: [{id: a, key: k, budget: {joules: 1, per: week}}]}\nbackends: [{name: a, type: openai, url: 'http://x'}]\n", []string{"auth.keys[0].budget.per", "day, month"}},
 		{"empty key", "auth: {keys: [{id: a, key: '${EOC_TEST_UNSET_KEY}'}]}\nbackends: [{name: a, type: openai, url: 'http://x'}]\n", []string{"auth.keys[0].key", "ENV"}},
+		{"bad embedder", "cascade: {kv: {embedder: {type: word2vec}}}\nbackends: [{name: a, type: openai, url: 'http://x'}]\n", []string{"cascade.kv.embedder.type", "builtin, ollama, openai"}},
+		{"embedder without url", "cascade: {kv: {embedder: {type: ollama}}}\nbackends: [{name: a, type: openai, url: 'http://x'}]\n", []string{"cascade.kv.embedder.url", "ollama"}},
+		{"bad threshold", "cascade: {kv: {threshold: 1.5}}\nbackends: [{name: a, type: openai, url: 'http://x'}]\n", []string{"cascade.kv.threshold", "1.5"}},
+		{"nvml has no sysfs_root", "meter: {nvml: {sysfs_root: /sys}}\n", []string{"line 1", "sysfs_root"}},
 		{"bad fsync", "ledger: {fsync: sometimes}\nbackends: [{name: a, type: openai, url: 'http://x'}]\n", []string{"ledger.fsync", "every, batch"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse([]byte(tc.yaml))
+			_, err := Parse([]byte(tc.yaml), testRegistry)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -59,7 +83,7 @@ func TestParseErrors(t *testing.T) {
 func TestEnvExpansionAndMasking(t *testing.T) {
 	t.Setenv("EOC_TEST_SECRET", `s3cr:t "quoted" # not a comment`)
 	c, err := Parse([]byte("backends: [{name: a, type: openai, url: 'https://api.example/v1', api_key: ${EOC_TEST_SECRET}}]\n" +
-		"cascade: {kv: {embedder: {type: openai, url: '${EOC_TEST_UNSET:-http://127.0.0.1:9/v1}'}}}\n"))
+		"cascade: {kv: {embedder: {type: openai, url: '${EOC_TEST_UNSET:-http://127.0.0.1:9/v1}'}}}\n"), testRegistry)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,5 +99,46 @@ func TestEnvExpansionAndMasking(t *testing.T) {
 	}
 	if strings.Contains(string(out), "s3cr") || !strings.Contains(string(out), "api_key: '***'") {
 		t.Fatalf("secret not masked:\n%s", out)
+	}
+}
+
+// TestRegistryDrivesValidation shows that config knows no names of its own: the same file is
+// valid or not by the registry it is parsed against, and the registry's defaults fill the
+// fields the file leaves empty before validation runs.
+func TestRegistryDrivesValidation(t *testing.T) {
+	const yaml = "cascade: {stages: [cache, magic]}\nbackends: [{name: a, type: vllm, url: 'http://x'}]\n"
+	if _, err := Parse([]byte(yaml), testRegistry); err == nil {
+		t.Fatal("magic and vllm passed the test registry")
+	}
+	reg := testRegistry
+	reg.Stages = []string{"cache", "magic"}
+	reg.BackendTypes = []string{"vllm"}
+	reg.LastStage = ""
+	var sawThreshold float64
+	reg.Defaults = func(c *Config) {
+		testRegistry.Defaults(c)
+		sawThreshold = c.Cascade.KV.Threshold
+		c.Cascade.KV.MaxEntries = 7
+	}
+	c, err := Parse([]byte(yaml), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sawThreshold != 0.95 || c.Cascade.KV.MaxEntries != 7 {
+		t.Fatalf("registry defaults not applied: threshold %v, max_entries %d", sawThreshold, c.Cascade.KV.MaxEntries)
+	}
+	c, err = Parse([]byte("backends: [{name: a, type: vllm, url: 'http://x'}]\n"), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(c.Cascade.Stages, ",") != "cache,magic" {
+		t.Fatalf("default stages %v, want the registry's order", c.Cascade.Stages)
+	}
+	// The zero registry accepts no names at all.
+	_, err = Parse([]byte(yaml), Registry{})
+	for _, w := range []string{"cascade.stages[0]", "backends[0].type", "cascade.kv.embedder.type", "cascade.kv.threshold"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("zero registry: error %v lacks %s", err, w)
+		}
 	}
 }

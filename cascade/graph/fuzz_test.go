@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -19,7 +20,7 @@ func FuzzNTriples(f *testing.F) {
 
 // FuzzAnswer: any question is answered or declined without panicking.
 func FuzzAnswer(f *testing.F) {
-	st, err := load([]string{"data/facts.tsv"})
+	st, err := load(os.DirFS("../.."), []string{"data/facts.tsv"})
 	if err != nil {
 		f.Fatal(err)
 	}

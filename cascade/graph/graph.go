@@ -4,22 +4,15 @@ package graph
 
 import (
 	"context"
+	"io/fs"
 	"strings"
 	"sync"
 	"sync/atomic"
 
-	"github.com/rs/zerolog"
-
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/config"
 )
 
 var _ cascade.Stage = (*Stage)(nil)
-
-// DefaultSavedJoules is what a graph answer reports as saved: the stated cost of the small-model
-// call it replaces (a 1B-class model writing a ~30-token answer at ~0.3 J/token on a
-// laptop-class CPU or GPU). It is an estimate, not a measurement; WithSavedJoules changes it.
-const DefaultSavedJoules = 10.0
 
 // Stage answers questions like "What is the capital of France?", "Which country has Paris as its
 // capital?" or "Who wrote Hamlet?" from the loaded facts, and passes (cascade.ErrMiss) on
@@ -28,30 +21,21 @@ const DefaultSavedJoules = 10.0
 // safe for concurrent use; Reload swaps the whole graph atomically.
 type Stage struct {
 	files []string
+	fsys  fs.FS
 	saved float64
-	log   zerolog.Logger
 
 	g        atomic.Pointer[store]
 	reloadMu sync.Mutex
 }
 
-// Option changes how New builds a Stage.
-type Option func(*Stage)
-
-// WithSavedJoules sets what each answer reports as saved.
-func WithSavedJoules(j float64) Option { return func(s *Stage) { s.saved = j } }
-
-// WithLogger sets the logger for reloads.
-func WithLogger(l zerolog.Logger) Option { return func(s *Stage) { s.log = l } }
-
-// New loads cfg.Files (.nt is N-Triples, anything else TSV). A file that is missing or malformed
-// is an error naming its line. With no files the stage answers nothing.
-func New(cfg config.Graph, opts ...Option) (*Stage, error) {
-	s := &Stage{files: cfg.Files, saved: DefaultSavedJoules, log: zerolog.Nop()}
-	for _, o := range opts {
-		o(s)
+// New loads o.Files. A file that is missing or malformed is an error naming its line. With no
+// files the stage answers nothing.
+func New(o Options) (*Stage, error) {
+	s := &Stage{files: o.Files, fsys: o.FS, saved: o.SavedJoules}
+	if s.saved <= 0 {
+		s.saved = DefaultSavedJoules
 	}
-	st, err := load(s.files)
+	st, err := load(s.fsys, s.files)
 	if err != nil {
 		return nil, err
 	}
@@ -60,17 +44,16 @@ func New(cfg config.Graph, opts ...Option) (*Stage, error) {
 }
 
 // Reload reads the files again and swaps the new graph in only when it loaded cleanly; on error
-// the stage keeps serving the old graph. Call it on SIGHUP.
+// the stage keeps serving the old graph. Call it on SIGHUP; the caller logs the outcome (Len
+// is the new size).
 func (s *Stage) Reload() error {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
-	st, err := load(s.files)
+	st, err := load(s.fsys, s.files)
 	if err != nil {
-		s.log.Warn().Err(err).Msg("graph reload failed; serving the previous graph")
 		return err
 	}
 	s.g.Store(st)
-	s.log.Info().Int("triples", st.triples).Msg("graph reloaded")
 	return nil
 }
 

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/config"
 )
 
 func msg(role, text string) cascade.Message {
@@ -25,11 +24,11 @@ func ask(msgs ...cascade.Message) *cascade.Request {
 	return r
 }
 
-// shipped is the stage over the shipped facts. "data/facts.tsv" is not on disk relative to this
-// package, so this also shows the embedded fallback the default eoc.yaml relies on.
+// shipped is the stage over the shipped facts, read from the module root as eoc-proxy reads
+// them beside eoc.yaml.
 func shipped(t testing.TB) *Stage {
 	t.Helper()
-	s, err := New(config.Graph{Files: []string{"data/facts.tsv"}})
+	s, err := New(Options{Files: []string{"data/facts.tsv"}, FS: os.DirFS("../..")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +168,7 @@ func TestRequestShapes(t *testing.T) {
 		ans.Choices[0].FinishReason != "stop" || ans.Energy.Saved != DefaultSavedJoules || ans.Energy.Grade != "" || ans.Usage == nil {
 		t.Errorf("answer shape: %+v", ans)
 	}
-	s2, _ := New(config.Graph{Files: []string{"data/facts.tsv"}}, WithSavedJoules(3))
+	s2, _ := New(Options{Files: []string{"data/facts.tsv"}, FS: os.DirFS("../.."), SavedJoules: 3})
 	if ans, _ := s2.Serve(context.Background(), ask(msg("user", q)), nil); ans.Energy.Saved != 3 {
 		t.Errorf("saved = %v, want 3", ans.Energy.Saved)
 	}
@@ -197,7 +196,7 @@ func TestNTriples(t *testing.T) {
 <http://ex.org/author> <https://eoc-proxy.dev/ns/graph#inverseVerb> "wrote" .
 _:b1 <http://ex.org/note> "caf\u00E9 \"quoted\""^^<http://www.w3.org/2001/XMLSchema#string> .
 `)
-	s, err := New(config.Graph{Files: []string{nt}})
+	s, err := New(Options{Files: []string{nt}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,16 +226,16 @@ func TestFileErrors(t *testing.T) {
 		{"nt unterminated", "f.nt", "<a> <b> \"abc .\n", "f.nt:1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(config.Graph{Files: []string{write(t, tc.file, tc.body)}})
+			_, err := New(Options{Files: []string{write(t, tc.file, tc.body)}})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want %q", err, tc.want)
 			}
 		})
 	}
-	if _, err := New(config.Graph{Files: []string{filepath.Join(t.TempDir(), "missing.tsv")}}); err == nil {
+	if _, err := New(Options{Files: []string{filepath.Join(t.TempDir(), "missing.tsv")}}); err == nil {
 		t.Error("a missing file loaded")
 	}
-	s, err := New(config.Graph{})
+	s, err := New(Options{})
 	if err != nil || s.Len() != 0 {
 		t.Fatalf("no files: %v", err)
 	}
@@ -250,7 +249,7 @@ func TestTooManyValues(t *testing.T) {
 	for i := range maxFacts + 1 {
 		b.WriteString("Country " + string(rune('A'+i)) + "\tcurrency\teuro\n")
 	}
-	s, err := New(config.Graph{Files: []string{write(t, "facts.tsv", b.String())}})
+	s, err := New(Options{Files: []string{write(t, "facts.tsv", b.String())}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +263,7 @@ func TestTooManyValues(t *testing.T) {
 
 func TestReload(t *testing.T) {
 	p := write(t, "facts.tsv", "France\tcapital\tParis\n")
-	s, err := New(config.Graph{Files: []string{p}})
+	s, err := New(Options{Files: []string{p}})
 	if err != nil {
 		t.Fatal(err)
 	}

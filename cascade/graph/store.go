@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/eoc-proxy/eoc-proxy/data"
 )
 
 // store is one loaded graph, indexed for questions. It is read-only once built, so a Stage swaps
@@ -227,12 +226,12 @@ func containsRef(refs []predRef, r predRef) bool {
 	return false
 }
 
-// load reads and indexes files: .nt is N-Triples, anything else tab-separated values. Shipped
-// files under data/ fall back to the copies built into the binary.
-func load(files []string) (*store, error) {
+// load reads and indexes files from fsys (the operating system when nil): .nt is N-Triples,
+// anything else tab-separated values.
+func load(fsys fs.FS, files []string) (*store, error) {
 	b := newBuilder()
 	for _, name := range files {
-		f, _, err := data.Open(name)
+		f, err := open(fsys, name)
 		if err != nil {
 			return nil, fmt.Errorf("graph: %w", err)
 		}

@@ -10,7 +10,6 @@ import (
 
 	chromem "github.com/philippgille/chromem-go"
 
-	"github.com/eoc-proxy/eoc-proxy/config"
 )
 
 var benchVocab = strings.Fields(`account address alert archive backup balance battery billing
@@ -60,7 +59,7 @@ func benchStore(b *testing.B, n int) *benchSet {
 	if v, ok := benchSets.Load(n); ok {
 		return v.(*benchSet)
 	}
-	s, err := New(config.KV{MaxEntries: n})
+	s, err := New(Options{MaxEntries: n})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,8 +12,6 @@ import (
 
 	"github.com/ollama/ollama/api"
 	openai "github.com/sashabaranov/go-openai"
-
-	"github.com/eoc-proxy/eoc-proxy/config"
 )
 
 // Embedder turns texts into vectors. Implementations must be safe for concurrent use.
@@ -221,17 +219,4 @@ func (o *OpenAI) Embed(ctx context.Context, texts []string) ([][]float32, error)
 		}
 	}
 	return out, nil
-}
-
-// NewEmbedder builds the embedder that cfg names.
-func NewEmbedder(cfg config.Embedder) (Embedder, error) {
-	switch cfg.Type {
-	case "", "builtin":
-		return Builtin{}, nil
-	case "ollama":
-		return NewOllama(cfg.URL, cfg.Model, string(cfg.APIKey))
-	case "openai":
-		return NewOpenAI(cfg.URL, cfg.Model, string(cfg.APIKey))
-	}
-	return nil, fmt.Errorf("kv: embedder type %q is not one of builtin, ollama, openai", cfg.Type)
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/config"
 )
 
 // fakeVector embeds like the built-in embedder, so the fakes behave like a real model.
@@ -47,8 +46,11 @@ func TestOllamaEmbedder(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	cfg := config.KV{Embedder: config.Embedder{Type: "ollama", URL: srv.URL, Model: "nomic-embed-text", APIKey: "k"}}
-	s := newStage(t, cfg)
+	emb, err := NewOllama(srv.URL, "nomic-embed-text", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStage(t, Options{Embedder: emb})
 	teach(t, s, request("", "m", user("How do I reset my password?")), neural("link", 4))
 	if ans, hit := serve(t, s, request("", "m", user("how do I reset my password"))); !hit || ans.Energy.Saved != 4 {
 		t.Fatalf("hit %v", hit)
@@ -57,7 +59,7 @@ func TestOllamaEmbedder(t *testing.T) {
 		t.Errorf("Authorization = %q", auth)
 	}
 	down = true
-	_, err := s.Serve(context.Background(), request("", "m", user("How do I reset my password?")), nil)
+	_, err = s.Serve(context.Background(), request("", "m", user("How do I reset my password?")), nil)
 	if err == nil || errors.Is(err, cascade.ErrMiss) {
 		t.Fatalf("embedder down: err = %v, want an error", err)
 	}
@@ -99,26 +101,5 @@ func TestOpenAIEmbedder(t *testing.T) {
 	bad, _ := NewOpenAI(srv.URL+"/v1", "m", "wrong")
 	if _, err := bad.Embed(context.Background(), []string{"x"}); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("bad key: err = %v", err)
-	}
-}
-
-func TestEmbedderConfig(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		cfg  config.Embedder
-		ok   bool
-	}{
-		{"default", config.Embedder{}, true},
-		{"builtin", config.Embedder{Type: "builtin"}, true},
-		{"ollama", config.Embedder{Type: "ollama", URL: "http://127.0.0.1:11434", Model: "nomic-embed-text"}, true},
-		{"ollama without model", config.Embedder{Type: "ollama", URL: "http://127.0.0.1:11434"}, false},
-		{"openai bad url", config.Embedder{Type: "openai", URL: "localhost", Model: "m"}, false},
-		{"unknown", config.Embedder{Type: "word2vec"}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if _, err := NewEmbedder(tc.cfg); (err == nil) != tc.ok {
-				t.Errorf("err = %v, want ok %v", err, tc.ok)
-			}
-		})
 	}
 }

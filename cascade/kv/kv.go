@@ -20,25 +20,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/config"
 )
 
 var (
 	_ cascade.Stage   = (*Stage)(nil)
 	_ cascade.Learner = (*Stage)(nil)
-)
-
-// Defaults for fields a config.KV left at zero (config.Parse fills the same ones).
-const (
-	DefaultThreshold             = 0.95
-	DefaultMaxEntries            = 100000
-	DefaultLearnQueue            = 1024
-	DefaultMaxSimilarTemperature = 0.5
-	// DefaultSeedJoules is what a seeded answer reports as saved unless its file says otherwise:
-	// the stated cost of one small-model call (a 1B-class model writing a ~30-token answer at
-	// ~0.3 J/token on a laptop-class CPU or GPU). A seed was never made by a model here, so this
-	// is an estimate, not a measurement.
-	DefaultSeedJoules = 10.0
 )
 
 // Timeouts for embedder calls.
@@ -90,74 +76,36 @@ type job struct {
 	barrier       chan struct{}
 }
 
-// Option changes how New builds a Stage.
-type Option func(*options)
-
-type options struct {
-	embedder   Embedder
-	log        zerolog.Logger
-	seedJoules float64
-}
-
-// WithEmbedder sets the embedder, overriding cfg.Embedder.
-func WithEmbedder(e Embedder) Option { return func(o *options) { o.embedder = e } }
-
-// WithLogger sets the logger for warnings (a store that needed repair, answers not learned).
-func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.log = l } }
-
-// WithSeedJoules sets what a seeded answer reports as saved when its file gives no figure.
-func WithSeedJoules(j float64) Option { return func(o *options) { o.seedJoules = j } }
-
 // New builds the stage: it reads the seed files (an unreadable or inconsistent seed file is an
-// error), opens the store under cfg.DataDir (in memory when empty; a store that does not load is
+// error), opens the store under o.DataDir (in memory when empty; a store that does not load is
 // repaired or moved aside with a warning, never an error), and starts the learning worker.
-func New(cfg config.KV, opts ...Option) (*Stage, error) {
-	o := options{log: zerolog.Nop(), seedJoules: DefaultSeedJoules}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.embedder == nil {
-		e, err := NewEmbedder(cfg.Embedder)
-		if err != nil {
-			return nil, err
-		}
-		o.embedder = e
-	}
+func New(o Options) (*Stage, error) {
+	o = o.withDefaults()
 	s := &Stage{
-		emb:        o.embedder,
-		log:        o.log,
-		threshold:  float32(orDefault(cfg.Threshold, DefaultThreshold)),
-		maxEntries: orDefault(cfg.MaxEntries, DefaultMaxEntries),
-		maxTemp:    DefaultMaxSimilarTemperature,
+		emb:        o.Embedder,
+		log:        o.Logger,
+		threshold:  float32(o.Threshold),
+		maxEntries: o.MaxEntries,
+		maxTemp:    *o.MaxSimilarTemperature,
 		cols:       map[colKey]*collection{},
 	}
-	if cfg.MaxSimilarTemperature != nil {
-		s.maxTemp = *cfg.MaxSimilarTemperature
-	}
 	var err error
-	if s.seeds, err = loadSeeds(cfg.SeedFiles, o.seedJoules); err != nil {
+	if s.seeds, err = loadSeeds(o.Files, o.SeedFiles, o.SeedJoules); err != nil {
 		return nil, err
 	}
 	s.recent, _ = lru.New[string, []float32](256)
-	if cfg.DataDir != "" {
-		if s.db, err = openDB(cfg.DataDir, s.log); err != nil {
-			s.log.Warn().Err(err).Str("data_dir", cfg.DataDir).Msg("kv store unusable; learning in memory only")
+	if o.DataDir != "" {
+		if s.db, err = openDB(o.DataDir, s.log); err != nil {
+			s.log.Warn().Err(err).Str("data_dir", o.DataDir).Msg("store unusable; learning in memory only")
 			s.db = nil
 		} else {
 			s.load()
 		}
 	}
-	s.queue = make(chan job, orDefault(cfg.LearnQueue, DefaultLearnQueue))
+	s.queue = make(chan job, o.LearnQueue)
 	s.done = make(chan struct{})
 	go s.work()
 	return s, nil
-}
-
-func orDefault[T int | float64](v, def T) T {
-	if v <= 0 {
-		return def
-	}
-	return v
 }
 
 // load indexes the store's collections that this embedder wrote.
@@ -170,20 +118,20 @@ func (s *Stage) load() {
 		}
 		if n.Embedder != s.emb.ID() {
 			s.log.Info().Str("embedder", n.Embedder).Str("model", n.Model).Int("entries", col.Count()).
-				Msg("kv collection from another embedder kept on disk, not used")
+				Msg("collection from another embedder kept on disk, not used")
 			continue
 		}
 		if s.dim != 0 && n.Dim != s.dim {
-			s.log.Warn().Str("collection", name).Int("dim", n.Dim).Int("want", s.dim).Msg("kv collection has another dimension; not used")
+			s.log.Warn().Str("collection", name).Int("dim", n.Dim).Int("want", s.dim).Msg("collection has another dimension; not used")
 			continue
 		}
 		entries, bad, err := loadCollection(ctx, col, n.Dim)
 		if err != nil {
-			s.log.Warn().Err(err).Str("collection", name).Msg("kv collection does not load; not used")
+			s.log.Warn().Err(err).Str("collection", name).Msg("collection does not load; not used")
 			continue
 		}
 		if bad > 0 {
-			s.log.Warn().Int("skipped", bad).Str("model", n.Model).Msg("kv entries that do not parse were skipped")
+			s.log.Warn().Int("skipped", bad).Str("model", n.Model).Msg("entries that do not parse were skipped")
 		}
 		s.dim = n.Dim
 		if s.lsh == nil {
@@ -484,7 +432,7 @@ func (s *Stage) work() {
 		}
 		if err := s.learn(j); err != nil {
 			s.stats.failed.Add(1)
-			s.log.Warn().Err(err).Str("model", j.model).Msg("kv: answer not learned")
+			s.log.Warn().Err(err).Str("model", j.model).Msg("answer not learned")
 		}
 	}
 }
@@ -541,7 +489,7 @@ func (s *Stage) deleteEvicted(ctx context.Context, col *collection, evicted []*e
 		ids[i] = e.id
 	}
 	if err := col.store.Delete(ctx, nil, nil, ids...); err != nil {
-		s.log.Warn().Err(err).Msg("kv: evicted entries not removed from disk")
+		s.log.Warn().Err(err).Msg("evicted entries not removed from disk")
 	}
 }
 

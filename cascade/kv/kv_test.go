@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/config"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
@@ -47,9 +46,9 @@ func neural(text string, joules float64) *cascade.Answer {
 	}
 }
 
-func newStage(t testing.TB, cfg config.KV, opts ...Option) *Stage {
+func newStage(t testing.TB, o Options) *Stage {
 	t.Helper()
-	s, err := New(cfg, opts...)
+	s, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +150,7 @@ func TestSeeds(t *testing.T) {
 # a comment
 {"question":"How do I enable 2FA?","answer":"Settings, Security, Enable.","joules":42}
 `)
-	s := newStage(t, config.KV{SeedFiles: []string{faq}})
+	s := newStage(t, Options{SeedFiles: []string{faq}})
 	two := 2
 	for _, tc := range []struct {
 		name   string
@@ -221,27 +220,27 @@ func TestSeedFileErrors(t *testing.T) {
 		{"two answers", "{\"question\":\"Hi?\",\"answer\":\"a\"}\n{\"question\":\"hi\",\"answer\":\"b\"}", "two answers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(config.KV{SeedFiles: []string{writeFile(t, "faq.jsonl", tc.body)}})
+			_, err := New(Options{SeedFiles: []string{writeFile(t, "faq.jsonl", tc.body)}})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
 		})
 	}
 	t.Run("missing file", func(t *testing.T) {
-		if _, err := New(config.KV{SeedFiles: []string{filepath.Join(t.TempDir(), "nope.jsonl")}}); err == nil {
+		if _, err := New(Options{SeedFiles: []string{filepath.Join(t.TempDir(), "nope.jsonl")}}); err == nil {
 			t.Fatal("no error for a missing seed file")
 		}
 	})
 	t.Run("yaml", func(t *testing.T) {
 		p := writeFile(t, "faq.yaml", "- question: Where is it?\n  answer: Here.\n")
-		s := newStage(t, config.KV{SeedFiles: []string{p}})
+		s := newStage(t, Options{SeedFiles: []string{p}})
 		if ans, hit := serve(t, s, request("", "m", user("where is it"))); !hit || ans.Text() != "Here." {
 			t.Fatal("yaml seed not served")
 		}
 	})
 	t.Run("shipped file", func(t *testing.T) {
-		// data/faq.jsonl resolves to the copy in the binary when it is not on disk here.
-		s := newStage(t, config.KV{SeedFiles: []string{"data/faq.jsonl"}})
+		// The shipped file, read from the module root as eoc-proxy reads it beside eoc.yaml.
+		s := newStage(t, Options{SeedFiles: []string{"data/faq.jsonl"}, Files: os.DirFS("../..")})
 		if ans, hit := serve(t, s, request("", "m", user("what is eoc-proxy"))); !hit || !strings.Contains(ans.Text(), "proxy") {
 			t.Fatal("shipped seed not served")
 		}
@@ -249,7 +248,7 @@ func TestSeedFileErrors(t *testing.T) {
 }
 
 func TestSimilarHits(t *testing.T) {
-	s := newStage(t, config.KV{})
+	s := newStage(t, Options{})
 	teach(t, s, request("", "m", user("How do I reset my password?")), neural("Click 'Forgot password'.", 123.5))
 	for _, tc := range []struct{ name, q string }{
 		{"same", "How do I reset my password?"},
@@ -289,7 +288,7 @@ func TestGuards(t *testing.T) {
 	for _, th := range []float64{DefaultThreshold, 0.5} {
 		for _, tc := range pairs {
 			t.Run(tc.name+"/"+strings.TrimRight(strings.TrimRight(jsonNum(th), "0"), "."), func(t *testing.T) {
-				s := newStage(t, config.KV{Threshold: th})
+				s := newStage(t, Options{Threshold: th})
 				teach(t, s, request("", "m", user(tc.learned)), neural("answer", 1))
 				if ans, hit := serve(t, s, request("", "m", user(tc.asked))); hit {
 					t.Fatalf("%q answered %q's answer %q", tc.asked, tc.learned, ans.Text())
@@ -305,7 +304,7 @@ func TestGuards(t *testing.T) {
 func jsonNum(f float64) string { b, _ := json.Marshal(f); return string(b) }
 
 func TestIsolation(t *testing.T) {
-	s := newStage(t, config.KV{})
+	s := newStage(t, Options{})
 	q := "How do I reset my password?"
 	teach(t, s, request("acme", "llama3", user(q)), neural("acme's answer", 1))
 	for _, tc := range []struct {
@@ -347,7 +346,7 @@ func TestHistory(t *testing.T) {
 				continue
 			}
 			t.Run(tc.name+"/"+jsonNum(th), func(t *testing.T) {
-				s := newStage(t, config.KV{Threshold: th})
+				s := newStage(t, Options{Threshold: th})
 				teach(t, s, request("", "m", paris...), neural("About 2.1 million.", 1))
 				if _, hit := serve(t, s, request("", "m", tc.msgs...)); hit != tc.hit {
 					t.Errorf("hit = %v, want %v", hit, tc.hit)
@@ -377,7 +376,7 @@ func TestSkipsSimilarity(t *testing.T) {
 		{"max_tokens enough", func(c *cascade.ChatRequest) { n := 7; c.MaxTokens = &n }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newStage(t, config.KV{})
+			s := newStage(t, Options{})
 			teach(t, s, request("", "m", user(q)), neural("answer", 1))
 			r := request("", "m", user(q))
 			tc.edit(&r.Chat)
@@ -385,7 +384,7 @@ func TestSkipsSimilarity(t *testing.T) {
 				t.Errorf("served: hit = %v, want %v", hit, tc.hit)
 			}
 			// The same request is not learned either, unless it could be matched.
-			s2 := newStage(t, config.KV{})
+			s2 := newStage(t, Options{})
 			s2.Learn(rekey(r), neural("answer", 1))
 			s2.Flush()
 			if got := s2.Stats().Learned == 1; got != (tc.hit || tc.name == "stop differs" || strings.HasPrefix(tc.name, "max_tokens")) {
@@ -416,7 +415,7 @@ func TestLearnFilters(t *testing.T) {
 		{"assistant last", request("", "m", user("hi"), msg("assistant", "hello")), func(*cascade.Answer) {}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newStage(t, config.KV{})
+			s := newStage(t, Options{})
 			ans := neural("answer", 1)
 			tc.edit(ans)
 			s.Learn(tc.req, ans)
@@ -431,7 +430,7 @@ func TestLearnFilters(t *testing.T) {
 // TestSavedIsOriginalCost: an answer that a memoizing stage served carries Saved, and that is
 // what it is remembered for, not the cheap stage's joules.
 func TestSavedIsOriginalCost(t *testing.T) {
-	s := newStage(t, config.KV{})
+	s := newStage(t, Options{})
 	ans := neural("answer", 0.01)
 	ans.Energy.Saved = 55
 	teach(t, s, request("", "m", user("How do I reset my password?")), ans)
@@ -443,7 +442,7 @@ func TestSavedIsOriginalCost(t *testing.T) {
 
 func TestPersistence(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "kv")
-	cfg := config.KV{DataDir: dir}
+	cfg := Options{DataDir: dir}
 	s := newStage(t, cfg)
 	teach(t, s, request("acme", "llama3", user("How do I reset my password?")), neural("Use the reset link.", 321))
 	teach(t, s, request("acme", "llama3", msg("system", "Be brief."), user("What is DNS?")), neural("Names to addresses.", 12))
@@ -474,7 +473,7 @@ func TestPersistence(t *testing.T) {
 
 func TestEviction(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "kv")
-	cfg := config.KV{DataDir: dir, MaxEntries: 3}
+	cfg := Options{DataDir: dir, MaxEntries: 3}
 	s := newStage(t, cfg)
 	qs := []string{"How do I reset my password?", "What is DNS?", "Explain TCP handshakes.", "What is a VLAN?", "Define latency."}
 	for _, q := range qs {
@@ -499,7 +498,7 @@ func TestEviction(t *testing.T) {
 	_ = s.Close()
 	check(newStage(t, cfg)) // evicted entries are gone from disk too
 	// A smaller bound on reopen evicts the oldest.
-	s3 := newStage(t, config.KV{DataDir: dir, MaxEntries: 1})
+	s3 := newStage(t, Options{DataDir: dir, MaxEntries: 1})
 	if _, hit := serve(t, s3, request("", "m", user(qs[4]))); !hit || s3.Stats().Entries != 1 {
 		t.Errorf("reopen with max 1: hit %v, %+v", hit, s3.Stats())
 	}
@@ -507,7 +506,7 @@ func TestEviction(t *testing.T) {
 
 func TestCorruptStore(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "kv")
-	cfg := config.KV{DataDir: dir}
+	cfg := Options{DataDir: dir}
 	s := newStage(t, cfg)
 	teach(t, s, request("", "m", user("How do I reset my password?")), neural("kept", 1))
 	teach(t, s, request("", "m", user("What is DNS?")), neural("lost", 1))
@@ -553,7 +552,7 @@ func TestCorruptStore(t *testing.T) {
 
 	// A data_dir that is a file cannot be opened at all: the stage learns in memory.
 	file := writeFile(t, "notadir", "x")
-	s4 := newStage(t, config.KV{DataDir: file})
+	s4 := newStage(t, Options{DataDir: file})
 	teach(t, s4, request("", "m", user("What is DNS?")), neural("mem", 1))
 }
 
@@ -572,7 +571,7 @@ func (b *blockingEmbedder) Embed(ctx context.Context, texts []string) ([][]float
 
 func TestQueueFullDrops(t *testing.T) {
 	emb := &blockingEmbedder{release: make(chan struct{})}
-	s := newStage(t, config.KV{LearnQueue: 2}, WithEmbedder(emb))
+	s := newStage(t, Options{LearnQueue: 2, Embedder: emb})
 	for i := range 10 {
 		s.Learn(request("", "m", user("question number "+string(rune('a'+i)))), neural("a", 1))
 	}
@@ -605,7 +604,7 @@ func (f *failingEmbedder) Embed(ctx context.Context, texts []string) ([][]float3
 
 func TestEmbedderDown(t *testing.T) {
 	emb := &failingEmbedder{}
-	s := newStage(t, config.KV{}, WithEmbedder(emb))
+	s := newStage(t, Options{Embedder: emb})
 	r := request("", "m", user("How do I reset my password?"))
 	teach(t, s, r, neural("a", 1))
 	emb.fail.Store(true)
@@ -623,7 +622,7 @@ func TestEmbedderDown(t *testing.T) {
 // TestLearnReusesServeVector: after a miss, learning the same request does not embed again.
 func TestLearnReusesServeVector(t *testing.T) {
 	emb := &countingEmbedder{}
-	s := newStage(t, config.KV{}, WithEmbedder(emb))
+	s := newStage(t, Options{Embedder: emb})
 	teach(t, s, request("", "m", user("first question")), neural("a", 1))
 	r := request("", "m", user("second question"))
 	if _, hit := serve(t, s, r); hit {
@@ -645,7 +644,7 @@ func (c *countingEmbedder) Embed(ctx context.Context, texts []string) ([][]float
 }
 
 func TestImportExport(t *testing.T) {
-	src := newStage(t, config.KV{})
+	src := newStage(t, Options{})
 	teach(t, src, request("acme", "llama3", user("How do I reset my password?")), neural("Use the link.", 5))
 	teach(t, src, request("", "mistral", msg("system", "Be brief."), user("What is DNS?")), neural("Names.", 7))
 	stopReq := request("", "mistral", user("List three colours"))
@@ -659,14 +658,14 @@ func TestImportExport(t *testing.T) {
 	}
 
 	dir := filepath.Join(t.TempDir(), "kv")
-	dst := newStage(t, config.KV{DataDir: dir})
+	dst := newStage(t, Options{DataDir: dir})
 	plain := "{\"question\":\"Where is the office?\",\"answer\":\"Berlin.\"}\n"
 	n, err = dst.Import(context.Background(), strings.NewReader(buf.String()+plain), Record{Model: "llama3", Joules: 9}, nil)
 	if err != nil || n != 4 {
 		t.Fatalf("import: n=%d err=%v", n, err)
 	}
 	_ = dst.Close()
-	re := newStage(t, config.KV{DataDir: dir})
+	re := newStage(t, Options{DataDir: dir})
 	for _, tc := range []struct {
 		name   string
 		req    *cascade.Request
@@ -696,7 +695,7 @@ func TestImportExport(t *testing.T) {
 }
 
 func TestConcurrentServeLearn(t *testing.T) {
-	s := newStage(t, config.KV{DataDir: filepath.Join(t.TempDir(), "kv"), MaxEntries: 20})
+	s := newStage(t, Options{DataDir: filepath.Join(t.TempDir(), "kv"), MaxEntries: 20})
 	done := make(chan struct{})
 	for w := range 4 {
 		go func() {

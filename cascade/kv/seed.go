@@ -6,12 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"path/filepath"
 	"strings"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/eoc-proxy/eoc-proxy/data"
 )
 
 // seed is an operator's answer to one question.
@@ -32,12 +31,12 @@ type seedRecord struct {
 // loadSeeds reads seed files into a map from the Normalize form of each question. A file ending
 // in .yaml or .yml holds a YAML list of {question, answer}; any other file is JSON Lines, one
 // {"question","answer"} object a line (blank lines and lines starting with # are skipped).
-// Shipped files under data/ fall back to the copies built into the binary. Two seeds whose
+// Files are read from fsys (the operating system when nil). Two seeds whose
 // questions normalise alike but whose answers differ are an error.
-func loadSeeds(files []string, defaultJoules float64) (map[string]seed, error) {
+func loadSeeds(fsys fs.FS, files []string, defaultJoules float64) (map[string]seed, error) {
 	seeds := map[string]seed{}
 	for _, name := range files {
-		recs, err := readSeedFile(name)
+		recs, err := readSeedFile(fsys, name)
 		if err != nil {
 			return nil, err
 		}
@@ -64,8 +63,8 @@ type lineRecord struct {
 	rec  seedRecord
 }
 
-func readSeedFile(name string) ([]lineRecord, error) {
-	f, _, err := data.Open(name)
+func readSeedFile(fsys fs.FS, name string) ([]lineRecord, error) {
+	f, err := open(fsys, name)
 	if err != nil {
 		return nil, fmt.Errorf("kv seed file: %w", err)
 	}

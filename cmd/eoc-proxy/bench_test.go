@@ -39,11 +39,11 @@ func fastUpstream(tb testing.TB) *httptest.Server {
 // benchProxy serves eoc-proxy's handler, built from a config like the shipped one, over loopback.
 func benchProxy(tb testing.TB, yaml string) *httptest.Server {
 	tb.Helper()
-	cfg, err := config.Parse([]byte(yaml))
+	cfg, err := config.Parse([]byte(yaml), registry())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	a, err := build(cfg, zerolog.Nop())
+	a, err := build(cfg, configFiles{}, zerolog.Nop())
 	if err != nil {
 		tb.Fatal(err)
 	}

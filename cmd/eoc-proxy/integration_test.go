@@ -33,11 +33,11 @@ type stack struct {
 
 func startStack(t *testing.T, yaml string) *stack {
 	t.Helper()
-	cfg, err := config.Parse([]byte(yaml))
+	cfg, err := config.Parse([]byte(yaml), registry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := build(cfg, zerolog.Nop())
+	a, err := build(cfg, configFiles{}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,10 +74,10 @@ func configFlag(fs *flag.FlagSet) *string {
 func loadConfig(path string) (*config.Config, error) {
 	if path == defaultConfigPath {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			return config.Parse(eocproxy.DefaultConfig)
+			return config.Parse(eocproxy.DefaultConfig, registry())
 		}
 	}
-	return config.Load(path)
+	return config.Load(path, registry())
 }
 
 func runConfig(args []string, stdout io.Writer) error {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	stdlog "log"
 	"net"
 	"net/http"
@@ -20,10 +21,6 @@ import (
 
 	"github.com/eoc-proxy/eoc-proxy/backends"
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/cascade/cache"
-	"github.com/eoc-proxy/eoc-proxy/cascade/graph"
-	"github.com/eoc-proxy/eoc-proxy/cascade/kv"
-	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
 	"github.com/eoc-proxy/eoc-proxy/config"
 	"github.com/eoc-proxy/eoc-proxy/ledger"
 	"github.com/eoc-proxy/eoc-proxy/meter"
@@ -41,7 +38,7 @@ func runServe(args []string, _ io.Writer) error {
 		return err
 	}
 	log := newLogger(cfg.LogLevel, os.Stderr)
-	app, err := build(cfg, log)
+	app, err := build(cfg, filesFor(*path), log)
 	if err != nil {
 		return err
 	}
@@ -55,7 +52,7 @@ func runServe(args []string, _ io.Writer) error {
 		Handler:           app.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		ErrorLog:          stdlog.New(log.With().Str("component", "http").Logger(), "", 0),
+		ErrorLog:          stdlog.New(component(log, "http"), "", 0),
 	}
 	// Signals are caught before the first request can arrive.
 	sigs := make(chan os.Signal, 1)
@@ -63,6 +60,7 @@ func runServe(args []string, _ io.Writer) error {
 	defer signal.Stop(sigs)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	log = component(log, "serve")
 	log.Info().Str("listen", ln.Addr().String()).Str("version", buildVersion()).Msg("eoc-proxy serving")
 
 	for {
@@ -71,7 +69,7 @@ func runServe(args []string, _ io.Writer) error {
 			return err
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				app.reload(log)
+				app.reload()
 				continue
 			}
 			log.Info().Str("signal", sig.String()).Dur("deadline", cfg.Limits.ShutdownTimeout.D()).Msg("shutting down: draining in-flight requests")
@@ -91,13 +89,13 @@ func runServe(args []string, _ io.Writer) error {
 	}
 }
 
+// newLogger is the root logger: JSON lines on w at level (info when it does not parse). It
+// changes none of zerolog's package settings; each package gets it named by component.
 func newLogger(level string, w io.Writer) zerolog.Logger {
 	lvl, err := zerolog.ParseLevel(level)
-	if err != nil {
+	if err != nil || level == "" {
 		lvl = zerolog.InfoLevel
 	}
-	zerolog.DurationFieldUnit = time.Millisecond
-	zerolog.DurationFieldInteger = false
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 }
 
@@ -106,7 +104,7 @@ type app struct {
 	handler  http.Handler
 	registry *prometheus.Registry
 	closers  []func() error
-	reload   func(zerolog.Logger)
+	reload   func() // on SIGHUP
 }
 
 func (a *app) close() {
@@ -115,9 +113,11 @@ func (a *app) close() {
 	}
 }
 
-// build wires config into the cascade and the HTTP edge.
-func build(cfg *config.Config, log zerolog.Logger) (*app, error) {
-	a := &app{reload: func(l zerolog.Logger) { l.Info().Msg("SIGHUP: nothing to reload") }}
+// build wires config into the cascade and the HTTP edge. files is where the stages read the
+// files eoc.yaml names.
+func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
+	slog := component(log, "serve")
+	a := &app{reload: func() { slog.Info().Msg("nothing to reload on SIGHUP") }}
 	routes := make([]cascade.Route, 0, len(cfg.Backends))
 	for _, b := range cfg.Backends {
 		be, err := backends.New(backends.Options{Name: b.Name, Type: b.Type, URL: b.URL, APIKey: string(b.APIKey), Timeout: b.Timeout.D()})
@@ -130,7 +130,7 @@ func build(cfg *config.Config, log zerolog.Logger) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := meter.New(meterOptions(cfg, log))
+	m, err := meter.New(meterOptions(cfg, component(log, "meter")))
 	if err != nil {
 		return nil, fmt.Errorf("meter: %w", err)
 	}
@@ -149,41 +149,22 @@ func build(cfg *config.Config, log zerolog.Logger) (*app, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), live)
 	a.registry = reg
 
-	var stages []cascade.Stage
+	deps := &stageDeps{cfg: cfg, router: router, meter: m, files: files, log: log, prom: reg, app: a}
+	stages := make([]cascade.Stage, 0, len(cfg.Cascade.Stages))
 	for _, name := range cfg.Cascade.Stages {
-		switch name {
-		case "cache":
-			cs := cache.New(cfg.Cascade.Cache.MaxEntries, cfg.Cascade.Cache.TTL.D())
-			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eoc_cache_entries", Help: "Answers in the exact-match cache."},
-				func() float64 { return float64(cs.Len()) }))
-			stages = append(stages, cs)
-		case "neural":
-			stages = append(stages, neural.New(router, m))
-		case "kv":
-			st, err := kv.New(cfg.Cascade.KV, kv.WithLogger(log))
-			if err != nil {
-				return nil, fmt.Errorf("kv stage: %w", err)
-			}
-			a.closers = append(a.closers, st.Close)
-			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eoc_kv_entries", Help: "Learned entries in the kv stage."},
-				func() float64 { return float64(st.Stats().Entries) }))
-			stages = append(stages, st)
-		case "graph":
-			st, err := graph.New(cfg.Cascade.Graph, graph.WithLogger(log))
-			if err != nil {
-				return nil, fmt.Errorf("graph stage: %w", err)
-			}
-			a.reload = func(l zerolog.Logger) {
-				if err := st.Reload(); err != nil {
-					l.Error().Err(err).Msg("SIGHUP: graph reload failed; still serving the old graph")
-					return
-				}
-				l.Info().Msg("SIGHUP: graph reloaded")
-			}
-			stages = append(stages, st)
+		newStage, ok := stageFactories[name]
+		if !ok {
+			a.close()
+			return nil, fmt.Errorf("stage %q is not registered", name)
 		}
+		st, err := newStage(deps)
+		if err != nil {
+			a.close()
+			return nil, fmt.Errorf("%s stage: %w", name, err)
+		}
+		stages = append(stages, st)
 	}
-	c := cascade.New(router, stages, cascade.Options{StageWatts: cfg.Meter.StageWattsPerCore, Logger: log})
+	c := cascade.New(router, stages, cascade.Options{StageWatts: cfg.Meter.StageWattsPerCore, Logger: component(log, "cascade")})
 	var keys []proxy.APIKey
 	for _, k := range cfg.Auth.Keys {
 		key := proxy.APIKey{ID: k.ID, Key: string(k.Key)}
@@ -192,13 +173,14 @@ func build(cfg *config.Config, log zerolog.Logger) (*app, error) {
 		}
 		keys = append(keys, key)
 	}
-	record, err := openLedger(cfg, log, a)
+	record, err := openLedger(cfg, component(log, "ledger"), a)
 	if err != nil {
+		a.close()
 		return nil, err
 	}
 	a.handler = proxy.New(proxy.Options{
 		Cascade:        c,
-		Logger:         log,
+		Logger:         component(log, "proxy"),
 		MaxBodyBytes:   cfg.Limits.MaxBodyBytes,
 		RequestTimeout: cfg.Limits.RequestTimeout.D(),
 		Keys:           keys,

@@ -97,7 +97,7 @@ auth: {keys: [{id: team-a, key: PROXY-KEY-66}]}
 		t.Fatal(err)
 	}
 	var logs syncBuffer
-	a, err := build(cfg, newLogger(cfg.LogLevel, &logs))
+	a, err := build(cfg, filesFor(cfgPath), newLogger(cfg.LogLevel, &logs))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"fmt"
+	"io/fs"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/eoc-proxy/eoc-proxy/backends"
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/cache"
+	"github.com/eoc-proxy/eoc-proxy/cascade/graph"
+	"github.com/eoc-proxy/eoc-proxy/cascade/kv"
+	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
+	"github.com/eoc-proxy/eoc-proxy/config"
+	"github.com/eoc-proxy/eoc-proxy/ledger"
+	"github.com/eoc-proxy/eoc-proxy/meter"
+)
+
+// stageDeps is what a stage factory may use: the config and what build made before the stages.
+type stageDeps struct {
+	cfg    *config.Config
+	router *cascade.Router
+	meter  *meter.Meter
+	files  fs.FS
+	log    zerolog.Logger // the root logger; each factory names its component
+	prom   *prometheus.Registry
+	app    *app // for closers and the SIGHUP reload
+}
+
+// stageFactory builds the stage eoc.yaml lists under its name.
+type stageFactory func(d *stageDeps) (cascade.Stage, error)
+
+// stageFactories builds each cascade stage by the name cascade.stages lists it under.
+var stageFactories = map[string]stageFactory{
+	"cache":  newCacheStage,
+	"kv":     newKVStage,
+	"graph":  newGraphStage,
+	"neural": newNeuralStage,
+}
+
+// stageOrder is the walk when eoc.yaml lists no stages: the cheap stages first, and lastStage,
+// which answers everything, at the end.
+var stageOrder = []string{"cache", "kv", "graph", "neural"}
+
+const lastStage = "neural"
+
+// embedderType is one cascade.kv.embedder.type.
+type embedderType struct {
+	needsURL bool // it calls a server
+	build    func(config.Embedder) (kv.Embedder, error)
+}
+
+// embedderTypes builds the kv stage's embedder by cascade.kv.embedder.type.
+var embedderTypes = map[string]embedderType{
+	"builtin": {build: func(config.Embedder) (kv.Embedder, error) { return kv.Builtin{}, nil }},
+	"ollama": {needsURL: true, build: func(e config.Embedder) (kv.Embedder, error) {
+		return kv.NewOllama(e.URL, e.Model, string(e.APIKey))
+	}},
+	"openai": {needsURL: true, build: func(e config.Embedder) (kv.Embedder, error) {
+		return kv.NewOpenAI(e.URL, e.Model, string(e.APIKey))
+	}},
+}
+
+// defaultEmbedder is the embedder type when eoc.yaml names none: it needs no model.
+const defaultEmbedder = "builtin"
+
+// registry is what config validates eoc.yaml against: the names the factories here and in
+// backends know, and the defaults their packages own. Backends register their own types
+// (backends.Types).
+func registry() config.Registry {
+	emb := make(map[string]bool, len(embedderTypes))
+	for name, e := range embedderTypes {
+		emb[name] = e.needsURL
+	}
+	return config.Registry{
+		Stages:       stageOrder,
+		LastStage:    lastStage,
+		BackendTypes: backends.Types(),
+		Embedders:    emb,
+		Defaults:     fillOwnerDefaults,
+	}
+}
+
+// fillOwnerDefaults fills the fields eoc.yaml left empty with the defaults of the packages that
+// own them, so `config check` shows what will run and no default is written twice.
+func fillOwnerDefaults(c *config.Config) {
+	k, kd := &c.Cascade.KV, kv.DefaultOptions()
+	orDefault(&k.Embedder.Type, defaultEmbedder)
+	orDefault(&k.Threshold, kd.Threshold)
+	orDefault(&k.MaxEntries, kd.MaxEntries)
+	orDefault(&k.LearnQueue, kd.LearnQueue)
+	if k.MaxSimilarTemperature == nil {
+		k.MaxSimilarTemperature = kd.MaxSimilarTemperature
+	}
+	m := &c.Meter
+	orDefault(&m.CPUWattsPerCore, meter.DefaultCPUWattsPerCore)
+	orDefault(&m.GPUWatts, meter.DefaultGPUWatts)
+	// The meter prices in-process stages at its CPU price unless told otherwise; the cascade
+	// needs the figure too, so it is resolved here.
+	orDefault(&m.StageWattsPerCore, m.CPUWattsPerCore)
+	orDefault(&c.Ledger.Fsync, ledger.FsyncEvery)
+}
+
+func orDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
+
+// component names a package's log lines by a field rather than a message prefix.
+func component(log zerolog.Logger, name string) zerolog.Logger {
+	return log.With().Str("component", name).Logger()
+}
+
+func newCacheStage(d *stageDeps) (cascade.Stage, error) {
+	cs := cache.New(d.cfg.Cascade.Cache.MaxEntries, d.cfg.Cascade.Cache.TTL.D())
+	d.prom.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eoc_cache_entries", Help: "Answers in the exact-match cache."},
+		func() float64 { return float64(cs.Len()) }))
+	return cs, nil
+}
+
+func newNeuralStage(d *stageDeps) (cascade.Stage, error) { return neural.New(d.router, d.meter), nil }
+
+func newKVStage(d *stageDeps) (cascade.Stage, error) {
+	o, err := kvOptions(d.cfg.Cascade.KV, d.files, component(d.log, "kv"))
+	if err != nil {
+		return nil, err
+	}
+	st, err := kv.New(o)
+	if err != nil {
+		return nil, err
+	}
+	d.app.closers = append(d.app.closers, st.Close)
+	d.prom.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eoc_kv_entries", Help: "Learned entries in the kv stage."},
+		func() float64 { return float64(st.Stats().Entries) }))
+	return st, nil
+}
+
+// kvOptions turns the kv section into the stage's Options, building its embedder.
+func kvOptions(c config.KV, files fs.FS, log zerolog.Logger) (kv.Options, error) {
+	et, ok := embedderTypes[c.Embedder.Type]
+	if !ok {
+		return kv.Options{}, fmt.Errorf("embedder type %q is not registered", c.Embedder.Type)
+	}
+	emb, err := et.build(c.Embedder)
+	if err != nil {
+		return kv.Options{}, err
+	}
+	return kv.Options{
+		Embedder:              emb,
+		Threshold:             c.Threshold,
+		SeedFiles:             c.SeedFiles,
+		Files:                 files,
+		DataDir:               c.DataDir,
+		MaxEntries:            c.MaxEntries,
+		MaxSimilarTemperature: c.MaxSimilarTemperature,
+		LearnQueue:            c.LearnQueue,
+		Logger:                log,
+	}, nil
+}
+
+func newGraphStage(d *stageDeps) (cascade.Stage, error) {
+	st, err := graph.New(graph.Options{Files: d.cfg.Cascade.Graph.Files, FS: d.files})
+	if err != nil {
+		return nil, err
+	}
+	log := component(d.log, "graph")
+	d.app.reload = func() {
+		if err := st.Reload(); err != nil {
+			log.Error().Err(err).Msg("SIGHUP reload failed; still serving the previous graph")
+			return
+		}
+		log.Info().Int("triples", st.Len()).Msg("reloaded on SIGHUP")
+	}
+	return st, nil
+}
