@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -53,12 +52,10 @@ func TestConfigFiles(t *testing.T) {
 		}
 	}
 	// The embedded default config's files resolve against the working directory.
-	f, err := filesFor(defaultConfigPath).Open("data/faq.jsonl")
+	b, err := fs.ReadFile(filesFor(defaultConfigPath), "data/faq.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := io.ReadAll(f)
-	f.Close()
 	if string(b) != string(shipped) {
 		t.Fatal("data/faq.jsonl from the working directory")
 	}

@@ -116,8 +116,8 @@ func (a *app) close() {
 // build wires config into the cascade and the HTTP edge. files is where the stages read the
 // files eoc.yaml names.
 func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
-	slog := component(log, "serve")
-	a := &app{reload: func() { slog.Info().Msg("nothing to reload on SIGHUP") }}
+	serveLog := component(log, "serve")
+	a := &app{reload: func() { serveLog.Info().Msg("nothing to reload on SIGHUP") }}
 	routes := make([]cascade.Route, 0, len(cfg.Backends))
 	for _, b := range cfg.Backends {
 		be, err := backends.New(backends.Options{Name: b.Name, Type: b.Type, URL: b.URL, APIKey: string(b.APIKey), Timeout: b.Timeout.D()})
