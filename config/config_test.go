@@ -82,7 +82,7 @@ func TestParseErrors(t *testing.T) {
 
 func TestEnvExpansionAndMasking(t *testing.T) {
 	t.Setenv("EOC_TEST_SECRET", `s3cr:t "quoted" # not a comment`)
-	c, err := Parse([]byte("backends: [{name: a, type: openai, url: 'https://api.example/v1', api_key: ${EOC_TEST_SECRET}}]\n" +
+	c, err := Parse([]byte("backends: [{name: a, type: openai, url: 'https://api.example/v1', api_key: ${EOC_TEST_SECRET}}]\n"+
 		"cascade: {kv: {embedder: {type: openai, url: '${EOC_TEST_UNSET:-http://127.0.0.1:9/v1}'}}}\n"), testRegistry)
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	chromem "github.com/philippgille/chromem-go"
-
 )
 
 var benchVocab = strings.Fields(`account address alert archive backup balance battery billing
