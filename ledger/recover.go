@@ -156,7 +156,7 @@ func (l *Ledger) rotatedHead() (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read-only: a close error loses nothing
 	st, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)

@@ -162,7 +162,7 @@ func scanFile(name string, fn func(line []byte, n int, off int64, whole bool) er
 	if err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read-only: a close error loses nothing
 	br := bufio.NewReaderSize(f, 64<<10)
 	var off int64
 	for n := 1; ; n++ {

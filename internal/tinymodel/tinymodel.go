@@ -323,7 +323,7 @@ func GGUF(embedding bool) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer os.RemoveAll(dir) //nolint:errcheck // a temp dir left behind is harmless
 	p := filepath.Join(dir, "model.gguf")
 	if err := WriteFile(p, embedding); err != nil {
 		return nil, err

@@ -380,12 +380,12 @@ func TestCreate(t *testing.T) {
 			for _, d := range req.Files {
 				if _, ok := blobs[d]; !ok {
 					w.WriteHeader(http.StatusBadRequest)
-					io.WriteString(w, `{"error":"missing blob"}`)
+					_, _ = io.WriteString(w, `{"error":"missing blob"}`)
 					return
 				}
 			}
 			creates = append(creates, req)
-			io.WriteString(w, `{"status":"success"}`)
+			_, _ = io.WriteString(w, `{"status":"success"}`)
 		default:
 			http.NotFound(w, r)
 		}
