@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/eoc-proxy/eoc-proxy/config"
 	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
 )
 
@@ -91,5 +92,24 @@ backends: [{name: up, type: openai, url: '`+fake.BaseURL()+`'}]
 	}
 	if r := reloads[1]; r["component"] != "graph" || r["level"] != "error" || !strings.Contains(r["error"].(string), "facts.tsv:1") {
 		t.Errorf("failed reload: %v", r)
+	}
+}
+
+// TestReloadWithNothingToReload: without a graph stage, SIGHUP says so once.
+func TestReloadWithNothingToReload(t *testing.T) {
+	fake := fakes.NewOpenAI(t, fakes.Config{})
+	cfg, err := config.Parse([]byte("cascade: {stages: [cache, neural]}\nbackends: [{name: up, type: openai, url: '"+fake.BaseURL()+"'}]\n"), registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	a, err := build(cfg, configFiles{}, newLogger("info", &logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	a.reload()
+	if n := strings.Count(logs.String(), "reload"); n != 1 || !strings.Contains(logs.String(), `"component":"serve"`) {
+		t.Fatalf("%d reload lines:\n%s", n, logs.String())
 	}
 }

@@ -26,7 +26,7 @@ type stageDeps struct {
 	files  fs.FS
 	log    zerolog.Logger // the root logger; each factory names its component
 	prom   *prometheus.Registry
-	app    *app // for closers and the SIGHUP reload
+	app    *app // for closers and SIGHUP reloads
 }
 
 // stageFactory builds the stage eoc.yaml lists under its name.
@@ -168,12 +168,12 @@ func newGraphStage(d *stageDeps) (cascade.Stage, error) {
 		return nil, err
 	}
 	log := component(d.log, "graph")
-	d.app.reload = func() {
+	d.app.reloads = append(d.app.reloads, func() {
 		if err := st.Reload(); err != nil {
 			log.Error().Err(err).Msg("SIGHUP reload failed; still serving the previous graph")
 			return
 		}
 		log.Info().Int("triples", st.Len()).Msg("reloaded on SIGHUP")
-	}
+	})
 	return st, nil
 }

@@ -104,7 +104,18 @@ type app struct {
 	handler  http.Handler
 	registry *prometheus.Registry
 	closers  []func() error
-	reload   func() // on SIGHUP
+	reloads  []func() // on SIGHUP, each logging its own outcome
+	log      zerolog.Logger
+}
+
+// reload runs the stages' reloads, on SIGHUP.
+func (a *app) reload() {
+	if len(a.reloads) == 0 {
+		a.log.Info().Msg("nothing to reload on SIGHUP")
+	}
+	for _, r := range a.reloads {
+		r()
+	}
 }
 
 func (a *app) close() {
@@ -116,8 +127,7 @@ func (a *app) close() {
 // build wires config into the cascade and the HTTP edge. files is where the stages read the
 // files eoc.yaml names.
 func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
-	serveLog := component(log, "serve")
-	a := &app{reload: func() { serveLog.Info().Msg("nothing to reload on SIGHUP") }}
+	a := &app{log: component(log, "serve")}
 	routes := make([]cascade.Route, 0, len(cfg.Backends))
 	for _, b := range cfg.Backends {
 		be, err := backends.New(backends.Options{Name: b.Name, Type: b.Type, URL: b.URL, APIKey: string(b.APIKey), Timeout: b.Timeout.D()})
