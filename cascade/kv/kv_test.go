@@ -94,7 +94,12 @@ func TestNormalize(t *testing.T) {
 		{"case", "What Is THE Capital?", "what is the capital"},
 		{"whitespace", "  what\tis \n the   capital ", "what is the capital"},
 		{"punctuation", "what... is, the capital?!", "what is the capital"},
-		{"apostrophes", "what’s up, what's up", "whats up whats up"},
+		{"apostrophes", "what’s up, what's up, whats up", "what is up what is up what is up"},
+		{"contractions", "Don't, can't, won't, I'm, you're, it's, isn't, we've, they'll", "do not can not will not i am you are it is is not we have they will"},
+		{"cannot", "I cannot", "i can not"},
+		{"possessive", "John's book, the dogs' bowl, its lid", "johns book the dogs bowl its lid"},
+		{"ambiguous kept", "I'd go, ain't, cant, wont", "id go aint cant wont"},
+		{"inner apostrophe", "Côte d’Ivoire", "côte divoire"},
 		{"nfkc fullwidth", "ＷＨＡＴ　ｉｓ　２ＦＡ？", "what is 2fa"},
 		{"fold sharp s", "STRASSE straße", "strasse strasse"},
 		{"decimal kept", "pay 3.5 or 35", "pay 3.5 or 35"},
@@ -124,6 +129,10 @@ func TestConflict(t *testing.T) {
 		{"enabled enabling", "Is 2FA enabled?", "Is 2FA enabling?", false},
 		{"can cannot", "I can log in", "I cannot log in", true},
 		{"can't cannot", "I can't log in", "I cannot log in", false},
+		{"can can't", "I can log in", "I can't log in", true},
+		{"is isn't", "it is running", "it isn't running", true},
+		{"isn't is not", "it isn't running", "it is not running", false},
+		{"what's what is", "What's the port?", "what is the port", false},
 		{"do does not", "It works", "It does not work", true},
 		{"lock unlock", "how to lock the door", "how to unlock the door", true},
 		{"possible impossible", "is it possible", "is it impossible", true},
@@ -717,5 +726,58 @@ func TestConcurrentServeLearn(t *testing.T) {
 	s.Flush()
 	if st := s.Stats(); st.Entries > 20 {
 		t.Errorf("entries %d over the bound", st.Entries)
+	}
+}
+
+// TestContractions learns one wording and asks another, in the shape of a held-out set:
+// contractions and their expansions are one question; a contraction that flips the meaning, a
+// different number or a different name is still refused, at the default threshold and at one
+// low enough that only a guard stops it.
+func TestContractions(t *testing.T) {
+	hits := []struct{ name, learned, asked string }{
+		{"what's", "What is the default port for PostgreSQL?", "what's the default port for PostgreSQL?"},
+		{"what is", "What’s the difference between TCP and UDP?", "What is the difference between TCP and UDP?"},
+		{"whats", "What is a good name for a cat?", "whats a good name for a cat"},
+		{"it's", "It's slow when I open large files in the editor, why?", "It is slow when I open large files in the editor, why?"},
+		{"I'm", "I am getting a timeout from the API, what should I do?", "I'm getting a timeout from the API, what should I do?"},
+		{"can't cannot", "I can't log in to the admin dashboard, what now?", "I cannot log in to the admin dashboard, what now?"},
+		{"don't", "Why don't my tests run in parallel?", "Why do not my tests run in parallel?"},
+		{"isn't", "Why is not the cron job running at midnight?", "Why isn't the cron job running at midnight?"},
+		{"you're", "How do I know you are up to date?", "How do I know you're up to date?"},
+		{"won't", "Why won't the laptop charge overnight?", "Why will not the laptop charge overnight?"},
+	}
+	for _, tc := range hits {
+		t.Run("hit/"+tc.name, func(t *testing.T) {
+			s := newStage(t, config.KV{})
+			teach(t, s, request("", "m", user(tc.learned)), neural("the answer", 1))
+			if ans, hit := serve(t, s, request("", "m", user(tc.asked))); !hit || ans.Text() != "the answer" {
+				t.Fatalf("%q did not find %q", tc.asked, tc.learned)
+			}
+		})
+	}
+	refused := []struct{ name, learned, asked string }{
+		{"is isn't", "What's wrong when the backup service is running at night?", "What's wrong when the backup service isn't running at night?"},
+		{"can can't", "Why can I log in to the admin dashboard from my laptop?", "Why can't I log in to the admin dashboard from my laptop?"},
+		{"can cannot", "Why can I log in to the admin dashboard from my laptop?", "Why cannot I log in to the admin dashboard from my laptop?"},
+		{"do don't", "Why do my tests run in parallel on the build server?", "Why don't my tests run in parallel on the build server?"},
+		{"will won't", "Why will the laptop charge overnight when it is switched off?", "Why won't the laptop charge overnight when it is switched off?"},
+		{"number", "What's 15% of 240 when rounded to the nearest whole number?", "What's 15% of 250 when rounded to the nearest whole number?"},
+		{"number word", "What's the cost of three tickets for the museum on Sunday?", "What's the cost of four tickets for the museum on Sunday?"},
+		{"name", "What's the best time of year to visit Paris with children?", "What's the best time of year to visit Rome with children?"},
+		{"name and contraction", "What is the best time of year to visit Paris with children?", "What's the best time of year to visit Lisbon with children?"},
+	}
+	for _, th := range []float64{DefaultThreshold, 0.5} {
+		for _, tc := range refused {
+			t.Run("refused/"+tc.name+"/"+jsonNum(th), func(t *testing.T) {
+				s := newStage(t, config.KV{Threshold: th})
+				teach(t, s, request("", "m", user(tc.learned)), neural("answer", 1))
+				if ans, hit := serve(t, s, request("", "m", user(tc.asked))); hit {
+					t.Fatalf("%q answered %q's answer %q", tc.asked, tc.learned, ans.Text())
+				}
+				if th < DefaultThreshold && s.Stats().Guarded == 0 {
+					t.Errorf("the pair never reached a guard; make it more alike")
+				}
+			})
+		}
 	}
 }
