@@ -321,6 +321,10 @@ func TestWords(t *testing.T) {
 		{"Moby-Dick", "moby dick"},
 		{"ＰＡＲＩＳ", "paris"},
 		{"its", "its"},
+		{"France’s capital", "france 's capital"},
+		{"Côte dʼIvoire", "cote divoire"},
+		{"ＦＲＡＮＣＥ＇Ｓ", "france 's"},
+		{"line\nbreak", "line break"},
 	} {
 		if got := joinNorm(words(tc.in)); got != tc.want {
 			t.Errorf("words(%q) = %q, want %q", tc.in, got, tc.want)
