@@ -73,8 +73,8 @@ func (b *builder) triple(s, p, o int32) {
 	b.inv[edge{o, p}] = append(b.inv[edge{o, p}], s)
 }
 
-// build indexes what was read.
-func (b *builder) build() *store {
+// build indexes what was read, with the built-in relations' words and templates (relations.go).
+func (b *builder) build(table map[string][]ntLabel) *store {
 	// Names given to IRIs in N-Triples, for nodes and predicates alike.
 	for iri, ls := range b.ntLabels {
 		nid, isNode := b.nodes["<"+iri+">"]
@@ -91,6 +91,7 @@ func (b *builder) build() *store {
 			}
 		}
 	}
+	b.applyRelations(table)
 	st := &store{
 		labels: b.labels, byLabel: map[string][]int32{}, gated: map[string]bool{}, preds: b.pdefs,
 		byAlias: map[string][]predRef{}, fwd: b.fwd, inv: b.inv, triples: len(b.seen),

@@ -53,6 +53,10 @@ type predRef struct {
 // load reads and indexes files: .nt is N-Triples, anything else tab-separated values. Shipped
 // files under data/ fall back to the copies built into the binary.
 func load(files []string) (*store, error) {
+	table, err := relations()
+	if err != nil {
+		return nil, fmt.Errorf("graph: %w", err)
+	}
 	b := newBuilder()
 	for _, name := range files {
 		f, _, err := data.Open(name)
@@ -69,5 +73,5 @@ func load(files []string) (*store, error) {
 			return nil, fmt.Errorf("graph: %s:%w", name, err)
 		}
 	}
-	return b.build(), nil
+	return b.build(table), nil
 }
