@@ -12,14 +12,23 @@ import (
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/config"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 var _ cascade.Stage = (*Stage)(nil)
 
-// DefaultSavedJoules is what a graph answer reports as saved: the stated cost of the small-model
-// call it replaces (a 1B-class model writing a ~30-token answer at ~0.3 J/token on a
-// laptop-class CPU or GPU). It is an estimate, not a measurement; WithSavedJoules changes it.
+// DefaultSavedJoules is what a graph answer reports as saved while this proxy has no running
+// figure for the model asked (WithEstimator): the stated cost of the small-model call it replaces
+// (a 1B-class model writing a ~30-token answer at ~0.3 J/token on a laptop-class CPU or GPU). It
+// is an estimate, not a measurement; WithSavedJoules changes it.
 const DefaultSavedJoules = 10.0
+
+// Estimator is this proxy's running cost of a model's calls (energy.Tracker is one): what writing
+// an answer of completionTokens tokens would have cost, and a reason word that labels the figure
+// (energy.SavedRunningMeasured, …); ok is false while it has no figure for the model.
+type Estimator interface {
+	Estimate(model string, completionTokens int) (joules float64, reason string, ok bool)
+}
 
 // Stage answers questions like "What is the capital of France?", "Which country has Paris as its
 // capital?" or "Who wrote Hamlet?" from the loaded facts, and passes (cascade.ErrMiss) on
@@ -29,6 +38,7 @@ const DefaultSavedJoules = 10.0
 type Stage struct {
 	files []string
 	saved float64
+	est   Estimator
 	log   zerolog.Logger
 
 	g        atomic.Pointer[store]
@@ -38,8 +48,12 @@ type Stage struct {
 // Option changes how New builds a Stage.
 type Option func(*Stage)
 
-// WithSavedJoules sets what each answer reports as saved.
+// WithSavedJoules sets what an answer reports as saved when there is no running figure.
 func WithSavedJoules(j float64) Option { return func(s *Stage) { s.saved = j } }
+
+// WithEstimator makes each answer report as saved what e says the model asked would have spent
+// writing it; the stated figure (WithSavedJoules) is used only while e has none.
+func WithEstimator(e Estimator) Option { return func(s *Stage) { s.est = e } }
 
 // WithLogger sets the logger for reloads.
 func WithLogger(l zerolog.Logger) Option { return func(s *Stage) { s.log = l } }
@@ -152,6 +166,15 @@ func list(names []string) string {
 	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
+// reply is the answer with what it saved: the running figure for the model asked, else the
+// stated constant, labelled with the reason either way (a saving is never measured).
 func (s *Stage) reply(req *cascade.Request, text string) *cascade.Answer {
-	return cascade.TextAnswer(req, text, 0, s.saved)
+	ans := cascade.TextAnswer(req, text, 0, s.saved)
+	ans.Energy.Reason = energy.SavedStated
+	if s.est != nil {
+		if j, reason, ok := s.est.Estimate(req.Chat.Model, ans.Usage.CompletionTokens); ok && j > 0 {
+			ans.Energy.Saved, ans.Energy.Reason = j, reason
+		}
+	}
+	return ans
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/config"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 func msg(role, text string) cascade.Message {
@@ -434,5 +435,40 @@ func TestRelationsTable(t *testing.T) {
 	}
 	if _, err := readRelations("author\tverb\twrote\n"); err == nil {
 		t.Error("a row without @ was read")
+	}
+}
+
+// TestSavedFollowsTracker: an answer saves the stated constant until the tracker has a figure for
+// the model asked, then the model's running joules per completion token × the answer's tokens.
+func TestSavedFollowsTracker(t *testing.T) {
+	tr := energy.NewTracker(0.5)
+	s, err := New(config.Graph{Files: []string{"data/facts.tsv"}}, WithEstimator(tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := func(model string) (float64, string, int) {
+		t.Helper()
+		r := ask(msg("user", "Who wrote Hamlet?"))
+		r.Chat.Model = model
+		ans, err := s.Serve(context.Background(), r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ans.Energy.Saved, ans.Energy.Reason, ans.Usage.CompletionTokens
+	}
+	if j, reason, _ := saved("m"); j != DefaultSavedJoules || reason != energy.SavedStated {
+		t.Fatalf("before any call: saved %v %q, want %v %q", j, reason, DefaultSavedJoules, energy.SavedStated)
+	}
+	tr.Observe("m", energy.Figure{Joules: 30, Grade: energy.Estimated}, 10) // 3 J/token
+	j, reason, tokens := saved("m")
+	if j != 3*float64(tokens) || reason != energy.SavedRunningEstimated {
+		t.Errorf("after one call: saved %v %q, want %v %q", j, reason, 3*float64(tokens), energy.SavedRunningEstimated)
+	}
+	tr.Observe("m", energy.Figure{Joules: 10, Grade: energy.Measured}, 10) // measured 1 J/token wins
+	if j, reason, _ := saved("m"); j != float64(tokens) || reason != energy.SavedRunningMeasured {
+		t.Errorf("after a measured call: saved %v %q, want %v %q", j, reason, float64(tokens), energy.SavedRunningMeasured)
+	}
+	if j, _, _ := saved("other"); j != DefaultSavedJoules {
+		t.Errorf("a model never called: saved %v, want the constant", j)
 	}
 }
