@@ -55,6 +55,7 @@ type Stage struct {
 	maxEntries int
 	maxTemp    float64
 	seeds      map[string]seed
+	est        Estimator   // nil: seeds without joules save the stated default
 	db         *chromem.DB // nil: in memory
 
 	mu   sync.RWMutex
@@ -84,6 +85,7 @@ type options struct {
 	embedder   Embedder
 	log        zerolog.Logger
 	seedJoules float64
+	estimator  Estimator
 }
 
 // WithEmbedder sets the embedder, overriding cfg.Embedder.
@@ -115,6 +117,7 @@ func New(cfg config.KV, opts ...Option) (*Stage, error) {
 		log:        o.log,
 		threshold:  float32(orDefault(cfg.Threshold, DefaultThreshold)),
 		maxEntries: orDefault(cfg.MaxEntries, DefaultMaxEntries),
+		est:        o.estimator,
 		maxTemp:    DefaultMaxSimilarTemperature,
 		cols:       map[colKey]*collection{},
 	}
@@ -198,7 +201,7 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	}
 	if sd, ok := s.seeded(req); ok {
 		s.stats.seedHits.Add(1)
-		return cascade.TextAnswer(req, sd.answer, 0, sd.joules), nil
+		return s.seedAnswer(req, sd), nil
 	}
 	q, ok := s.query(req)
 	if !ok {

@@ -781,3 +781,31 @@ func TestContractions(t *testing.T) {
 		}
 	}
 }
+
+// TestSeedSavedFollowsTracker: a seed without joules of its own saves the stated default until
+// the tracker has a figure for the model asked; a seed file's own figure always wins.
+func TestSeedSavedFollowsTracker(t *testing.T) {
+	faq := writeFile(t, "faq.jsonl", `{"question":"What is the capital of France?","answer":"Paris."}
+{"question":"How do I enable 2FA?","answer":"Settings, Security, Enable.","joules":42}
+`)
+	tr := energy.NewTracker(1)
+	s := newStage(t, config.KV{SeedFiles: []string{faq}}, WithEstimator(tr))
+	saved := func(q string) (float64, string, int) {
+		t.Helper()
+		ans, hit := serve(t, s, request("", "m", user(q)))
+		if !hit {
+			t.Fatalf("%q: miss", q)
+		}
+		return ans.Energy.Saved, ans.Energy.Reason, ans.Usage.CompletionTokens
+	}
+	if j, reason, _ := saved("What is the capital of France?"); j != DefaultSeedJoules || reason != energy.SavedStated {
+		t.Fatalf("before any call: %v %q", j, reason)
+	}
+	tr.Observe("m", energy.Figure{Joules: 8, Grade: energy.Measured}, 4) // 2 J/token
+	if j, reason, tokens := saved("What is the capital of France?"); j != 2*float64(tokens) || reason != energy.SavedRunningMeasured {
+		t.Errorf("after a call: %v %q, want %v", j, reason, 2*float64(tokens))
+	}
+	if j, _, _ := saved("How do I enable 2FA?"); j != 42 {
+		t.Errorf("the file's own figure: %v, want 42", j)
+	}
+}

@@ -11,7 +11,9 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/data"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 // seed is an operator's answer to one question.
@@ -19,6 +21,33 @@ type seed struct {
 	question string
 	answer   string
 	joules   float64
+	fromFile bool // joules came from the seed file, not the stage's default
+}
+
+// Estimator is this proxy's running cost of a model's calls (energy.Tracker is one): what writing
+// an answer of completionTokens tokens would have cost, and a reason word that labels the figure;
+// ok is false while it has no figure for the model.
+type Estimator interface {
+	Estimate(model string, completionTokens int) (joules float64, reason string, ok bool)
+}
+
+// WithEstimator makes a seeded answer whose file gives no joules report as saved what e says the
+// model asked would have spent writing it; the stated default (WithSeedJoules) is used only while
+// e has no figure.
+func WithEstimator(e Estimator) Option { return func(o *options) { o.estimator = e } }
+
+// seedAnswer is sd's answer to req, with what it saved: the seed file's figure, else the running
+// figure for the model asked, else the stated default, labelled with the reason (a saving is
+// never measured).
+func (s *Stage) seedAnswer(req *cascade.Request, sd seed) *cascade.Answer {
+	ans := cascade.TextAnswer(req, sd.answer, 0, sd.joules)
+	ans.Energy.Reason = energy.SavedStated
+	if !sd.fromFile && s.est != nil {
+		if j, reason, ok := s.est.Estimate(req.Chat.Model, ans.Usage.CompletionTokens); ok && j > 0 {
+			ans.Energy.Saved, ans.Energy.Reason = j, reason
+		}
+	}
+	return ans
 }
 
 // seedRecord is one question/answer pair as a seed file writes it. Joules, optional, is what the
@@ -49,11 +78,11 @@ func loadSeeds(files []string, defaultJoules float64) (map[string]seed, error) {
 			if old, dup := seeds[key]; dup && old.answer != r.rec.Answer {
 				return nil, fmt.Errorf("%s:%d: %q has two answers (the other is for %q)", name, r.line, r.rec.Question, old.question)
 			}
-			j := r.rec.Joules
-			if j <= 0 {
-				j = defaultJoules
+			sd := seed{question: r.rec.Question, answer: r.rec.Answer, joules: r.rec.Joules, fromFile: r.rec.Joules > 0}
+			if !sd.fromFile {
+				sd.joules = defaultJoules
 			}
-			seeds[key] = seed{question: r.rec.Question, answer: r.rec.Answer, joules: j}
+			seeds[key] = sd
 		}
 	}
 	return seeds, nil

@@ -25,6 +25,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade/kv"
 	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
 	"github.com/eoc-proxy/eoc-proxy/config"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/ledger"
 	"github.com/eoc-proxy/eoc-proxy/meter"
 	"github.com/eoc-proxy/eoc-proxy/proxy"
@@ -149,6 +150,9 @@ func build(cfg *config.Config, log zerolog.Logger) (*app, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), live)
 	a.registry = reg
 
+	// One running figure per model of what a neural call costs here: the neural stage feeds it,
+	// and kv seeds and graph answers report it as what they saved.
+	costs := energy.NewTracker(energy.DefaultTrackerWeight)
 	var stages []cascade.Stage
 	for _, name := range cfg.Cascade.Stages {
 		switch name {
@@ -158,9 +162,9 @@ func build(cfg *config.Config, log zerolog.Logger) (*app, error) {
 				func() float64 { return float64(cs.Len()) }))
 			stages = append(stages, cs)
 		case "neural":
-			stages = append(stages, neural.New(router, m))
+			stages = append(stages, neural.New(router, m, neural.WithObserver(costs)))
 		case "kv":
-			st, err := kv.New(cfg.Cascade.KV, kv.WithLogger(log))
+			st, err := kv.New(cfg.Cascade.KV, kv.WithLogger(log), kv.WithEstimator(costs))
 			if err != nil {
 				return nil, fmt.Errorf("kv stage: %w", err)
 			}
@@ -169,7 +173,7 @@ func build(cfg *config.Config, log zerolog.Logger) (*app, error) {
 				func() float64 { return float64(st.Stats().Entries) }))
 			stages = append(stages, st)
 		case "graph":
-			st, err := graph.New(cfg.Cascade.Graph, graph.WithLogger(log))
+			st, err := graph.New(cfg.Cascade.Graph, graph.WithLogger(log), graph.WithEstimator(costs))
 			if err != nil {
 				return nil, fmt.Errorf("graph stage: %w", err)
 			}
