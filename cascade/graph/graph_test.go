@@ -366,6 +366,7 @@ Night Ferry	sponsor	Harbour Bank
 		{"which was written by", "Which book was written by Mira Okonkwo?", "Mira Okonkwo wrote The Quiet Harbour and Glass Orchard."},
 		{"who directed", "Who directed Night Ferry?", "Night Ferry was directed by Tomas Vell."},
 		{"what did direct", "What did Tomas Vell direct?", "Night Ferry was directed by Tomas Vell."},
+		{"director noun", "Who is the director of Night Ferry?", "Night Ferry was directed by Tomas Vell."},
 		{"directed by", "Which film was directed by Tomas Vell?", "Night Ferry was directed by Tomas Vell."},
 		{"who founded", "Who founded Lumen Robotics?", "Lumen Robotics was founded by Ada Brandt and Ravi Sen."},
 		{"founders", "Who are the founders of Lumen Robotics?", "Lumen Robotics was founded by Ada Brandt and Ravi Sen."},
