@@ -2,6 +2,7 @@ package kv
 
 import (
 	"context"
+	"encoding/gob"
 	"encoding/json"
 	"errors"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/config"
 	"github.com/eoc-proxy/eoc-proxy/energy"
+	chromem "github.com/philippgille/chromem-go"
 )
 
 func msg(role, text string) cascade.Message {
@@ -526,11 +528,7 @@ func TestCorruptStore(t *testing.T) {
 	docs, _ := filepath.Glob(filepath.Join(dir, "*", "*.gob"))
 	var victim string
 	for _, d := range docs {
-		if filepath.Base(d) == chromemMeta {
-			continue
-		}
-		var doc gobDocument
-		if decodeFile(d, &doc) == nil && doc.Metadata[metaAnswer] == "lost" {
+		if doc, ok := readDoc(d); ok && doc.Metadata[metaAnswer] == "lost" {
 			victim = d
 		}
 	}
@@ -547,16 +545,29 @@ func TestCorruptStore(t *testing.T) {
 	if _, err := os.Stat(victim + ".corrupt"); err != nil {
 		t.Errorf("the unreadable file was not set aside: %v", err)
 	}
+	teach(t, s2, request("acme", "m", user("What is DNS?")), neural("acme's", 1))
 	_ = s2.Close()
 
-	// A collection whose metadata does not decode is moved out; the stage starts anyway.
-	metas, _ := filepath.Glob(filepath.Join(dir, "*", chromemMeta))
+	// A collection whose metadata does not decode is moved out; the others load, and the stage
+	// starts anyway. chromem-go v0.7.0 names a collection's metadata file 00000000.gob.
+	metas, _ := filepath.Glob(filepath.Join(dir, "*", "00000000.gob"))
+	if len(metas) != 2 {
+		t.Fatalf("%d collection metadata files, want 2", len(metas))
+	}
 	for _, m := range metas {
-		_ = os.WriteFile(m, []byte("nope"), 0o600)
+		if b, _ := os.ReadFile(m); !strings.Contains(string(b), "acme") {
+			_ = os.WriteFile(m, []byte("nope"), 0o600)
+		}
 	}
 	s3 := newStage(t, cfg)
-	if st := s3.Stats(); st.Entries != 0 {
-		t.Errorf("entries = %d, want 0", st.Entries)
+	if st := s3.Stats(); st.Entries != 1 || st.Collections != 1 {
+		t.Errorf("entries = %d in %d collections, want acme's 1 in 1", st.Entries, st.Collections)
+	}
+	if ans, hit := serve(t, s3, request("acme", "m", user("What is DNS?"))); !hit || ans.Text() != "acme's" {
+		t.Errorf("the readable collection did not survive: %v", hit)
+	}
+	if moved, _ := filepath.Glob(filepath.Join(dir+".corrupt", "*")); len(moved) != 1 {
+		t.Errorf("%d collections in %s.corrupt, want 1", len(moved), dir)
 	}
 	teach(t, s3, request("", "m", user("What is DNS?")), neural("new", 1))
 
@@ -808,4 +819,15 @@ func TestSeedSavedFollowsTracker(t *testing.T) {
 	if j, _, _ := saved("How do I enable 2FA?"); j != 42 {
 		t.Errorf("the file's own figure: %v, want 42", j)
 	}
+}
+
+// readDoc decodes one of chromem-go's document files.
+func readDoc(p string) (chromem.Document, bool) {
+	f, err := os.Open(p)
+	if err != nil {
+		return chromem.Document{}, false
+	}
+	defer f.Close()
+	var d chromem.Document
+	return d, gob.NewDecoder(f).Decode(&d) == nil && d.ID != ""
 }
