@@ -60,6 +60,9 @@ func unquote(r rune) rune {
 // Fold returns s case-folded (Unicode full case folding, then lower case: x/text folds Cherokee
 // to upper case, so Fold alone is not idempotent), in NFKC. Fold(Fold(s)) == Fold(s).
 func Fold(s string) string {
+	if isASCII(s) {
+		return strings.ToLower(s) // folding ASCII is lower-casing, and ASCII is NFKC
+	}
 	// NFKC can make a foldable rune (ͺ is a space and a combining ypogegrammeni, which folds to
 	// ι), and folding can leave a text that is not NFKC: repeat until nothing changes. Two rounds
 	// settle every text the fuzz test has found; the bound keeps a pathological one finite.
@@ -89,4 +92,13 @@ func StripMarks(s string) string {
 		}
 	}
 	return norm.NFKC.String(b.String())
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
