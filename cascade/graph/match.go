@@ -43,7 +43,7 @@ func words(s string) []word {
 			case r == '\'':
 				// "'s" closing a word is the possessive; any other apostrophe joins (d'Ivoire).
 				if len(cur) > 0 && i+1 < len(rs) && (rs[i+1] == 's' || rs[i+1] == 'S') &&
-					(i+2 == len(rs) || !(unicode.IsLetter(rs[i+2]) || unicode.IsDigit(rs[i+2]))) {
+					(i+2 == len(rs) || !unicode.IsLetter(rs[i+2]) && !unicode.IsDigit(rs[i+2])) {
 					flush()
 					out = append(out, word{norm: "'s"})
 					i++

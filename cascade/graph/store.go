@@ -68,7 +68,7 @@ func load(files []string) (*store, error) {
 		} else {
 			err = b.readTSV(f)
 		}
-		f.Close()
+		_ = f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("graph: %s:%w", name, err)
 		}

@@ -119,7 +119,7 @@ func sign(s string) signature {
 		switch {
 		case digits && !letters:
 			sig.numbers[w]++
-		case digits && letters, t.inner, t.cap && !(t.initial && commonInitial[w]):
+		case digits && letters, t.inner, t.cap && (!t.initial || !commonInitial[w]):
 			sig.entities = append(sig.entities, w) // 2fa, gpt4, NASA, iPhone, Paris
 		}
 	}

@@ -827,7 +827,7 @@ func readDoc(p string) (chromem.Document, bool) {
 	if err != nil {
 		return chromem.Document{}, false
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var d chromem.Document
 	return d, gob.NewDecoder(f).Decode(&d) == nil && d.ID != ""
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -98,7 +99,7 @@ func readSeedFile(name string) ([]lineRecord, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv seed file: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	switch strings.ToLower(filepath.Ext(name)) {
 	case ".yaml", ".yml":
 		b, err := io.ReadAll(f)
@@ -108,7 +109,7 @@ func readSeedFile(name string) ([]lineRecord, error) {
 		var recs []seedRecord
 		dec := yaml.NewDecoder(bytes.NewReader(b))
 		dec.KnownFields(true)
-		if err := dec.Decode(&recs); err != nil && err != io.EOF {
+		if err := dec.Decode(&recs); err != nil && !errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		out := make([]lineRecord, len(recs))

@@ -138,7 +138,7 @@ func openDB(dir string, log zerolog.Logger) (*chromem.DB, error) {
 	}
 	aside := fmt.Sprintf("%s.corrupt-%s", strings.TrimRight(dir, "/"), time.Now().UTC().Format("20060102T150405"))
 	if rerr := os.Rename(dir, aside); rerr != nil {
-		return nil, fmt.Errorf("kv store %s does not load (%v) and cannot be moved aside: %w", dir, err, rerr)
+		return nil, fmt.Errorf("kv store %s does not load (%w) and cannot be moved aside: %w", dir, err, rerr)
 	}
 	log.Warn().Err(err).Str("data_dir", dir).Str("moved_to", aside).Msg("kv store moved aside; starting empty")
 	return chromem.NewPersistentDB(dir, false)
@@ -195,7 +195,7 @@ func decodes(p string) bool {
 	if err != nil {
 		return false
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var d chromem.Document
 	return gob.NewDecoder(f).Decode(&d) == nil
 }
