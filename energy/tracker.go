@@ -16,6 +16,10 @@ const (
 // DefaultTrackerWeight is the weight of the newest call in a Tracker's running means.
 const DefaultTrackerWeight = 0.2
 
+// maxTrackedModels bounds a Tracker's memory: a backend that serves any model name would
+// otherwise let clients grow it without end. Models past the bound have no running figure.
+const maxTrackedModels = 4096
+
 // Tracker keeps this proxy's running figure of what a neural call costs, per model: exponentially
 // weighted means of joules per call and joules per completion token, kept apart for measured and
 // estimated figures so that a measured one is preferred. The neural stage feeds it (Observe); the
@@ -59,6 +63,9 @@ func (t *Tracker) Observe(model string, f Figure, completionTokens int) {
 	defer t.mu.Unlock()
 	c := t.models[model]
 	if c == nil {
+		if len(t.models) >= maxTrackedModels {
+			return
+		}
 		c = &modelCost{}
 		t.models[model] = c
 	}

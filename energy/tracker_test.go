@@ -2,6 +2,7 @@ package energy
 
 import (
 	"math"
+	"strconv"
 	"sync"
 	"testing"
 )
@@ -53,5 +54,18 @@ func TestTrackerConcurrent(t *testing.T) {
 	wg.Wait()
 	if j, _, ok := tr.Estimate("m", 0); !ok || j < 1 || j > 8 {
 		t.Errorf("mean %v outside the observed range", j)
+	}
+}
+
+func TestTrackerBounded(t *testing.T) {
+	tr := NewTracker(1)
+	for i := range maxTrackedModels + 10 {
+		tr.Observe(string(rune('a'+i%26))+strconv.Itoa(i), Figure{Joules: 1, Grade: Measured}, 1)
+	}
+	if len(tr.models) != maxTrackedModels {
+		t.Fatalf("%d models tracked, want at most %d", len(tr.models), maxTrackedModels)
+	}
+	if _, _, ok := tr.Estimate("a0", 1); !ok {
+		t.Error("a model inside the bound lost its figure")
 	}
 }
