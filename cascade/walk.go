@@ -75,7 +75,7 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Sink
 			continue
 		}
 		if ans != nil && ans.Energy.Grade == "" {
-			ans.Energy = c.stageEstimate(took, ans.Energy.Saved)
+			ans.Energy = c.stageEstimate(took, ans.Energy)
 		}
 		if err != nil {
 			if i == len(c.stages)-1 || res.Wrote || ctx.Err() != nil {
@@ -104,15 +104,20 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Sink
 	return ErrMiss
 }
 
-// stageEstimate is the stated model for in-process stages: wall time × StageWatts.
-func (c *Cascade) stageEstimate(took time.Duration, saved float64) energy.Figure {
+// stageEstimate is the stated model for in-process stages: wall time × StageWatts. It keeps what
+// the stage said it saved, and the stage's reason for that figure after its own.
+func (c *Cascade) stageEstimate(took time.Duration, stage energy.Figure) energy.Figure {
+	reason := "in-process-stage" // no counter isolates microseconds of this process's work
+	if stage.Reason != "" {
+		reason += ";" + stage.Reason
+	}
 	return energy.Figure{
 		Joules:   took.Seconds() * c.opts.StageWatts,
 		Grade:    energy.Estimated,
 		Coverage: energy.CoverageWhole,
 		Method:   "stage-model",
-		Reason:   "in-process-stage", // no counter isolates microseconds of this process's work
-		Saved:    saved,
+		Reason:   reason,
+		Saved:    stage.Saved,
 	}
 }
 

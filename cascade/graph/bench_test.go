@@ -30,7 +30,11 @@ func BenchmarkLookup(b *testing.B) {
 			if err := bld.readTSV(strings.NewReader(synthetic(n))); err != nil {
 				b.Fatal(err)
 			}
-			st := bld.build()
+			table, err := relations()
+			if err != nil {
+				b.Fatal(err)
+			}
+			st := bld.build(table)
 			if st.triples != n {
 				b.Fatalf("%d triples", st.triples)
 			}

@@ -10,9 +10,17 @@ import (
 	"sync/atomic"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 var _ cascade.Stage = (*Stage)(nil)
+
+// Estimator is this proxy's running cost of a model's calls (energy.Tracker is one): what writing
+// an answer of completionTokens tokens would have cost, and a reason word that labels the figure
+// (energy.SavedRunningMeasured, …); ok is false while it has no figure for the model.
+type Estimator interface {
+	Estimate(model string, completionTokens int) (joules float64, reason string, ok bool)
+}
 
 // Stage answers questions like "What is the capital of France?", "Which country has Paris as its
 // capital?" or "Who wrote Hamlet?" from the loaded facts, and passes (cascade.ErrMiss) on
@@ -23,6 +31,7 @@ type Stage struct {
 	files []string
 	fsys  fs.FS
 	saved float64
+	est   Estimator
 
 	g        atomic.Pointer[store]
 	reloadMu sync.Mutex
@@ -31,7 +40,7 @@ type Stage struct {
 // New loads o.Files. A file that is missing or malformed is an error naming its line. With no
 // files the stage answers nothing.
 func New(o Options) (*Stage, error) {
-	s := &Stage{files: o.Files, fsys: o.FS, saved: o.SavedJoules}
+	s := &Stage{files: o.Files, fsys: o.FS, saved: o.SavedJoules, est: o.Estimator}
 	if s.saved <= 0 {
 		s.saved = DefaultSavedJoules
 	}
@@ -135,6 +144,15 @@ func list(names []string) string {
 	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
+// reply is the answer with what it saved: the running figure for the model asked, else the
+// stated constant, labelled with the reason either way (a saving is never measured).
 func (s *Stage) reply(req *cascade.Request, text string) *cascade.Answer {
-	return cascade.TextAnswer(req, text, 0, s.saved)
+	ans := cascade.TextAnswer(req, text, 0, s.saved)
+	ans.Energy.Reason = energy.SavedStated
+	if s.est != nil {
+		if j, reason, ok := s.est.Estimate(req.Chat.Model, ans.Usage.CompletionTokens); ok && j > 0 {
+			ans.Energy.Saved, ans.Energy.Reason = j, reason
+		}
+	}
+	return ans
 }

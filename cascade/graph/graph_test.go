@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 func msg(role, text string) cascade.Message {
@@ -192,8 +193,10 @@ func TestNTriples(t *testing.T) {
 <http://ex.org/Paris> <http://www.w3.org/2000/01/rdf-schema#label> "Paris" .
 <http://ex.org/capitalCity> <http://www.w3.org/2004/02/skos/core#altLabel> "capital" .
 <http://ex.org/capitalCity> <https://eoc-proxy.dev/ns/graph#template> "{o} is the capital of {s}." .
-<http://ex.org/Hamlet> <http://ex.org/author> "William Shakespeare" .
-<http://ex.org/author> <https://eoc-proxy.dev/ns/graph#inverseVerb> "wrote" .
+<http://ex.org/Hamlet> <http://ex.org/playwright> "William Shakespeare" .
+<http://ex.org/playwright> <https://eoc-proxy.dev/ns/graph#inverseVerb> "wrote" .
+<http://ex.org/Jaws> <http://ex.org/director> "Steven Spielberg" .
+<http://ex.org/Cats> <http://ex.org/musicBy> "Andrew Lloyd Webber" .
 _:b1 <http://ex.org/note> "caf\u00E9 \"quoted\""^^<http://www.w3.org/2001/XMLSchema#string> .
 `)
 	s, err := New(Options{Files: []string{nt}})
@@ -203,11 +206,17 @@ _:b1 <http://ex.org/note> "caf\u00E9 \"quoted\""^^<http://www.w3.org/2001/XMLSch
 	for _, tc := range []struct{ q, want string }{
 		{"What is the capital of the French Republic?", "Paris is the capital of France."},
 		{"What is the capital city of France?", "Paris is the capital of France."},
-		{"Who wrote Hamlet?", "The author of Hamlet is William Shakespeare."},
+		{"Who wrote Hamlet?", "The playwright of Hamlet is William Shakespeare."},
+		// A built-in relation, by the IRI's local name.
+		{"Who directed Jaws?", "Jaws was directed by Steven Spielberg."},
+		{"What did Steven Spielberg direct?", "Jaws was directed by Steven Spielberg."},
 	} {
 		if got, ok := serve(t, s, ask(msg("user", tc.q))); got != tc.want {
 			t.Errorf("%q = %q (%v), want %q", tc.q, got, ok, tc.want)
 		}
+	}
+	if got, ok := serve(t, s, ask(msg("user", "Who composed Cats?"))); ok {
+		t.Errorf("a relation the table does not know (musicBy) took a built-in verb: %q", got)
 	}
 	if _, ok := serve(t, s, ask(msg("user", "What is the capital of Frankreich?"))); ok {
 		t.Error("a German label was used")
@@ -256,7 +265,7 @@ func TestTooManyValues(t *testing.T) {
 	if got, ok := serve(t, s, ask(msg("user", "Which country has the euro as its currency?"))); ok {
 		t.Errorf("answered with %d values: %q", maxFacts+1, got)
 	}
-	if got, ok := serve(t, s, ask(msg("user", "What is the currency of Country B?"))); !ok || got != "The currency of Country B is euro." {
+	if got, ok := serve(t, s, ask(msg("user", "What is the currency of Country B?"))); !ok || got != "The currency of Country B is the euro." {
 		t.Errorf("forward: %q", got)
 	}
 }
@@ -320,9 +329,146 @@ func TestWords(t *testing.T) {
 		{"Moby-Dick", "moby dick"},
 		{"ＰＡＲＩＳ", "paris"},
 		{"its", "its"},
+		{"France’s capital", "france 's capital"},
+		{"Côte dʼIvoire", "cote divoire"},
+		{"ＦＲＡＮＣＥ＇Ｓ", "france 's"},
+		{"line\nbreak", "line break"},
 	} {
 		if got := joinNorm(words(tc.in)); got != tc.want {
 			t.Errorf("words(%q) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestBuiltinRelations: a user's TSV with only author, director and founder rows, and no
+// directives, is asked the way the shipped facts are.
+func TestBuiltinRelations(t *testing.T) {
+	p := write(t, "mine.tsv", `# my own facts
+The Quiet Harbour	author	Mira Okonkwo
+Glass Orchard	author	Mira Okonkwo
+Night Ferry	director	Tomas Vell
+Lumen Robotics	founder	Ada Brandt
+Lumen Robotics	founder	Ravi Sen
+Lumen Robotics	mascot	Sparky
+Night Ferry	sponsor	Harbour Bank
+`)
+	s, err := New(Options{Files: []string{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, q, want string }{
+		{"who wrote", "Who wrote The Quiet Harbour?", "The Quiet Harbour was written by Mira Okonkwo."},
+		{"author noun", "Who is the author of Glass Orchard?", "Glass Orchard was written by Mira Okonkwo."},
+		{"alias noun", "Who is the writer of The Quiet Harbour?", "The Quiet Harbour was written by Mira Okonkwo."},
+		{"passive", "Glass Orchard was written by whom?", "Glass Orchard was written by Mira Okonkwo."},
+		{"what did write", "What did Mira Okonkwo write?", "Mira Okonkwo wrote The Quiet Harbour and Glass Orchard."},
+		{"which was written by", "Which book was written by Mira Okonkwo?", "Mira Okonkwo wrote The Quiet Harbour and Glass Orchard."},
+		{"who directed", "Who directed Night Ferry?", "Night Ferry was directed by Tomas Vell."},
+		{"what did direct", "What did Tomas Vell direct?", "Night Ferry was directed by Tomas Vell."},
+		{"director noun", "Who is the director of Night Ferry?", "Night Ferry was directed by Tomas Vell."},
+		{"directed by", "Which film was directed by Tomas Vell?", "Night Ferry was directed by Tomas Vell."},
+		{"who founded", "Who founded Lumen Robotics?", "Lumen Robotics was founded by Ada Brandt and Ravi Sen."},
+		{"founders", "Who are the founders of Lumen Robotics?", "Lumen Robotics was founded by Ada Brandt and Ravi Sen."},
+		{"what was founded by", "What was founded by Ada Brandt?", "Lumen Robotics was founded by Ada Brandt."},
+		{"what did establish", "What did Ravi Sen establish?", "Lumen Robotics was founded by Ravi Sen."},
+		{"own relation as a noun", "What is the mascot of Lumen Robotics?", "The mascot of Lumen Robotics is Sparky."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := serve(t, s, ask(msg("user", tc.q)))
+			if !ok || got != tc.want {
+				t.Errorf("%q = %q (answered %v), want %q", tc.q, got, ok, tc.want)
+			}
+		})
+	}
+	for _, q := range []string{
+		"Who sponsored Night Ferry?",   // sponsor is no built-in relation: no verb for it
+		"Who wrote Night Ferry?",       // a film with no author row
+		"Who directed Lumen Robotics?", // a company with no director row
+		"Who painted Glass Orchard?",   // a built-in relation the file has no rows of
+		"When was Lumen Robotics founded?",
+	} {
+		t.Run("miss/"+q, func(t *testing.T) {
+			if got, ok := serve(t, s, ask(msg("user", q))); ok {
+				t.Errorf("%q answered %q", q, got)
+			}
+		})
+	}
+}
+
+// TestOwnVerbs: a TSV adds verbs to a relation, built-in or its own, with @p directives.
+func TestOwnVerbs(t *testing.T) {
+	p := write(t, "mine.tsv", "@sponsor\tverb\tsponsored by|was sponsored by\n"+
+		"@sponsor\tinverse_verb\tsponsored|sponsor\n"+
+		"@author\tinverse_verb\tdreamt up\n"+
+		"@author\ttemplate\t{o} is the author of {s}.\n"+
+		"Night Ferry\tsponsor\tHarbour Bank\n"+
+		"Glass Orchard\tauthor\tMira Okonkwo\n")
+	s, err := New(Options{Files: []string{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ q, want string }{
+		{"Who sponsored Night Ferry?", "The sponsor of Night Ferry is Harbour Bank."},
+		{"What did Harbour Bank sponsor?", "The sponsor of Night Ferry is Harbour Bank."},
+		{"Who dreamt up Glass Orchard?", "Mira Okonkwo is the author of Glass Orchard."},
+		{"Who wrote Glass Orchard?", "Mira Okonkwo is the author of Glass Orchard."}, // built-in verbs stay
+	} {
+		if got, ok := serve(t, s, ask(msg("user", tc.q))); !ok || got != tc.want {
+			t.Errorf("%q = %q (answered %v), want %q", tc.q, got, ok, tc.want)
+		}
+	}
+}
+
+func TestRelationsTable(t *testing.T) {
+	table, err := relations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{"author", "director", "painter", "founder", "composer", "inventor", "capital",
+		"currency", "official_language", "officialLanguage", "population"} {
+		if len(table[relationKey(rel)]) == 0 {
+			t.Errorf("no built-in words for %q", rel)
+		}
+	}
+	if _, err := readRelations("@author\tcolour\tred\n"); err == nil || !strings.Contains(err.Error(), "1:") {
+		t.Errorf("bad kind: err = %v", err)
+	}
+	if _, err := readRelations("author\tverb\twrote\n"); err == nil {
+		t.Error("a row without @ was read")
+	}
+}
+
+// TestSavedFollowsTracker: an answer saves the stated constant until the tracker has a figure for
+// the model asked, then the model's running joules per completion token × the answer's tokens.
+func TestSavedFollowsTracker(t *testing.T) {
+	tr := energy.NewTracker(0.5)
+	s, err := New(Options{Files: []string{"data/facts.tsv"}, FS: os.DirFS("../.."), Estimator: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := func(model string) (float64, string, int) {
+		t.Helper()
+		r := ask(msg("user", "Who wrote Hamlet?"))
+		r.Chat.Model = model
+		ans, err := s.Serve(context.Background(), r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ans.Energy.Saved, ans.Energy.Reason, ans.Usage.CompletionTokens
+	}
+	if j, reason, _ := saved("m"); j != DefaultSavedJoules || reason != energy.SavedStated {
+		t.Fatalf("before any call: saved %v %q, want %v %q", j, reason, DefaultSavedJoules, energy.SavedStated)
+	}
+	tr.Observe("m", energy.Figure{Joules: 30, Grade: energy.Estimated}, 10) // 3 J/token
+	j, reason, tokens := saved("m")
+	if j != 3*float64(tokens) || reason != energy.SavedRunningEstimated {
+		t.Errorf("after one call: saved %v %q, want %v %q", j, reason, 3*float64(tokens), energy.SavedRunningEstimated)
+	}
+	tr.Observe("m", energy.Figure{Joules: 10, Grade: energy.Measured}, 10) // measured 1 J/token wins
+	if j, reason, _ := saved("m"); j != float64(tokens) || reason != energy.SavedRunningMeasured {
+		t.Errorf("after a measured call: saved %v %q, want %v %q", j, reason, float64(tokens), energy.SavedRunningMeasured)
+	}
+	if j, _, _ := saved("other"); j != DefaultSavedJoules {
+		t.Errorf("a model never called: saved %v, want the constant", j)
 	}
 }

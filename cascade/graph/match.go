@@ -5,8 +5,7 @@ import (
 	"strings"
 	"unicode"
 
-	"golang.org/x/text/cases"
-	"golang.org/x/text/unicode/norm"
+	"github.com/eoc-proxy/eoc-proxy/internal/text"
 )
 
 // word is one token of a question or a label: its matching form and how it was written.
@@ -16,11 +15,10 @@ type word struct {
 	initial bool // first word of a sentence
 }
 
-// words splits s for matching: accents stripped (NFKD without marks, then NFKC), case-folded,
-// punctuation dropped, a possessive "'s" kept as its own word ("France's" → "france", "'s").
+// words splits s for matching: text.Canon, accents stripped (text.StripMarks), case-folded
+// (text.Fold), punctuation dropped, a possessive "'s" kept as its own word ("France's" →
+// "france", "'s").
 func words(s string) []word {
-	s = stripMarks(s)
-	fold := cases.Fold()
 	var out []word
 	var cur []rune
 	initial := true
@@ -29,48 +27,38 @@ func words(s string) []word {
 			return
 		}
 		w := string(cur)
-		// ToLower after Fold: x/text folds Cherokee to upper case and back again.
-		out = append(out, word{norm: strings.ToLower(fold.String(w)), cap: unicode.IsUpper(cur[0]), initial: initial})
+		out = append(out, word{norm: text.Fold(w), cap: unicode.IsUpper(cur[0]), initial: initial})
 		cur = cur[:0]
 		initial = false
 	}
-	rs := []rune(s)
-	for i := 0; i < len(rs); i++ {
-		r := rs[i]
-		switch {
-		case unicode.IsLetter(r) || unicode.IsDigit(r):
-			cur = append(cur, r)
-		case isApostrophe(r):
-			// "'s" closing a word is the possessive; any other apostrophe joins (d'Ivoire).
-			if len(cur) > 0 && i+1 < len(rs) && (rs[i+1] == 's' || rs[i+1] == 'S') &&
-				(i+2 == len(rs) || !(unicode.IsLetter(rs[i+2]) || unicode.IsDigit(rs[i+2]))) {
+	// Lines one at a time: text.Canon turns a line break into a space, and a new line starts a
+	// sentence.
+	for line := range strings.SplitSeq(s, "\n") {
+		rs := []rune(text.StripMarks(text.Canon(line)))
+		for i := 0; i < len(rs); i++ {
+			r := rs[i]
+			switch {
+			case unicode.IsLetter(r) || unicode.IsDigit(r):
+				cur = append(cur, r)
+			case r == '\'':
+				// "'s" closing a word is the possessive; any other apostrophe joins (d'Ivoire).
+				if len(cur) > 0 && i+1 < len(rs) && (rs[i+1] == 's' || rs[i+1] == 'S') &&
+					(i+2 == len(rs) || !unicode.IsLetter(rs[i+2]) && !unicode.IsDigit(rs[i+2])) {
+					flush()
+					out = append(out, word{norm: "'s"})
+					i++
+				}
+			default:
 				flush()
-				out = append(out, word{norm: "'s"})
-				i++
-			}
-		default:
-			flush()
-			if strings.ContainsRune(".!?\n", r) {
-				initial = true
+				if strings.ContainsRune(".!?", r) {
+					initial = true
+				}
 			}
 		}
+		flush()
+		initial = true
 	}
-	flush()
 	return out
-}
-
-func isApostrophe(r rune) bool { return strings.ContainsRune("'’‘ʼ`´", r) }
-
-func stripMarks(s string) string {
-	d := norm.NFKD.String(s)
-	var b strings.Builder
-	b.Grow(len(d))
-	for _, r := range d {
-		if !unicode.Is(unicode.Mn, r) {
-			b.WriteRune(r)
-		}
-	}
-	return norm.NFKC.String(b.String())
 }
 
 func joinNorm(ws []word) string {

@@ -6,7 +6,8 @@ import (
 	"os"
 )
 
-// DefaultSavedJoules is what a graph answer reports as saved: the stated cost of the small-model
+// DefaultSavedJoules is what a graph answer reports as saved while this proxy has no running
+// figure for the model asked (Options.Estimator): the stated cost of the small-model
 // call it replaces (a 1B-class model writing a ~30-token answer at ~0.3 J/token on a
 // laptop-class CPU or GPU). It is an estimate, not a measurement; Options.SavedJoules changes it.
 const DefaultSavedJoules = 10.0
@@ -18,8 +19,11 @@ type Options struct {
 	// FS is where Files are read; nil reads them from the operating system by the names as
 	// given.
 	FS fs.FS
-	// SavedJoules is what each answer reports as saved; 0 is DefaultSavedJoules.
+	// SavedJoules is what an answer reports as saved while Estimator has no figure for the
+	// model; 0 is DefaultSavedJoules.
 	SavedJoules float64
+	// Estimator, when set, gives what the model asked would have spent writing each answer.
+	Estimator Estimator
 }
 
 // open opens name from fsys, or from the operating system when fsys is nil.

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"context"
+	"encoding/gob"
 	"encoding/json"
 	"errors"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/energy"
+	chromem "github.com/philippgille/chromem-go"
 )
 
 func msg(role, text string) cascade.Message {
@@ -93,7 +95,12 @@ func TestNormalize(t *testing.T) {
 		{"case", "What Is THE Capital?", "what is the capital"},
 		{"whitespace", "  what\tis \n the   capital ", "what is the capital"},
 		{"punctuation", "what... is, the capital?!", "what is the capital"},
-		{"apostrophes", "what’s up, what's up", "whats up whats up"},
+		{"apostrophes", "what’s up, what's up, whats up", "what is up what is up what is up"},
+		{"contractions", "Don't, can't, won't, I'm, you're, it's, isn't, we've, they'll", "do not can not will not i am you are it is is not we have they will"},
+		{"cannot", "I cannot", "i can not"},
+		{"possessive", "John's book, the dogs' bowl, its lid", "johns book the dogs bowl its lid"},
+		{"ambiguous kept", "I'd go, ain't, cant, wont", "id go aint cant wont"},
+		{"inner apostrophe", "Côte d’Ivoire", "côte divoire"},
 		{"nfkc fullwidth", "ＷＨＡＴ　ｉｓ　２ＦＡ？", "what is 2fa"},
 		{"fold sharp s", "STRASSE straße", "strasse strasse"},
 		{"decimal kept", "pay 3.5 or 35", "pay 3.5 or 35"},
@@ -123,6 +130,10 @@ func TestConflict(t *testing.T) {
 		{"enabled enabling", "Is 2FA enabled?", "Is 2FA enabling?", false},
 		{"can cannot", "I can log in", "I cannot log in", true},
 		{"can't cannot", "I can't log in", "I cannot log in", false},
+		{"can can't", "I can log in", "I can't log in", true},
+		{"is isn't", "it is running", "it isn't running", true},
+		{"isn't is not", "it isn't running", "it is not running", false},
+		{"what's what is", "What's the port?", "what is the port", false},
 		{"do does not", "It works", "It does not work", true},
 		{"lock unlock", "how to lock the door", "how to unlock the door", true},
 		{"possible impossible", "is it possible", "is it impossible", true},
@@ -516,11 +527,7 @@ func TestCorruptStore(t *testing.T) {
 	docs, _ := filepath.Glob(filepath.Join(dir, "*", "*.gob"))
 	var victim string
 	for _, d := range docs {
-		if filepath.Base(d) == chromemMeta {
-			continue
-		}
-		var doc gobDocument
-		if decodeFile(d, &doc) == nil && doc.Metadata[metaAnswer] == "lost" {
+		if doc, ok := readDoc(d); ok && doc.Metadata[metaAnswer] == "lost" {
 			victim = d
 		}
 	}
@@ -537,16 +544,29 @@ func TestCorruptStore(t *testing.T) {
 	if _, err := os.Stat(victim + ".corrupt"); err != nil {
 		t.Errorf("the unreadable file was not set aside: %v", err)
 	}
+	teach(t, s2, request("acme", "m", user("What is DNS?")), neural("acme's", 1))
 	_ = s2.Close()
 
-	// A collection whose metadata does not decode is moved out; the stage starts anyway.
-	metas, _ := filepath.Glob(filepath.Join(dir, "*", chromemMeta))
+	// A collection whose metadata does not decode is moved out; the others load, and the stage
+	// starts anyway. chromem-go v0.7.0 names a collection's metadata file 00000000.gob.
+	metas, _ := filepath.Glob(filepath.Join(dir, "*", "00000000.gob"))
+	if len(metas) != 2 {
+		t.Fatalf("%d collection metadata files, want 2", len(metas))
+	}
 	for _, m := range metas {
-		_ = os.WriteFile(m, []byte("nope"), 0o600)
+		if b, _ := os.ReadFile(m); !strings.Contains(string(b), "acme") {
+			_ = os.WriteFile(m, []byte("nope"), 0o600)
+		}
 	}
 	s3 := newStage(t, cfg)
-	if st := s3.Stats(); st.Entries != 0 {
-		t.Errorf("entries = %d, want 0", st.Entries)
+	if st := s3.Stats(); st.Entries != 1 || st.Collections != 1 {
+		t.Errorf("entries = %d in %d collections, want acme's 1 in 1", st.Entries, st.Collections)
+	}
+	if ans, hit := serve(t, s3, request("acme", "m", user("What is DNS?"))); !hit || ans.Text() != "acme's" {
+		t.Errorf("the readable collection did not survive: %v", hit)
+	}
+	if moved, _ := filepath.Glob(filepath.Join(dir+".corrupt", "*")); len(moved) != 1 {
+		t.Errorf("%d collections in %s.corrupt, want 1", len(moved), dir)
 	}
 	teach(t, s3, request("", "m", user("What is DNS?")), neural("new", 1))
 
@@ -717,4 +737,96 @@ func TestConcurrentServeLearn(t *testing.T) {
 	if st := s.Stats(); st.Entries > 20 {
 		t.Errorf("entries %d over the bound", st.Entries)
 	}
+}
+
+// TestContractions learns one wording and asks another, in the shape of a held-out set:
+// contractions and their expansions are one question; a contraction that flips the meaning, a
+// different number or a different name is still refused, at the default threshold and at one
+// low enough that only a guard stops it.
+func TestContractions(t *testing.T) {
+	hits := []struct{ name, learned, asked string }{
+		{"what's", "What is the default port for PostgreSQL?", "what's the default port for PostgreSQL?"},
+		{"what is", "What’s the difference between TCP and UDP?", "What is the difference between TCP and UDP?"},
+		{"whats", "What is a good name for a cat?", "whats a good name for a cat"},
+		{"it's", "It's slow when I open large files in the editor, why?", "It is slow when I open large files in the editor, why?"},
+		{"I'm", "I am getting a timeout from the API, what should I do?", "I'm getting a timeout from the API, what should I do?"},
+		{"can't cannot", "I can't log in to the admin dashboard, what now?", "I cannot log in to the admin dashboard, what now?"},
+		{"don't", "Why don't my tests run in parallel?", "Why do not my tests run in parallel?"},
+		{"isn't", "Why is not the cron job running at midnight?", "Why isn't the cron job running at midnight?"},
+		{"you're", "How do I know you are up to date?", "How do I know you're up to date?"},
+		{"won't", "Why won't the laptop charge overnight?", "Why will not the laptop charge overnight?"},
+	}
+	for _, tc := range hits {
+		t.Run("hit/"+tc.name, func(t *testing.T) {
+			s := newStage(t, Options{})
+			teach(t, s, request("", "m", user(tc.learned)), neural("the answer", 1))
+			if ans, hit := serve(t, s, request("", "m", user(tc.asked))); !hit || ans.Text() != "the answer" {
+				t.Fatalf("%q did not find %q", tc.asked, tc.learned)
+			}
+		})
+	}
+	refused := []struct{ name, learned, asked string }{
+		{"is isn't", "What's wrong when the backup service is running at night?", "What's wrong when the backup service isn't running at night?"},
+		{"can can't", "Why can I log in to the admin dashboard from my laptop?", "Why can't I log in to the admin dashboard from my laptop?"},
+		{"can cannot", "Why can I log in to the admin dashboard from my laptop?", "Why cannot I log in to the admin dashboard from my laptop?"},
+		{"do don't", "Why do my tests run in parallel on the build server?", "Why don't my tests run in parallel on the build server?"},
+		{"will won't", "Why will the laptop charge overnight when it is switched off?", "Why won't the laptop charge overnight when it is switched off?"},
+		{"number", "What's 15% of 240 when rounded to the nearest whole number?", "What's 15% of 250 when rounded to the nearest whole number?"},
+		{"number word", "What's the cost of three tickets for the museum on Sunday?", "What's the cost of four tickets for the museum on Sunday?"},
+		{"name", "What's the best time of year to visit Paris with children?", "What's the best time of year to visit Rome with children?"},
+		{"name and contraction", "What is the best time of year to visit Paris with children?", "What's the best time of year to visit Lisbon with children?"},
+	}
+	for _, th := range []float64{DefaultThreshold, 0.5} {
+		for _, tc := range refused {
+			t.Run("refused/"+tc.name+"/"+jsonNum(th), func(t *testing.T) {
+				s := newStage(t, Options{Threshold: th})
+				teach(t, s, request("", "m", user(tc.learned)), neural("answer", 1))
+				if ans, hit := serve(t, s, request("", "m", user(tc.asked))); hit {
+					t.Fatalf("%q answered %q's answer %q", tc.asked, tc.learned, ans.Text())
+				}
+				if th < DefaultThreshold && s.Stats().Guarded == 0 {
+					t.Errorf("the pair never reached a guard; make it more alike")
+				}
+			})
+		}
+	}
+}
+
+// TestSeedSavedFollowsTracker: a seed without joules of its own saves the stated default until
+// the tracker has a figure for the model asked; a seed file's own figure always wins.
+func TestSeedSavedFollowsTracker(t *testing.T) {
+	faq := writeFile(t, "faq.jsonl", `{"question":"What is the capital of France?","answer":"Paris."}
+{"question":"How do I enable 2FA?","answer":"Settings, Security, Enable.","joules":42}
+`)
+	tr := energy.NewTracker(1)
+	s := newStage(t, Options{SeedFiles: []string{faq}, Estimator: tr})
+	saved := func(q string) (float64, string, int) {
+		t.Helper()
+		ans, hit := serve(t, s, request("", "m", user(q)))
+		if !hit {
+			t.Fatalf("%q: miss", q)
+		}
+		return ans.Energy.Saved, ans.Energy.Reason, ans.Usage.CompletionTokens
+	}
+	if j, reason, _ := saved("What is the capital of France?"); j != DefaultSeedJoules || reason != energy.SavedStated {
+		t.Fatalf("before any call: %v %q", j, reason)
+	}
+	tr.Observe("m", energy.Figure{Joules: 8, Grade: energy.Measured}, 4) // 2 J/token
+	if j, reason, tokens := saved("What is the capital of France?"); j != 2*float64(tokens) || reason != energy.SavedRunningMeasured {
+		t.Errorf("after a call: %v %q, want %v", j, reason, 2*float64(tokens))
+	}
+	if j, _, _ := saved("How do I enable 2FA?"); j != 42 {
+		t.Errorf("the file's own figure: %v, want 42", j)
+	}
+}
+
+// readDoc decodes one of chromem-go's document files.
+func readDoc(p string) (chromem.Document, bool) {
+	f, err := os.Open(p)
+	if err != nil {
+		return chromem.Document{}, false
+	}
+	defer func() { _ = f.Close() }()
+	var d chromem.Document
+	return d, gob.NewDecoder(f).Decode(&d) == nil && d.ID != ""
 }

@@ -47,6 +47,9 @@ type Options struct {
 	// SeedJoules is what a seeded answer reports as saved when its file gives no figure; 0 is
 	// DefaultSeedJoules.
 	SeedJoules float64
+	// Estimator, when set, makes a seeded answer whose file gives no joules report as saved what
+	// the model asked would have spent writing it; SeedJoules is used only while it has no figure.
+	Estimator Estimator
 	// Logger receives warnings: a store that needed repair, answers not learned. The zero
 	// Logger discards them.
 	Logger zerolog.Logger

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -11,6 +12,9 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 // seed is an operator's answer to one question.
@@ -18,6 +22,28 @@ type seed struct {
 	question string
 	answer   string
 	joules   float64
+	fromFile bool // joules came from the seed file, not the stage's default
+}
+
+// Estimator is this proxy's running cost of a model's calls (energy.Tracker is one): what writing
+// an answer of completionTokens tokens would have cost, and a reason word that labels the figure;
+// ok is false while it has no figure for the model.
+type Estimator interface {
+	Estimate(model string, completionTokens int) (joules float64, reason string, ok bool)
+}
+
+// seedAnswer is sd's answer to req, with what it saved: the seed file's figure, else the running
+// figure for the model asked, else the stated default, labelled with the reason (a saving is
+// never measured).
+func (s *Stage) seedAnswer(req *cascade.Request, sd seed) *cascade.Answer {
+	ans := cascade.TextAnswer(req, sd.answer, 0, sd.joules)
+	ans.Energy.Reason = energy.SavedStated
+	if !sd.fromFile && s.est != nil {
+		if j, reason, ok := s.est.Estimate(req.Chat.Model, ans.Usage.CompletionTokens); ok && j > 0 {
+			ans.Energy.Saved, ans.Energy.Reason = j, reason
+		}
+	}
+	return ans
 }
 
 // seedRecord is one question/answer pair as a seed file writes it. Joules, optional, is what the
@@ -48,11 +74,11 @@ func loadSeeds(fsys fs.FS, files []string, defaultJoules float64) (map[string]se
 			if old, dup := seeds[key]; dup && old.answer != r.rec.Answer {
 				return nil, fmt.Errorf("%s:%d: %q has two answers (the other is for %q)", name, r.line, r.rec.Question, old.question)
 			}
-			j := r.rec.Joules
-			if j <= 0 {
-				j = defaultJoules
+			sd := seed{question: r.rec.Question, answer: r.rec.Answer, joules: r.rec.Joules, fromFile: r.rec.Joules > 0}
+			if !sd.fromFile {
+				sd.joules = defaultJoules
 			}
-			seeds[key] = seed{question: r.rec.Question, answer: r.rec.Answer, joules: j}
+			seeds[key] = sd
 		}
 	}
 	return seeds, nil
@@ -68,7 +94,7 @@ func readSeedFile(fsys fs.FS, name string) ([]lineRecord, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv seed file: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	switch strings.ToLower(filepath.Ext(name)) {
 	case ".yaml", ".yml":
 		b, err := io.ReadAll(f)
@@ -78,7 +104,7 @@ func readSeedFile(fsys fs.FS, name string) ([]lineRecord, error) {
 		var recs []seedRecord
 		dec := yaml.NewDecoder(bytes.NewReader(b))
 		dec.KnownFields(true)
-		if err := dec.Decode(&recs); err != nil && err != io.EOF {
+		if err := dec.Decode(&recs); err != nil && !errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		out := make([]lineRecord, len(recs))

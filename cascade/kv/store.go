@@ -97,18 +97,30 @@ func noEmbed(context.Context, string) ([]float32, error) {
 	return nil, errors.New("kv: entries carry their own vectors")
 }
 
-// openDB opens the chromem-go DB under dir. A store that does not load is repaired rather than
-// refused, so the proxy still starts: files that do not decode are renamed *.corrupt (chromem-go
-// skips them) and a collection without readable metadata is moved to dir.corrupt/; if the store
-// still does not load, the whole directory is moved aside and a fresh one begins. Every repair is
-// logged at warn.
+// openDB opens the chromem-go DB under dir with chromem.NewPersistentDB, which writes one gob file
+// per document as it is added and removes it on Delete.
+//
+// What chromem-go v0.7.0's API cannot do: open a store that holds one unreadable file. Its
+// AddDocument writes a document's file in place (os.Create, then gob), so a crash mid-write leaves
+// a torn file, and NewPersistentDB then returns an error and no DB: it has no option to skip a
+// file, and no call repairs a store. So a store that does not load is repaired here, relying only
+// on the layout chromem-go's NewPersistentDB documents (a collection is a subdirectory; its
+// uncompressed files ending in ".gob" are read, anything else is skipped):
+//
+//  1. every .gob file that does not decode as a chromem.Document (the type chromem-go writes; its
+//     collection metadata decodes as one too) is renamed *.corrupt;
+//  2. if the store still does not load (a torn metadata file leaves a collection without a name),
+//     the collections that had a file set aside are moved to dir.corrupt/;
+//  3. if it still does not load, the whole directory is moved aside and a fresh one begins.
+//
+// The proxy starts in every case; every repair is logged at warn.
 func openDB(dir string, log zerolog.Logger) (*chromem.DB, error) {
 	db, err := chromem.NewPersistentDB(dir, false)
 	if err == nil {
 		return db, nil
 	}
-	log.Warn().Err(err).Str("data_dir", dir).Msg("kv store does not load; quarantining unreadable files")
-	n, qerr := quarantine(dir)
+	log.Warn().Err(err).Str("data_dir", dir).Msg("kv store does not load; setting unreadable files aside")
+	touched, n, qerr := quarantineFiles(dir)
 	if qerr != nil {
 		log.Warn().Err(qerr).Str("data_dir", dir).Msg("kv store quarantine incomplete")
 	}
@@ -116,39 +128,32 @@ func openDB(dir string, log zerolog.Logger) (*chromem.DB, error) {
 		log.Warn().Int("quarantined", n).Str("data_dir", dir).Msg("kv store loaded without its unreadable files")
 		return db, nil
 	}
+	if moved, merr := moveCollections(dir, touched); merr != nil {
+		log.Warn().Err(merr).Str("data_dir", dir).Msg("kv store: collections not moved aside")
+	} else if moved > 0 {
+		if db, err = chromem.NewPersistentDB(dir, false); err == nil {
+			log.Warn().Int("collections", moved).Str("moved_to", corruptDir(dir)).Msg("kv store loaded without its unreadable collections")
+			return db, nil
+		}
+	}
 	aside := fmt.Sprintf("%s.corrupt-%s", strings.TrimRight(dir, "/"), time.Now().UTC().Format("20060102T150405"))
 	if rerr := os.Rename(dir, aside); rerr != nil {
-		return nil, fmt.Errorf("kv store %s does not load (%v) and cannot be moved aside: %w", dir, err, rerr)
+		return nil, fmt.Errorf("kv store %s does not load (%w) and cannot be moved aside: %w", dir, err, rerr)
 	}
 	log.Warn().Err(err).Str("data_dir", dir).Str("moved_to", aside).Msg("kv store moved aside; starting empty")
 	return chromem.NewPersistentDB(dir, false)
 }
 
-// Shapes of chromem-go's gob files, for checking that they decode.
-type (
-	gobDocument struct {
-		ID        string
-		Metadata  map[string]string
-		Embedding []float32
-		Content   string
-	}
-	gobCollection struct {
-		Name     string
-		Metadata map[string]string
-	}
-)
+func corruptDir(dir string) string { return strings.TrimRight(dir, "/") + ".corrupt" }
 
-// chromemMeta is chromem-go's collection metadata file.
-const chromemMeta = "00000000.gob"
-
-// quarantine renames every undecodable document file and moves out collections whose metadata
-// does not decode. It returns how many files or directories it set aside.
-func quarantine(dir string) (int, error) {
+// quarantineFiles renames every .gob file under dir's collection directories that does not decode
+// as a chromem.Document to *.corrupt. It returns the collection directories it touched and how
+// many files it set aside.
+func quarantineFiles(dir string) (touched []string, n int, err error) {
 	cols, err := os.ReadDir(dir)
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
-	n := 0
 	var errs []error
 	for _, c := range cols {
 		if !c.IsDir() {
@@ -158,48 +163,59 @@ func quarantine(dir string) (int, error) {
 		files, err := os.ReadDir(cdir)
 		if err != nil {
 			errs = append(errs, err)
+			touched = append(touched, cdir)
 			continue
 		}
-		var meta gobCollection
-		if decodeFile(filepath.Join(cdir, chromemMeta), &meta) != nil || meta.Name == "" {
-			dst := filepath.Join(strings.TrimRight(dir, "/")+".corrupt", c.Name())
-			if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if err := os.Rename(cdir, dst); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			n++
-			continue
-		}
+		hit := false
 		for _, f := range files {
-			if f.IsDir() || f.Name() == chromemMeta || !strings.HasSuffix(f.Name(), ".gob") {
+			if f.IsDir() || !strings.HasSuffix(f.Name(), ".gob") {
 				continue
 			}
 			p := filepath.Join(cdir, f.Name())
-			var d gobDocument
-			if decodeFile(p, &d) == nil && d.ID != "" {
+			if decodes(p) {
 				continue
 			}
+			hit = true
 			if err := os.Rename(p, p+".corrupt"); err != nil {
 				errs = append(errs, err)
 				continue
 			}
 			n++
 		}
+		if hit {
+			touched = append(touched, cdir)
+		}
 	}
-	return n, errors.Join(errs...)
+	return touched, n, errors.Join(errs...)
 }
 
-func decodeFile(p string, v any) error {
+// decodes reports whether the file at p is a whole gob that decodes as a chromem.Document.
+func decodes(p string) bool {
 	f, err := os.Open(p)
 	if err != nil {
-		return err
+		return false
 	}
-	defer f.Close()
-	return gob.NewDecoder(f).Decode(v)
+	defer func() { _ = f.Close() }()
+	var d chromem.Document
+	return gob.NewDecoder(f).Decode(&d) == nil
+}
+
+// moveCollections moves collection directories into dir.corrupt/ and returns how many it moved.
+func moveCollections(dir string, cdirs []string) (int, error) {
+	n := 0
+	var errs []error
+	for _, cdir := range cdirs {
+		dst := filepath.Join(corruptDir(dir), filepath.Base(cdir))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+			return n, err
+		}
+		if err := os.Rename(cdir, dst); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }
 
 // loadCollection reads every entry of a chromem collection, oldest first. Entries that do not
@@ -209,7 +225,10 @@ func loadCollection(ctx context.Context, col *chromem.Collection, dim int) ([]*e
 	if n == 0 {
 		return nil, 0, nil
 	}
-	// chromem-go has no listing call; a query for all n documents is one.
+	// What chromem-go v0.7.0's API cannot do: list a collection. It has Count and GetByID, but
+	// GetByID needs the IDs, which only the documents hold, and no call returns them. A query
+	// for all n documents (any probe vector; every document is within the top n) is the one
+	// public way to read them all: an exhaustive scan and a sort, once per collection at start.
 	probe := make([]float32, dim)
 	probe[0] = 1
 	res, err := col.QueryEmbedding(ctx, probe, n, nil, nil)

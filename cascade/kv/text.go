@@ -3,16 +3,15 @@ package kv
 import (
 	"strings"
 	"unicode"
-	"unicode/utf8"
 
-	"golang.org/x/text/cases"
-	"golang.org/x/text/unicode/norm"
+	"github.com/eoc-proxy/eoc-proxy/internal/text"
 )
 
-// Normalize returns the key form of s: Unicode NFKC, case-folded, punctuation dropped,
-// whitespace collapsed. Marks inside numbers ("3.5", "1,000", "10:30", "-4") are kept, so
-// different numbers never share a key; symbols that change meaning ("C++", "C#", "5%", "$")
-// are kept too. Seeded questions are looked up by this form.
+// Normalize returns the key form of s: text.Canon (NFKC, one apostrophe, one space), case-folded,
+// contractions written out ("what's" → "what is", "can't" → "can not"), punctuation dropped.
+// Marks inside numbers ("3.5", "1,000", "10:30", "-4") are kept, so different numbers never share
+// a key; symbols that change meaning ("C++", "C#", "5%", "$") are kept too. Seeded questions are
+// looked up by this form, and the built-in embedder embeds it.
 func Normalize(s string) string {
 	toks := tokenize(s)
 	var b strings.Builder
@@ -36,235 +35,139 @@ type token struct {
 // keptPunct are punctuation marks that change what a text asks for.
 const keptPunct = "#%&@*/\\§"
 
-// apostrophes are dropped inside words, so "what's" and "whats" are one word.
-const apostrophes = "'’‘ʼ`´"
-
-// tokenize splits s into words after NFKC, the way Normalize does.
+// tokenize splits s into words after text.Canon, the way Normalize does. An apostrophe inside a
+// word is dropped ("whats" and "what's" are one word) unless the word is a contraction, which is
+// written out.
 func tokenize(s string) []token {
-	s = norm.NFKC.String(s)
-	fold := cases.Fold()
 	var toks []token
 	var word strings.Builder
 	initial := true
+	apos := false // word holds an apostrophe
 	flush := func() {
 		if word.Len() == 0 {
 			return
 		}
 		w := word.String()
 		word.Reset()
-		// ToLower after Fold: x/text folds Cherokee to upper case and back again, so Fold alone
-		// is not idempotent.
-		t := token{norm: strings.ToLower(fold.String(w)), initial: initial}
-		for i, r := range w {
-			if unicode.IsUpper(r) {
-				if i == 0 {
-					t.cap = true
-				} else {
-					t.inner = true
+		folded := text.Fold(w)
+		parts := expand(folded)
+		if parts == nil {
+			parts = []string{folded}
+		}
+		for i, p := range parts {
+			if apos {
+				p = strings.ReplaceAll(p, "'", "")
+			}
+			if p == "" {
+				continue
+			}
+			t := token{norm: p, initial: initial}
+			if i == 0 {
+				// How the first part was written is how the word was.
+				for j, r := range w {
+					if unicode.IsUpper(r) {
+						if j == 0 {
+							t.cap = true
+						} else {
+							t.inner = true
+						}
+					}
 				}
 			}
+			toks = append(toks, t)
+			initial = false
 		}
-		toks = append(toks, t)
-		initial = false
+		apos = false
 	}
-	runes := []rune(s)
-	for i, r := range runes {
-		var prev, next rune
-		if i > 0 {
-			prev = runes[i-1]
-		}
-		if i+1 < len(runes) {
-			next = runes[i+1]
-		}
-		switch {
-		case unicode.IsSpace(r):
-			flush()
-			if r == '\n' {
-				initial = true
+	// Lines one at a time: text.Canon turns a line break into a space, and a new line starts a
+	// sentence.
+	for line := range strings.SplitSeq(s, "\n") {
+		runes := []rune(text.Canon(line))
+		for i, r := range runes {
+			var prev, next rune
+			if i > 0 {
+				prev = runes[i-1]
 			}
-		case strings.ContainsRune(".,:", r) && unicode.IsDigit(prev) && unicode.IsDigit(next):
-			word.WriteRune(r) // 3.5, 1,000, 10:30
-		case (r == '-' || r == '−') && unicode.IsDigit(next) && !isWordRune(prev):
-			flush()
-			word.WriteRune('-') // -4
-		case strings.ContainsRune(apostrophes, r):
-			// dropped: what's = whats
-		case unicode.IsPunct(r) && !strings.ContainsRune(keptPunct, r):
-			flush()
-			if strings.ContainsRune(".!?:;", r) {
-				initial = true
+			if i+1 < len(runes) {
+				next = runes[i+1]
 			}
-		default:
-			word.WriteRune(r)
+			switch {
+			case unicode.IsSpace(r):
+				flush()
+			case strings.ContainsRune(".,:", r) && unicode.IsDigit(prev) && unicode.IsDigit(next):
+				word.WriteRune(r) // 3.5, 1,000, 10:30
+			case (r == '-' || r == '−') && unicode.IsDigit(next) && !isWordRune(prev):
+				flush()
+				word.WriteRune('-') // -4
+			case r == '\'':
+				if word.Len() > 0 {
+					word.WriteRune(r) // kept until flush: contractions are read with it
+					apos = true
+				}
+			case unicode.IsPunct(r) && !strings.ContainsRune(keptPunct, r):
+				flush()
+				if strings.ContainsRune(".!?:;", r) {
+					initial = true
+				}
+			default:
+				word.WriteRune(r)
+			}
 		}
+		flush()
+		initial = true
 	}
-	flush()
 	return toks
 }
 
 func isWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
 
-// negations are the words that turn a statement around. Contractions lose their apostrophe in
-// tokenize ("can't" is "cant").
-var negations = setOf(`not no never none nothing nobody nowhere neither nor cannot without
-	cant dont doesnt didnt isnt arent wasnt werent wont wouldnt shouldnt couldnt hasnt havent
-	hadnt mustnt neednt aint shant mightnt`)
+// Contractions and their expansions are one question: "what's" asks what "what is" asks. A
+// contraction is written out, never dropped, so a negation stays a word of its own ("can't" is
+// "can not", which the guards count as a negation and "can" is not). Forms whose expansion is
+// ambiguous are left alone: "'d" (would or had), "ain't", and "'s" after anything but the words
+// below, since "John's" is a possessive. Without an apostrophe only spellings that are no other
+// word are read as contractions ("dont", "whats"; not "cant", "wont", "its", "well", "were").
+var (
+	// contractions are the whole words whose expansion is not their stem plus a suffix.
+	contractions = map[string][]string{
+		"can't": {"can", "not"}, "won't": {"will", "not"}, "shan't": {"shall", "not"},
+		"let's": {"let", "us"}, "cannot": {"can", "not"},
+	}
+	// suffixes map a contraction's ending to its word, and the stems it may follow.
+	suffixes = []struct {
+		suffix, word string
+		stems        map[string]bool
+	}{
+		{"n't", "not", setOf("do does did is are was were would should could has have had must need might dare")},
+		{"'s", "is", setOf("what who where when why how it that there here he she")},
+		{"'m", "am", setOf("i")},
+		{"'re", "are", setOf("you we they who what where there how why")},
+		{"'ve", "have", setOf("i you we they who could should would might must")},
+		{"'ll", "will", setOf("i you he she it we they that who there what")},
+	}
+	// bare are contractions typed without their apostrophe that are no other English word.
+	bare = map[string]string{
+		"whats": "what's", "whos": "who's", "wheres": "where's", "thats": "that's", "theres": "there's",
+		"dont": "don't", "doesnt": "doesn't", "didnt": "didn't", "isnt": "isn't", "arent": "aren't",
+		"wasnt": "wasn't", "werent": "weren't", "wouldnt": "wouldn't", "shouldnt": "shouldn't",
+		"couldnt": "couldn't", "hasnt": "hasn't", "havent": "haven't", "hadnt": "hadn't",
+		"mustnt": "mustn't", "im": "i'm", "ive": "i've", "youre": "you're", "youve": "you've",
+		"theyre": "they're", "theyve": "they've", "weve": "we've", "youll": "you'll", "theyll": "they'll",
+	}
+)
 
-// polarPairs are words whose opposite is another word, not a negation. A text's polar words must
-// match the other text's exactly, so "enable" never meets "disable" (nor "enable" nothing).
-var polarPairs = `enable disable allow deny disallow permit forbid prohibit accept reject decline
-	add remove delete create destroy include exclude increase decrease raise lower grow shrink
-	maximum minimum max min more less fewer most least higher lower above below over under
-	before after start stop begin end open close on off up down true false yes
-	win lose buy sell push pull upload download import export encrypt decrypt encode decode
-	compress decompress lock unlock install uninstall connect disconnect subscribe unsubscribe
-	activate deactivate login logout signin signout mount unmount show hide public private
-	left right north south east west first last early late fast slow hot cold big small large
-	long short old new young good bad best worst better worse positive negative plus minus
-	input output inbound outbound incoming outgoing send receive forward backward
-	ascending descending asc desc increment decrement expand collapse attach detach approve
-	pass fail success failure valid invalid legal illegal safe unsafe always sometimes rarely
-	everyone everybody all any some every inside outside internal external sync async upper
-	join leave arrive depart enter exit agree disagree like dislike love hate same different
-	equal unequal odd even male female man woman men women boy girl dark light black white
-	day night today tomorrow yesterday past future previous next cheap expensive full empty`
-
-// numberWords map spelled-out numbers to digits, so "three" and "3" are one number.
-var numberWords = map[string]string{
-	"zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
-	"seven": "7", "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12",
-	"thirteen": "13", "fourteen": "14", "fifteen": "15", "sixteen": "16", "seventeen": "17",
-	"eighteen": "18", "nineteen": "19", "twenty": "20", "thirty": "30", "forty": "40",
-	"fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80", "ninety": "90",
-	"hundred": "100", "thousand": "1000", "million": "1e6", "billion": "1e9", "trillion": "1e12",
-	"dozen": "12", "half": "0.5", "once": "x1", "twice": "x2", "thrice": "x3", "double": "x2",
-	"triple": "x3", "single": "x1", "first": "1st", "second": "2nd", "third": "3rd",
-	"fourth": "4th", "fifth": "5th", "sixth": "6th", "seventh": "7th", "eighth": "8th",
-	"ninth": "9th", "tenth": "10th",
-}
-
-// commonInitial are words that start sentences without being names, so a capital letter on them
-// says nothing.
-var commonInitial = setOf(`what which who whom whose where when why how is are was were be
-	do does did can could would should will shall may might must have has had the a an i my we
-	our you your it its this that these those there here hi hello hey thanks thank please and or
-	but if in on at for of to from with by about as so yes no ok okay let tell show give explain
-	describe list write make find help name compare define summarize summarise translate create
-	get set use im ive id whats hows whos wheres whens whys thats theres lets youre its`)
-
-// inflected maps each form of a polar word (enabled, enabling, stopped) to its stem.
-var inflected = func() map[string]string {
-	m := map[string]string{}
-	for _, w := range strings.Fields(polarPairs) {
-		stem := strings.TrimSuffix(w, "e")
-		last := w[len(w)-1:]
-		for _, f := range []string{w, w + "s", w + "d", w + "ed", w + "es", w + "ing", stem + "ing",
-			stem + "ed", w + "r", w + "er", w + last + "ing", w + last + "ed"} {
-			if _, taken := m[f]; !taken {
-				m[f] = w
-			}
+// expand writes out a folded word if it is a contraction, else returns nil.
+func expand(w string) []string {
+	if c, ok := bare[w]; ok {
+		w = c
+	}
+	if parts, ok := contractions[w]; ok {
+		return parts
+	}
+	for _, s := range suffixes {
+		if stem, ok := strings.CutSuffix(w, s.suffix); ok && s.stems[stem] {
+			return []string{stem, s.word}
 		}
 	}
-	return m
-}()
-
-// negPrefixes turn a word into its opposite (unlock, disallow, nonzero, impossible).
-var negPrefixes = []string{"un", "dis", "non", "in", "im", "il", "ir", "de", "anti"}
-
-func setOf(words string) map[string]bool {
-	m := map[string]bool{}
-	for _, w := range strings.Fields(words) {
-		m[w] = true
-	}
-	return m
-}
-
-// signature is what a text commits to: the words and marks that flip or pin down its meaning.
-type signature struct {
-	words    map[string]bool
-	negs     int
-	polar    map[string]int
-	numbers  map[string]int
-	entities []string
-}
-
-func sign(s string) signature {
-	toks := tokenize(s)
-	sig := signature{words: make(map[string]bool, len(toks)), polar: map[string]int{}, numbers: map[string]int{}}
-	for _, t := range toks {
-		w := t.norm
-		sig.words[w] = true
-		if negations[w] {
-			sig.negs++
-		}
-		if p, ok := inflected[w]; ok {
-			sig.polar[p]++
-		}
-		if n, ok := numberWords[w]; ok {
-			sig.numbers[n]++
-		}
-		digits, letters := false, false
-		for _, r := range w {
-			if unicode.IsDigit(r) {
-				digits = true
-			} else if unicode.IsLetter(r) {
-				letters = true
-			}
-		}
-		switch {
-		case digits && !letters:
-			sig.numbers[w]++
-		case digits && letters, t.inner, t.cap && !(t.initial && commonInitial[w]):
-			sig.entities = append(sig.entities, w) // 2fa, gpt4, NASA, iPhone, Paris
-		}
-	}
-	return sig
-}
-
-// conflict reports whether two texts that look alike say different things: a negation, a polar
-// word, a number or a name that one has and the other lacks. A conflict rejects a similarity hit
-// whatever the cosine says.
-func conflict(a, b signature) bool {
-	if a.negs != b.negs || !sameCounts(a.polar, b.polar) || !sameCounts(a.numbers, b.numbers) {
-		return true
-	}
-	for _, e := range a.entities {
-		if !b.words[e] {
-			return true
-		}
-	}
-	for _, e := range b.entities {
-		if !a.words[e] {
-			return true
-		}
-	}
-	return prefixFlip(a.words, b.words) || prefixFlip(b.words, a.words)
-}
-
-// prefixFlip reports a word of a, missing from b, that is a word of b with a negating prefix
-// (a says "unlock" where b says "lock").
-func prefixFlip(a, b map[string]bool) bool {
-	for w := range a {
-		if b[w] {
-			continue
-		}
-		for _, p := range negPrefixes {
-			if rest, ok := strings.CutPrefix(w, p); ok && utf8.RuneCountInString(rest) >= 3 && b[rest] {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func sameCounts(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/meter"
 )
 
@@ -13,13 +14,31 @@ var _ cascade.Stage = (*Stage)(nil)
 // Stage sends a request to the backend its model routes to, and meters the call. It is safe for
 // concurrent use.
 type Stage struct {
-	router *cascade.Router
-	meter  *meter.Meter
+	router   *cascade.Router
+	meter    *meter.Meter
+	observer Observer
 }
 
+// Observer learns what each successful call cost (energy.Tracker is one, whose running figure the
+// memoizing stages report as saved). Observe is called on the request's goroutine and must not
+// block.
+type Observer interface {
+	Observe(model string, fig energy.Figure, completionTokens int)
+}
+
+// Option changes how New builds a Stage.
+type Option func(*Stage)
+
+// WithObserver reports every call that succeeded to o, with the model the request asked for.
+func WithObserver(o Observer) Option { return func(s *Stage) { s.observer = o } }
+
 // New returns the neural stage over router's backends, metered by m.
-func New(router *cascade.Router, m *meter.Meter) *Stage {
-	return &Stage{router: router, meter: m}
+func New(router *cascade.Router, m *meter.Meter, opts ...Option) *Stage {
+	s := &Stage{router: router, meter: m}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Name is "neural".
@@ -45,5 +64,8 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Si
 	}
 	ans.Backend = route.Name
 	ans.Energy = fig
+	if err == nil && s.observer != nil {
+		s.observer.Observe(req.Chat.Model, fig, w.CompletionTokens)
+	}
 	return ans, err
 }

@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +23,9 @@ import (
 	"github.com/rs/zerolog"
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/config"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
 	"github.com/eoc-proxy/eoc-proxy/ledger"
 )
@@ -712,5 +717,67 @@ func disconnectMidStream(t *testing.T, c *openai.Client, fake *fakes.Server, con
 	st.Close()
 	if !fake.WaitCanceled(5 * time.Second) {
 		t.Fatal("the upstream never saw the client go away")
+	}
+}
+
+// TestGraphSavedFollowsNeuralCost: a graph hit reports the stated 10 J until the proxy has called
+// the model, then the model's running joules per completion token (from the neural calls' figures,
+// here a token model of 1 J a token) × the answer's tokens, labelled as a running estimate.
+func TestGraphSavedFollowsNeuralCost(t *testing.T) {
+	facts := filepath.Join(t.TempDir(), "facts.tsv")
+	if err := os.WriteFile(facts, []byte("Night Ferry\tdirector\tTomas Vell\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fake := fakes.NewOpenAI(t, fakes.Config{Usage: &cascade.Usage{PromptTokens: 12, CompletionTokens: 4, TotalTokens: 16}})
+	s := startStack(t, oneBackend("openai", fake.BaseURL(), fmt.Sprintf(`
+cascade: {stages: [graph, neural], graph: {files: [%q]}}
+meter: {token_models: [{models: ["fake-*"], joules_per_prompt_token: 1, joules_per_completion_token: 1}]}
+`, facts)))
+	c := client(s, "")
+	ctx := context.Background()
+	graphHit := func() (saved float64, reason string, tokens int) {
+		t.Helper()
+		resp, err := c.CreateChatCompletion(ctx, chatReq("Who directed Night Ferry?"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Header().Get("X-EOC-Stage") != "graph" || resp.Choices[0].Message.Content != "Night Ferry was directed by Tomas Vell." {
+			t.Fatalf("not a graph hit: %q %q", resp.Header().Get("X-EOC-Stage"), resp.Choices[0].Message.Content)
+		}
+		saved, err = strconv.ParseFloat(resp.Header().Get("X-EOC-Joules-Saved"), 64)
+		if err != nil {
+			t.Fatalf("X-EOC-Joules-Saved: %v", err)
+		}
+		return saved, resp.Header().Get("X-EOC-Energy-Reason"), resp.Usage.CompletionTokens
+	}
+	neuralCall := func(q string, wantJoules float64) {
+		t.Helper()
+		resp, err := c.CreateChatCompletion(ctx, chatReq(q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.Header().Get("X-EOC-Joules"); resp.Header().Get("X-EOC-Stage") != "neural" || got != fmt.Sprint(wantJoules) {
+			t.Fatalf("neural call: stage %q joules %s, want %v", resp.Header().Get("X-EOC-Stage"), got, wantJoules)
+		}
+	}
+
+	saved, reason, tokens := graphHit()
+	if saved != 10 || !strings.Contains(reason, "saved-stated") {
+		t.Fatalf("first graph hit: saved %v (%q), want the stated 10 J", saved, reason)
+	}
+	neuralCall("first question", 16) // 12 + 4 J: 4 J per completion token
+	saved, reason, _ = graphHit()
+	if want := 4 * float64(tokens); math.Abs(saved-want) > 1e-6 || !strings.Contains(reason, "saved-running-estimated") {
+		t.Fatalf("after a 16 J call of 4 tokens: saved %v (%q), want %v", saved, reason, want)
+	}
+	// A dearer call per token (12 + 1 J for one token) moves the running mean up by a fifth of the
+	// difference.
+	fake.Configure(func(c *fakes.Config) {
+		c.Usage = &cascade.Usage{PromptTokens: 12, CompletionTokens: 1, TotalTokens: 13}
+	})
+	neuralCall("second question", 13)
+	perToken := 4 + energy.DefaultTrackerWeight*(13-4)
+	if saved2, _, _ := graphHit(); math.Abs(saved2-perToken*float64(tokens)) > 1e-6 || saved2 <= saved {
+		t.Fatalf("after a 13 J call of 1 token: saved %v, want %v", saved2, perToken*float64(tokens))
 	}
 }

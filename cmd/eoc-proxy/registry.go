@@ -14,6 +14,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade/kv"
 	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
 	"github.com/eoc-proxy/eoc-proxy/config"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/ledger"
 	"github.com/eoc-proxy/eoc-proxy/meter"
 )
@@ -23,6 +24,7 @@ type stageDeps struct {
 	cfg    *config.Config
 	router *cascade.Router
 	meter  *meter.Meter
+	costs  *energy.Tracker // the neural stage feeds it; kv seeds and graph answers read it
 	files  fs.FS
 	log    zerolog.Logger // the root logger; each factory names its component
 	prom   *prometheus.Registry
@@ -122,13 +124,16 @@ func newCacheStage(d *stageDeps) (cascade.Stage, error) {
 	return cs, nil
 }
 
-func newNeuralStage(d *stageDeps) (cascade.Stage, error) { return neural.New(d.router, d.meter), nil }
+func newNeuralStage(d *stageDeps) (cascade.Stage, error) {
+	return neural.New(d.router, d.meter, neural.WithObserver(d.costs)), nil
+}
 
 func newKVStage(d *stageDeps) (cascade.Stage, error) {
 	o, err := kvOptions(d.cfg.Cascade.KV, d.files, component(d.log, "kv"))
 	if err != nil {
 		return nil, err
 	}
+	o.Estimator = d.costs
 	st, err := kv.New(o)
 	if err != nil {
 		return nil, err
@@ -163,7 +168,7 @@ func kvOptions(c config.KV, files fs.FS, log zerolog.Logger) (kv.Options, error)
 }
 
 func newGraphStage(d *stageDeps) (cascade.Stage, error) {
-	st, err := graph.New(graph.Options{Files: d.cfg.Cascade.Graph.Files, FS: d.files})
+	st, err := graph.New(graph.Options{Files: d.cfg.Cascade.Graph.Files, FS: d.files, Estimator: d.costs})
 	if err != nil {
 		return nil, err
 	}

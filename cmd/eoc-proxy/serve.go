@@ -22,6 +22,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/backends"
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/config"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/ledger"
 	"github.com/eoc-proxy/eoc-proxy/meter"
 	"github.com/eoc-proxy/eoc-proxy/proxy"
@@ -159,7 +160,10 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), live)
 	a.registry = reg
 
-	deps := &stageDeps{cfg: cfg, router: router, meter: m, files: files, log: log, prom: reg, app: a}
+	// One running figure per model of what a neural call costs here: the neural stage feeds it,
+	// and kv seeds and graph answers report it as what they saved.
+	costs := energy.NewTracker(energy.DefaultTrackerWeight)
+	deps := &stageDeps{cfg: cfg, costs: costs, router: router, meter: m, files: files, log: log, prom: reg, app: a}
 	stages := make([]cascade.Stage, 0, len(cfg.Cascade.Stages))
 	for _, name := range cfg.Cascade.Stages {
 		newStage, ok := stageFactories[name]

@@ -1,0 +1,166 @@
+package kv
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+)
+
+// The learn queue: Learn hands complete neural answers to one worker goroutine through a bounded
+// channel, so learning never delays a response; the worker embeds (unless Serve already did),
+// stores and indexes each answer. Flush and Close drain it.
+
+// job is one answer to learn, or a flush barrier.
+type job struct {
+	tenant, model string
+	q             query
+	vec           []float32
+	answer        string
+	joules        float64
+	ctok          int
+	barrier       chan struct{}
+}
+
+// Learn queues a complete neural answer for the similarity store. It never blocks: when the
+// queue is full the answer is dropped and counted. Answers from in-process stages (no Backend),
+// unfinished ones (finish_reason other than stop), tool calls, refusals and requests that
+// similarity would not match are not learned.
+func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {
+	if req.NoStore || ans.Backend == "" || !ans.Complete || len(ans.Choices) != 1 {
+		return
+	}
+	m := ans.Choices[0].Message
+	if ans.Choices[0].FinishReason != "stop" || m.Content == nil || strings.TrimSpace(*m.Content) == "" ||
+		len(m.ToolCalls) > 0 || m.Refusal != "" {
+		return
+	}
+	q, ok := s.query(req)
+	if !ok {
+		return
+	}
+	j := job{tenant: req.Tenant, model: req.Chat.Model, q: q, answer: *m.Content, joules: cascade.OriginalCost(ans)}
+	if ans.Usage != nil {
+		j.ctok = ans.Usage.CompletionTokens
+	}
+	j.vec, _ = s.recent.Peek(req.Key())
+	s.qmu.RLock()
+	defer s.qmu.RUnlock()
+	if s.closed {
+		s.stats.dropped.Add(1)
+		return
+	}
+	select {
+	case s.queue <- j:
+	default:
+		s.stats.dropped.Add(1)
+	}
+}
+
+// Flush waits until every answer queued before it has been learned (or failed). For tests and
+// tools; it may block.
+func (s *Stage) Flush() {
+	done := make(chan struct{})
+	s.qmu.RLock()
+	if s.closed {
+		s.qmu.RUnlock()
+		return
+	}
+	s.queue <- job{barrier: done}
+	s.qmu.RUnlock()
+	<-done
+}
+
+// Close stops accepting answers, learns those already queued and returns. Learn after Close
+// drops. It is safe to call more than once.
+func (s *Stage) Close() error {
+	s.qmu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.queue)
+	}
+	s.qmu.Unlock()
+	<-s.done
+	return nil
+}
+
+func (s *Stage) work() {
+	defer close(s.done)
+	for j := range s.queue {
+		if j.barrier != nil {
+			close(j.barrier)
+			continue
+		}
+		if err := s.learn(j); err != nil {
+			s.stats.failed.Add(1)
+			s.log.Warn().Err(err).Str("model", j.model).Msg("kv: answer not learned")
+		}
+	}
+}
+
+func (s *Stage) learn(j job) error {
+	ctx, cancel := context.WithTimeout(context.Background(), learnEmbedTimeout)
+	defer cancel()
+	if j.vec == nil {
+		v, err := s.embed(ctx, j.q)
+		if err != nil {
+			return err
+		}
+		j.vec = v
+	}
+	col, err := s.collectionFor(j.tenant, j.model, len(j.vec))
+	if err != nil {
+		return err
+	}
+	e := &entry{
+		id:       entryID(j.q),
+		vec:      j.vec,
+		sketch:   s.sketchOf(j.vec),
+		question: j.q.question,
+		context:  j.q.context,
+		params:   j.q.params,
+		answer:   j.answer,
+		joules:   j.joules,
+		ctok:     j.ctok,
+		created:  time.Now().Unix(),
+	}
+	return s.add(ctx, col, e)
+}
+
+// add persists e (when the store is on disk), indexes it and evicts what overflows.
+func (s *Stage) add(ctx context.Context, col *collection, e *entry) error {
+	e.seq = col.nextSeq()
+	if col.store != nil {
+		if err := col.store.AddDocument(ctx, docOf(e)); err != nil {
+			return fmt.Errorf("storing entry: %w", err)
+		}
+	}
+	s.deleteEvicted(ctx, col, col.insert(e, s.maxEntries))
+	s.stats.learned.Add(1)
+	return nil
+}
+
+func (s *Stage) deleteEvicted(ctx context.Context, col *collection, evicted []*entry) {
+	s.stats.evicted.Add(int64(len(evicted)))
+	if col.store == nil || len(evicted) == 0 {
+		return
+	}
+	ids := make([]string, len(evicted))
+	for i, e := range evicted {
+		ids[i] = e.id
+	}
+	if err := col.store.Delete(ctx, nil, nil, ids...); err != nil {
+		s.log.Warn().Err(err).Msg("kv: evicted entries not removed from disk")
+	}
+}
+
+// entryID names an entry by what it answers, so learning the same conversation again replaces
+// the entry.
+func entryID(q query) string {
+	h := sha256.Sum256([]byte(q.params + "\x00" + q.context))
+	return hex.EncodeToString(h[:16])
+}
