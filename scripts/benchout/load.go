@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const stageHeader = "X-Eoc-Stage"
+
+func newClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		MaxIdleConns:        256,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}}
+}
+
+// do posts body to url, reads the whole answer and returns its status and stage header.
+func do(c *http.Client, url string, body []byte) (int, string, error) {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get(stageHeader), err
+}
+
+// prompts makes user messages unlike each other and unlike eoc.yaml's seeds and facts, so that
+// none is answered by the cache, kv or graph: made-up words, a dozen to a message.
+type prompts struct{ r *rand.Rand }
+
+func newPrompts(seed uint64) *prompts { return &prompts{r: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))} }
+
+var (
+	consonants = []string{"b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "tr", "st", "gl"}
+	vowels     = []string{"a", "e", "i", "o", "u", "ai", "ou"}
+)
+
+func (p *prompts) word() string {
+	var b strings.Builder
+	for range 2 + p.r.IntN(2) {
+		b.WriteString(consonants[p.r.IntN(len(consonants))])
+		b.WriteString(vowels[p.r.IntN(len(vowels))])
+	}
+	return b.String()
+}
+
+func (p *prompts) next() string {
+	w := make([]string, 12)
+	for i := range w {
+		w[i] = p.word()
+	}
+	return "Please explain in two sentences how " + strings.Join(w[:6], " ") + " relates to " + strings.Join(w[6:], " ") + "."
+}
+
+// chatBody is an OpenAI chat request with the given user message (made of ASCII letters, spaces
+// and punctuation, so it needs no escaping).
+func chatBody(user string, stream bool) []byte {
+	s := ""
+	if stream {
+		s = `,"stream":true`
+	}
+	return []byte(`{"model":"` + upModel + `","messages":[{"role":"system","content":"You are a helpful assistant. Be brief."},{"role":"user","content":"` + user + `"}],"max_tokens":64` + s + `}`)
+}
+
+// target is one way to the upstream.
+type target struct {
+	name, url string
+	stage     string // the X-EOC-Stage every answer must carry ("" for none)
+}
+
+// sequential measures one call at a time, round-robin over the targets (the order rotating each
+// round), with a fresh prompt each round. It returns each target's latencies, warm-up excluded.
+func sequential(c *http.Client, ts []target, warmup, rounds int, p *prompts) [][]time.Duration {
+	lat := make([][]time.Duration, len(ts))
+	for i := range lat {
+		lat[i] = make([]time.Duration, 0, rounds)
+	}
+	for r := range warmup + rounds {
+		body := chatBody(p.next(), false)
+		for k := range ts {
+			i := (r + k) % len(ts)
+			t := ts[i]
+			start := time.Now()
+			status, stage, err := do(c, t.url, body)
+			d := time.Since(start)
+			if err != nil {
+				fatalf("sequential %s: %v", t.name, err)
+			}
+			if status != http.StatusOK || stage != t.stage {
+				fatalf("sequential %s round %d: status %d, stage %q (want 200, stage %q)", t.name, r, status, stage, t.stage)
+			}
+			if r >= warmup {
+				lat[i] = append(lat[i], d)
+			}
+		}
+	}
+	return lat
+}
+
+// throughput runs workers clients back to back against t for d and returns requests per second.
+func throughput(c *http.Client, t target, body []byte, workers int, d time.Duration) float64 {
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for range workers {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				status, stage, err := do(c, t.url, body)
+				if err != nil {
+					fatalf("throughput %s: %v", t.name, err)
+				}
+				if status != http.StatusOK || stage != t.stage {
+					fatalf("throughput %s: status %d, stage %q (want 200, stage %q)", t.name, status, stage, t.stage)
+				}
+				n.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
+// soak sends n requests from workers clients: prompts from a pool of 2000 (neural the first time,
+// cache hits after), one in four streamed, one in ten a malformed body.
+func soak(c *http.Client, url string, workers, from, to int, pool [][]byte) {
+	var next atomic.Int64
+	next.Store(int64(from))
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= to {
+					return
+				}
+				body, want := pool[i%len(pool)], http.StatusOK
+				if i%10 == 9 {
+					body, want = []byte(`{"model":`), http.StatusBadRequest
+				}
+				status, _, err := do(c, url, body)
+				if err != nil {
+					fatalf("soak: %v", err)
+				}
+				if status != want {
+					fatalf("soak request %d: status %d, want %d", i, status, want)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// usage is what the eoc-proxy process holds at one point.
+type usage struct {
+	rssKiB     int64
+	heapKiB    int64 // go_memstats_heap_inuse_bytes
+	goroutines int64
+}
+
+func sample(c *http.Client, pid int, base string) usage {
+	var u usage
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				u.rssKiB, _ = strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			}
+		}
+	}
+	resp, err := c.Get(base + "/metrics")
+	if err != nil {
+		fatalf("metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		f, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "go_goroutines":
+			u.goroutines = int64(f)
+		case "go_memstats_heap_inuse_bytes":
+			u.heapKiB = int64(f) / 1024
+		}
+	}
+	return u
+}
+
+// quantile is the q-quantile of sorted durations (nearest rank).
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.5) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func sortedCopy(d []time.Duration) []time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s
+}

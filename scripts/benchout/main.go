@@ -1,0 +1,376 @@
+// Command benchout measures eoc-proxy from outside, the way users run it (issue 12).
+//
+// It builds eoc-proxy and starts, each as its own process on loopback: a fake upstream speaking
+// Ollama's API and the OpenAI-compatible one with fixed bytes, eoc-proxy with the shipped eoc.yaml
+// (only the listen address and the backend URL changed), a bare httputil.ReverseProxy in front of
+// the upstream (yardstick 1: one hop) and a bare handler replaying eoc-proxy's cache-hit bytes and
+// headers (yardstick 2). The client is this process. Per run it measures
+//
+//   - sequential latency with a fresh prompt per round (so every eoc-proxy answer is neural),
+//     round-robin over direct, reverse proxy and eoc-proxy: the median and p99 of the time each
+//     adds over direct (quantile of the path minus the same quantile of direct);
+//   - cache-hit throughput with concurrent keep-alive clients, eoc-proxy against the bare handler,
+//     alternating in slices;
+//   - a soak: eoc-proxy's RSS, heap in use and goroutines after a warm-up, halfway and at the end.
+//
+// and prints one table of the medians over the runs with issue 12's targets. Every eoc-proxy
+// answer is checked for the stage it should come from; any other fails the run.
+//
+// Usage: go run ./scripts/benchout [flags]   (from the module root; see scripts/bench.sh)
+//
+// The same binary is also the servers: benchout upstream | rproxy URL | bare FILE.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "upstream":
+			os.Exit(serveChild(upstreamHandler()))
+		case "rproxy", "bare":
+			if len(os.Args) != 3 {
+				fmt.Fprintln(os.Stderr, "usage: benchout rproxy URL | bare FILE")
+				os.Exit(2)
+			}
+			build := reverseProxyHandler
+			if os.Args[1] == "bare" {
+				build = bareHandler
+			}
+			h, err := build(os.Args[2])
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "benchout:", err)
+				os.Exit(1)
+			}
+			os.Exit(serveChild(h))
+		}
+	}
+	os.Exit(run(os.Args[1:], os.Stdout))
+}
+
+type options struct {
+	root, config, eocBin string
+	runs                 int
+	warmup, rounds       int
+	clients              int
+	slice                time.Duration
+	slices               int
+	soakN                int
+	phases               map[string]bool
+	keep                 bool
+}
+
+func run(args []string, stdout io.Writer) int {
+	fs := flag.NewFlagSet("benchout", flag.ContinueOnError)
+	var o options
+	fs.StringVar(&o.root, "root", ".", "the eoc-proxy module root, where ./cmd/eoc-proxy is built")
+	fs.StringVar(&o.config, "config", "eoc.yaml", "the config to run eoc-proxy with (only listen and the backend URL are changed)")
+	fs.StringVar(&o.eocBin, "eoc-bin", "", "a prebuilt eoc-proxy binary to measure instead of building one")
+	fs.IntVar(&o.runs, "runs", 3, "independent runs (fresh processes each); the table shows their medians")
+	fs.IntVar(&o.warmup, "warmup", 200, "sequential rounds not counted, per run")
+	fs.IntVar(&o.rounds, "rounds", 2000, "sequential rounds counted (one call per path each), per run")
+	fs.IntVar(&o.clients, "clients", 16, "concurrent clients for the cache-hit throughput and the soak")
+	fs.DurationVar(&o.slice, "slice", 2*time.Second, "length of one throughput slice (bare and eoc-proxy alternate)")
+	fs.IntVar(&o.slices, "slices", 3, "throughput slices per path, per run")
+	fs.IntVar(&o.soakN, "soak", 100000, "requests in the soak, per run")
+	phases := fs.String("phases", "neural,cache,soak", "which measurements to run")
+	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs, eoc-proxy's log)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	o.phases = map[string]bool{}
+	for p := range strings.SplitSeq(*phases, ",") {
+		switch p {
+		case "neural", "cache", "soak":
+			o.phases[p] = true
+		default:
+			fmt.Fprintf(os.Stderr, "benchout: unknown phase %q\n", p)
+			return 2
+		}
+	}
+	onSignal()
+
+	src, err := os.ReadFile(filepath.Join(o.root, o.config))
+	if err != nil {
+		fatalf("%v", err)
+	}
+	tmp, err := os.MkdirTemp("", "eoc-benchout-")
+	if err != nil {
+		fatalf("%v", err)
+	}
+	if !o.keep {
+		defer os.RemoveAll(tmp)
+	} else {
+		fmt.Fprintln(os.Stderr, "benchout: keeping", tmp)
+	}
+	if o.eocBin == "" {
+		fmt.Fprintln(os.Stderr, "benchout: building eoc-proxy")
+		if o.eocBin, err = buildEOC(context.Background(), o.root, tmp); err != nil {
+			fatalf("%v", err)
+		}
+	}
+
+	var results []result
+	var stages []string
+	start := time.Now()
+	for i := range o.runs {
+		dir := filepath.Join(tmp, fmt.Sprint("run", i+1))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			fatalf("%v", err)
+		}
+		r, st := oneRun(&o, src, dir, uint64(time.Now().UnixNano()))
+		stopAll(false)
+		stages = st
+		fmt.Fprintf(os.Stderr, "benchout: run %d/%d: %s\n", i+1, o.runs, r.line())
+		results = append(results, r)
+	}
+	printTable(stdout, &o, stages, results, time.Since(start))
+	return 0
+}
+
+// result is one run's figures.
+type result struct {
+	direct, rp, eoc  [2]time.Duration // p50, p99
+	bareRPS, eocRPS  float64
+	soak             [3]usage // after warm-up, halfway, end
+	neural, hit, sok bool     // which phases ran
+}
+
+func (r result) line() string {
+	var parts []string
+	if r.neural {
+		parts = append(parts, fmt.Sprintf("direct p50 %s p99 %s; hop adds %s/%s; eoc-proxy adds %s/%s",
+			us(r.direct[0]), us(r.direct[1]), us(r.rp[0]-r.direct[0]), us(r.rp[1]-r.direct[1]),
+			us(r.eoc[0]-r.direct[0]), us(r.eoc[1]-r.direct[1])))
+	}
+	if r.hit {
+		parts = append(parts, fmt.Sprintf("cache hits %.0f req/s vs bare %.0f req/s", r.eocRPS, r.bareRPS))
+	}
+	if r.sok {
+		parts = append(parts, fmt.Sprintf("soak goroutines %d/%d/%d, RSS %d/%d/%d KiB",
+			r.soak[0].goroutines, r.soak[1].goroutines, r.soak[2].goroutines, r.soak[0].rssKiB, r.soak[1].rssKiB, r.soak[2].rssKiB))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
+
+// oneRun starts the servers, measures, and leaves the servers for stopAll.
+func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) {
+	var res result
+	_, upURL, err := startSelf("upstream")
+	if err != nil {
+		fatalf("%v", err)
+	}
+	_, rpURL, err := startSelf("rproxy", upURL)
+	if err != nil {
+		fatalf("%v", err)
+	}
+	listen, err := freePort()
+	if err != nil {
+		fatalf("%v", err)
+	}
+	cfg, stages, err := shippedConfig(src, listen, upURL)
+	if err != nil {
+		fatalf("%s: %v", o.config, err)
+	}
+	cfgPath := filepath.Join(dir, "eoc.yaml")
+	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
+		fatalf("%v", err)
+	}
+	logPath := filepath.Join(dir, "eoc-proxy.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		fatalf("%v", err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(o.eocBin, "serve", "-config", cfgPath)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	eoc, err := startProc("eoc-proxy", cmd)
+	if err != nil {
+		fatalf("%v", err)
+	}
+	eoc.log = logPath
+	eocURL := "http://" + listen
+	if err := waitReady(eoc, eocURL+"/readyz"); err != nil {
+		fatalf("%v", err)
+	}
+	fmt.Fprintf(os.Stderr, "benchout: eoc-proxy pid %d at %s, stages %s\n", cmd.Process.Pid, eocURL, stagesString(stages))
+
+	c := newClient()
+	defer c.CloseIdleConnections()
+	p := newPrompts(seed)
+	path := "/v1/chat/completions"
+
+	if o.phases["neural"] {
+		ts := []target{
+			{name: "direct", url: upURL + path},
+			{name: "reverse proxy", url: rpURL + path},
+			{name: "eoc-proxy", url: eocURL + path, stage: "neural"},
+		}
+		lat := sequential(c, ts, o.warmup, o.rounds, p)
+		for i, dst := range []*[2]time.Duration{&res.direct, &res.rp, &res.eoc} {
+			s := sortedCopy(lat[i])
+			*dst = [2]time.Duration{quantile(s, 0.5), quantile(s, 0.99)}
+		}
+		res.neural = true
+	}
+
+	if o.phases["cache"] {
+		body := chatBody(p.next(), false)
+		if status, stage, err := do(c, eocURL+path, body); err != nil || status != 200 || stage != "neural" {
+			fatalf("priming the cache: status %d, stage %q, err %v (want 200 from neural)", status, stage, err)
+		}
+		hit := captureHit(eocURL+path, body)
+		hitFile := filepath.Join(dir, "hit.json")
+		if err := os.WriteFile(hitFile, hit, 0o644); err != nil {
+			fatalf("%v", err)
+		}
+		_, bareURL, err := startSelf("bare", hitFile)
+		if err != nil {
+			fatalf("%v", err)
+		}
+		bare := target{name: "bare handler", url: bareURL + path, stage: "cache"}
+		ep := target{name: "eoc-proxy", url: eocURL + path, stage: "cache"}
+		var bareSum, eocSum float64
+		for i := range o.slices {
+			if i%2 == 0 {
+				bareSum += throughput(c, bare, body, o.clients, o.slice)
+				eocSum += throughput(c, ep, body, o.clients, o.slice)
+			} else {
+				eocSum += throughput(c, ep, body, o.clients, o.slice)
+				bareSum += throughput(c, bare, body, o.clients, o.slice)
+			}
+		}
+		res.bareRPS, res.eocRPS, res.hit = bareSum/float64(o.slices), eocSum/float64(o.slices), true
+	}
+
+	if o.phases["soak"] {
+		pool := make([][]byte, 2000)
+		for i := range pool {
+			pool[i] = chatBody(p.next(), i%4 == 3)
+		}
+		warm := o.soakN / 20
+		mid := warm + (o.soakN-warm)/2
+		pid := cmd.Process.Pid
+		soak(c, eocURL+path, o.clients, 0, warm, pool)
+		res.soak[0] = settleSample(pid, eocURL)
+		soak(c, eocURL+path, o.clients, warm, mid, pool)
+		res.soak[1] = settleSample(pid, eocURL)
+		soak(c, eocURL+path, o.clients, mid, o.soakN, pool)
+		res.soak[2] = settleSample(pid, eocURL)
+		res.sok = true
+	}
+	if eoc.exited() {
+		fatalf("eoc-proxy exited during the run%s", eoc.logTail())
+	}
+	return res, stages
+}
+
+// settleSample waits a moment for in-flight work (the kv learn queue, closed streams) to finish,
+// then samples the process.
+func settleSample(pid int, base string) usage {
+	time.Sleep(500 * time.Millisecond)
+	return sample(newClient(), pid, base)
+}
+
+// captureHit asks again for body, which must now be a cache hit, and returns its headers and
+// bytes for the bare handler.
+func captureHit(url string, body []byte) []byte {
+	hc := newClient()
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		fatalf("cache hit: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		fatalf("cache hit: %v", err)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get(stageHeader) != "cache" {
+		fatalf("second call of the same prompt: status %d, stage %q (want 200 from cache)", resp.StatusCode, resp.Header.Get(stageHeader))
+	}
+	out, err := json.Marshal(cachedResponse{Header: resp.Header, Body: b})
+	if err != nil {
+		fatalf("%v", err)
+	}
+	return out
+}
+
+// medianOf is the median of f over the results.
+func medianOf(rs []result, f func(result) float64) float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func mark(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "**no**"
+}
+
+func printTable(w io.Writer, o *options, stages []string, rs []result, took time.Duration) {
+	µs := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	fmt.Fprintf(w, "\neoc-proxy measured from outside: eoc.yaml stages %s, every server its own process on loopback; medians of %d runs (%s, %d CPUs, %s)\n\n",
+		stagesString(stages), len(rs), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), took.Round(time.Second))
+	fmt.Fprintln(w, "| measure | yardstick | eoc-proxy | ratio | target | met |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	if rs[0].neural {
+		d50 := medianOf(rs, func(r result) float64 { return µs(r.direct[0]) })
+		d99 := medianOf(rs, func(r result) float64 { return µs(r.direct[1]) })
+		h50 := medianOf(rs, func(r result) float64 { return µs(r.rp[0] - r.direct[0]) })
+		h99 := medianOf(rs, func(r result) float64 { return µs(r.rp[1] - r.direct[1]) })
+		e50 := medianOf(rs, func(r result) float64 { return µs(r.eoc[0] - r.direct[0]) })
+		e99 := medianOf(rs, func(r result) float64 { return µs(r.eoc[1] - r.direct[1]) })
+		r50 := medianOf(rs, func(r result) float64 { return float64(r.eoc[0]-r.direct[0]) / float64(r.rp[0]-r.direct[0]) })
+		r99 := medianOf(rs, func(r result) float64 { return float64(r.eoc[1]-r.direct[1]) / float64(r.rp[1]-r.direct[1]) })
+		fmt.Fprintf(w, "| neural call, time added, median (direct: %.0f µs) | %.0f µs (one ReverseProxy hop) | %.0f µs | %.2f× | ≤ 1.25× | %s |\n", d50, h50, e50, r50, mark(r50 <= 1.25))
+		fmt.Fprintf(w, "| neural call, time added, p99 (direct: %.0f µs) | %.0f µs | %.0f µs | %.2f× | ≤ 2× | %s |\n", d99, h99, e99, r99, mark(r99 <= 2))
+	}
+	if rs[0].hit {
+		b := medianOf(rs, func(r result) float64 { return r.bareRPS })
+		e := medianOf(rs, func(r result) float64 { return r.eocRPS })
+		ratio := medianOf(rs, func(r result) float64 { return r.eocRPS / r.bareRPS })
+		fmt.Fprintf(w, "| cache hits, %d keep-alive clients | %.0f req/s (bare handler, same bytes) | %.0f req/s | %.2f× | ≥ 0.7× | %s |\n", o.clients, b, e, ratio, mark(ratio >= 0.7))
+	}
+	if rs[0].sok {
+		g := func(i int) float64 { return medianOf(rs, func(r result) float64 { return float64(r.soak[i].goroutines) }) }
+		m := func(i int, f func(usage) int64) float64 {
+			return medianOf(rs, func(r result) float64 { return float64(f(r.soak[i])) / 1024 })
+		}
+		rss := func(u usage) int64 { return u.rssKiB }
+		heap := func(u usage) int64 { return u.heapKiB }
+		gGrow := medianOf(rs, func(r result) float64 { return float64(r.soak[2].goroutines - r.soak[1].goroutines) })
+		hGrow := medianOf(rs, func(r result) float64 { return float64(r.soak[2].heapKiB-r.soak[1].heapKiB) / float64(r.soak[1].heapKiB) })
+		rGrow := medianOf(rs, func(r result) float64 { return float64(r.soak[2].rssKiB-r.soak[1].rssKiB) / float64(r.soak[1].rssKiB) })
+		n := o.soakN
+		fmt.Fprintf(w, "| soak of %d requests: goroutines at %d / %d / %d | | %.0f / %.0f / %.0f | %+.0f (2nd half) | ~0 (≤ 2) | %s |\n", n, n/20, n/20+(n-n/20)/2, n, g(0), g(1), g(2), gGrow, mark(gGrow <= 2))
+		fmt.Fprintf(w, "| soak: heap in use, MiB | | %.1f / %.1f / %.1f | %+.1f%% (2nd half) | ~0 (≤ 5%%) | %s |\n", m(0, heap), m(1, heap), m(2, heap), 100*hGrow, mark(hGrow <= 0.05))
+		fmt.Fprintf(w, "| soak: RSS, MiB | | %.1f / %.1f / %.1f | %+.1f%% (2nd half) | ~0 (≤ 5%%) | %s |\n", m(0, rss), m(1, rss), m(2, rss), 100*rGrow, mark(rGrow <= 0.05))
+	}
+	fmt.Fprintln(w)
+}

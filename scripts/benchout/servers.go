@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// The fake upstream's fixed answers. It speaks Ollama's native API (what the shipped eoc.yaml's
+// backend, type ollama, calls) and the OpenAI-compatible API Ollama also serves (what the direct
+// and reverse-proxy paths call), each with one small fixed completion.
+const (
+	upModel = "bench-model"
+
+	ollamaWhole = `{"model":"bench-model","created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":"Hello from the fake upstream."},"done":true,"done_reason":"stop","total_duration":7000000,"load_duration":1000000,"prompt_eval_count":12,"prompt_eval_duration":2000000,"eval_count":4,"eval_duration":3000000}`
+
+	ollamaStream = `{"model":"bench-model","created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":"Hello from the fake upstream."},"done":false}
+{"model":"bench-model","created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","total_duration":7000000,"load_duration":1000000,"prompt_eval_count":12,"prompt_eval_duration":2000000,"eval_count":4,"eval_duration":3000000}
+`
+
+	openaiWhole = `{"id":"chatcmpl-fake","object":"chat.completion","created":1700000000,"model":"bench-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from the fake upstream."},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":4,"total_tokens":16}}`
+
+	openaiStream = "data: {\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"bench-model\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hello from the fake upstream.\"},\"finish_reason\":null}]}\n\n" +
+		"data: {\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"bench-model\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":4,\"total_tokens\":16}}\n\n" +
+		"data: [DONE]\n\n"
+)
+
+// upstreamHandler is the fake upstream. Bodies are drained and looked at only for "stream".
+func upstreamHandler() http.Handler {
+	mux := http.NewServeMux()
+	writeJSON := func(w http.ResponseWriter, s string) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, s)
+	}
+	mux.HandleFunc("POST /api/chat", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if bytes.Contains(body, []byte(`"stream":false`)) {
+			writeJSON(w, ollamaWhole)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		_, _ = io.WriteString(w, ollamaStream)
+	})
+	mux.HandleFunc("GET /api/tags", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, `{"models":[{"name":"bench-model","model":"bench-model","modified_at":"2025-01-01T00:00:00Z","size":1,"digest":"0"}]}`)
+	})
+	mux.HandleFunc("GET /api/version", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, `{"version":"0.17.4"}`) })
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "Ollama is running") })
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if bytes.Contains(body, []byte(`"stream":true`)) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, openaiStream)
+			return
+		}
+		writeJSON(w, openaiWhole)
+	})
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, `{"object":"list","data":[{"id":"bench-model","object":"model","created":1700000000,"owned_by":"bench"}]}`)
+	})
+	return mux
+}
+
+// reverseProxyHandler is yardstick 1: one bare httputil.ReverseProxy hop, as configured by default.
+func reverseProxyHandler(target string) (http.Handler, error) {
+	u, err := url.Parse(target)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("bad target %q", target)
+	}
+	return httputil.NewSingleHostReverseProxy(u), nil
+}
+
+// cachedResponse is what eoc-proxy answered for a cache hit, for the bare handler to replay.
+type cachedResponse struct {
+	Header http.Header `json:"header"`
+	Body   []byte      `json:"body"`
+}
+
+// bareHandler is yardstick 2: a bare handler that drains the request and writes the bytes and
+// headers eoc-proxy wrote for a cache hit, Date left to the server.
+func bareHandler(path string) (http.Handler, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var cr cachedResponse
+	if err := json.Unmarshal(raw, &cr); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	cr.Header.Del("Date")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		h := w.Header()
+		for k, v := range cr.Header {
+			h[k] = v
+		}
+		_, _ = w.Write(cr.Body)
+	}), nil
+}
+
+// serveChild is a child process's life: listen on a loopback port, tell the parent which on the
+// first line of stdout, serve until SIGTERM or SIGINT. It returns the exit code.
+func serveChild(h http.Handler) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchout child:", err)
+		return 1
+	}
+	srv := &http.Server{Handler: h}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	fmt.Println(ln.Addr().String())
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintln(os.Stderr, "benchout child:", err)
+		return 1
+	}
+	return 0
+}
