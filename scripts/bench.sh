@@ -1,12 +1,32 @@
 #!/usr/bin/env bash
 # bench.sh: the speed and memory targets, each measured as a ratio within one run.
-#   - neural path overhead vs one bare httputil.ReverseProxy hop (target <= 1.25)
-#   - cache-hit throughput vs a bare handler writing the same bytes (target >= 0.7)
-#   - cache hit at 10 vs 10k entries (flat), goroutine/heap growth under sustained load (~0)
-#   - the meter's cost per call, kv lookup at 1k/10k/100k entries, graph lookup at 100k triples
-# Usage: scripts/bench.sh [-count N]   (default 5; medians are reported)
+#
+# scripts/bench.sh [benchout flags]   (the default; about 2 minutes)
+#   eoc-proxy measured from outside, as users run it: scripts/benchout builds it and starts it with
+#   the shipped eoc.yaml (only the listen address and backend URL changed), a fake upstream, a bare
+#   httputil.ReverseProxy and a bare handler, each its own process on loopback, and drives them
+#   from its own process. One table, medians of 3 runs:
+#   - neural-path time added vs one bare reverse-proxy hop, median (target <= 1.25x) and p99 (<= 2x)
+#   - cache-hit throughput, 16 clients, vs a bare handler writing the same bytes (target >= 0.7x)
+#   - goroutines, heap and RSS over a 100k-request soak (growth ~0)
+#   See `go run ./scripts/benchout -h` for the flags (runs, rounds, slices, soak, phases, ...).
+#
+# scripts/bench.sh -micro [-count N]   (default 5; medians are reported)
+#   The in-process benchmarks, for profiling (`go test -cpuprofile`): the same ratios inside one
+#   test process, cache hit at 10 vs 10k entries, the soak, the meter's cost per call, kv lookup
+#   at 1k/10k/100k entries, graph lookup at 100k triples, and one eoc-tiny call when bin/ollama
+#   is built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "${1:-}" != "-micro" ]; then
+  bin=$(mktemp -d)
+  trap 'rm -rf "$bin"' EXIT
+  go build -o "$bin/benchout" ./scripts/benchout
+  "$bin/benchout" -root . "$@"
+  exit
+fi
+shift
 count=5
 [ "${1:-}" = "-count" ] && count=$2
 out=$(mktemp)

@@ -47,7 +47,9 @@ func do(c *http.Client, url string, body []byte) (int, string, error) {
 // none is answered by the cache, kv or graph: made-up words, a dozen to a message.
 type prompts struct{ r *rand.Rand }
 
-func newPrompts(seed uint64) *prompts { return &prompts{r: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))} }
+func newPrompts(seed uint64) *prompts {
+	return &prompts{r: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))}
+}
 
 var (
 	consonants = []string{"b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "tr", "st", "gl"}

@@ -358,14 +358,18 @@ func printTable(w io.Writer, o *options, stages []string, rs []result, took time
 		fmt.Fprintf(w, "| cache hits, %d keep-alive clients | %.0f req/s (bare handler, same bytes) | %.0f req/s | %.2f× | ≥ 0.7× | %s |\n", o.clients, b, e, ratio, mark(ratio >= 0.7))
 	}
 	if rs[0].sok {
-		g := func(i int) float64 { return medianOf(rs, func(r result) float64 { return float64(r.soak[i].goroutines) }) }
+		g := func(i int) float64 {
+			return medianOf(rs, func(r result) float64 { return float64(r.soak[i].goroutines) })
+		}
 		m := func(i int, f func(usage) int64) float64 {
 			return medianOf(rs, func(r result) float64 { return float64(f(r.soak[i])) / 1024 })
 		}
 		rss := func(u usage) int64 { return u.rssKiB }
 		heap := func(u usage) int64 { return u.heapKiB }
 		gGrow := medianOf(rs, func(r result) float64 { return float64(r.soak[2].goroutines - r.soak[1].goroutines) })
-		hGrow := medianOf(rs, func(r result) float64 { return float64(r.soak[2].heapKiB-r.soak[1].heapKiB) / float64(r.soak[1].heapKiB) })
+		hGrow := medianOf(rs, func(r result) float64 {
+			return float64(r.soak[2].heapKiB-r.soak[1].heapKiB) / float64(r.soak[1].heapKiB)
+		})
 		rGrow := medianOf(rs, func(r result) float64 { return float64(r.soak[2].rssKiB-r.soak[1].rssKiB) / float64(r.soak[1].rssKiB) })
 		n := o.soakN
 		fmt.Fprintf(w, "| soak of %d requests: goroutines at %d / %d / %d | | %.0f / %.0f / %.0f | %+.0f (2nd half) | ~0 (≤ 2) | %s |\n", n, n/20, n/20+(n-n/20)/2, n, g(0), g(1), g(2), gGrow, mark(gGrow <= 2))
