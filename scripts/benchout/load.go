@@ -175,7 +175,7 @@ func soak(c *http.Client, url string, workers, from, to int, pool [][]byte) {
 // usage is what the eoc-proxy process holds at one point.
 type usage struct {
 	rssKiB     int64
-	heapKiB    int64 // go_memstats_heap_inuse_bytes
+	heapKiB    int64 // go_memstats_next_gc_bytes: the heap goal, twice the heap live at the last GC
 	goroutines int64
 }
 
@@ -188,7 +188,13 @@ func sample(c *http.Client, pid int, base string) usage {
 			}
 		}
 	}
-	resp, err := c.Get(base + "/metrics")
+	// A connection of its own, closed after, so that samples do not count each other's.
+	req, err := http.NewRequest(http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		fatalf("metrics: %v", err)
+	}
+	req.Close = true
+	resp, err := c.Do(req)
 	if err != nil {
 		fatalf("metrics: %v", err)
 	}
@@ -206,7 +212,7 @@ func sample(c *http.Client, pid int, base string) usage {
 		switch name {
 		case "go_goroutines":
 			u.goroutines = int64(f)
-		case "go_memstats_heap_inuse_bytes":
+		case "go_memstats_next_gc_bytes":
 			u.heapKiB = int64(f) / 1024
 		}
 	}
