@@ -118,10 +118,18 @@ func sequential(c *http.Client, ts []target, warmup, rounds int, p *prompts) [][
 	return lat
 }
 
-// throughput runs workers clients back to back against t for d and returns requests per second.
-func throughput(c *http.Client, t target, body []byte, workers int, d time.Duration) float64 {
+// slice is what one throughput slice did: requests, wall time, and the server's CPU time.
+type slice struct {
+	n    int64
+	wall time.Duration
+	cpu  time.Duration
+}
+
+// throughput runs workers clients back to back against t (served by process pid) for d.
+func throughput(c *http.Client, t target, pid int, body []byte, workers int, d time.Duration) slice {
 	var n atomic.Int64
 	var wg sync.WaitGroup
+	cpu0 := procCPU(pid)
 	start := time.Now()
 	deadline := start.Add(d)
 	for range workers {
@@ -139,7 +147,30 @@ func throughput(c *http.Client, t target, body []byte, workers int, d time.Durat
 		})
 	}
 	wg.Wait()
-	return float64(n.Load()) / time.Since(start).Seconds()
+	return slice{n: n.Load(), wall: time.Since(start), cpu: procCPU(pid) - cpu0}
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times: 100 on every Linux port Go runs on.
+const clockTicks = 100
+
+// procCPU is the user plus system CPU time process pid has used (10 ms resolution).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		fatalf("cpu time of %d: %v", pid, err)
+	}
+	// The command name, field 2, is in parentheses and may hold spaces: count from after it.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		fatalf("cpu time of %d: unexpected /proc/%d/stat", pid, pid)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14
+	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
+	if err1 != nil || err2 != nil {
+		fatalf("cpu time of %d: unexpected /proc/%d/stat", pid, pid)
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks
 }
 
 // soak sends n requests from workers clients: prompts from a pool of 2000 (neural the first time,

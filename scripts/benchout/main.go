@@ -146,20 +146,22 @@ func run(args []string, stdout io.Writer) int {
 // result is one run's figures.
 type result struct {
 	direct, rp, eoc  [2]time.Duration // p50, p99
+	rpCPU, eocCPU    time.Duration    // server CPU per neural call: reverse proxy, eoc-proxy
 	bareRPS, eocRPS  float64
-	soak             [3]usage // after warm-up, halfway, end
-	neural, hit, sok bool     // which phases ran
+	bareCPU, hitCPU  time.Duration // server CPU per cache hit: bare handler, eoc-proxy
+	soak             [3]usage      // after warm-up, halfway, end
+	neural, hit, sok bool          // which phases ran
 }
 
 func (r result) line() string {
 	var parts []string
 	if r.neural {
-		parts = append(parts, fmt.Sprintf("direct p50 %s p99 %s; hop adds %s/%s; eoc-proxy adds %s/%s",
+		parts = append(parts, fmt.Sprintf("direct p50 %s p99 %s; hop adds %s/%s; eoc-proxy adds %s/%s; CPU per call hop %s, eoc-proxy %s",
 			us(r.direct[0]), us(r.direct[1]), us(r.rp[0]-r.direct[0]), us(r.rp[1]-r.direct[1]),
-			us(r.eoc[0]-r.direct[0]), us(r.eoc[1]-r.direct[1])))
+			us(r.eoc[0]-r.direct[0]), us(r.eoc[1]-r.direct[1]), us(r.rpCPU), us(r.eocCPU)))
 	}
 	if r.hit {
-		parts = append(parts, fmt.Sprintf("cache hits %.0f req/s vs bare %.0f req/s", r.eocRPS, r.bareRPS))
+		parts = append(parts, fmt.Sprintf("cache hits %.0f req/s vs bare %.0f req/s; CPU per call bare %s, eoc-proxy %s", r.eocRPS, r.bareRPS, us(r.bareCPU), us(r.hitCPU)))
 	}
 	if r.sok {
 		parts = append(parts, fmt.Sprintf("soak goroutines %d/%d/%d, RSS %d/%d/%d KiB",
@@ -177,7 +179,7 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 	if err != nil {
 		fatalf("%v", err)
 	}
-	_, rpURL, err := startSelf("rproxy", upURL)
+	rp, rpURL, err := startSelf("rproxy", upURL)
 	if err != nil {
 		fatalf("%v", err)
 	}
@@ -224,7 +226,12 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 			{name: "reverse proxy", url: rpURL + path},
 			{name: "eoc-proxy", url: eocURL + path, stage: "neural"},
 		}
+		rp0, eoc0 := procCPU(rp.cmd.Process.Pid), procCPU(cmd.Process.Pid)
 		lat := sequential(c, ts, o.warmup, o.rounds, p)
+		time.Sleep(200 * time.Millisecond) // kv's learn queue catches up
+		calls := time.Duration(o.warmup + o.rounds)
+		res.rpCPU = (procCPU(rp.cmd.Process.Pid) - rp0) / calls
+		res.eocCPU = (procCPU(cmd.Process.Pid) - eoc0) / calls
 		for i, dst := range []*[2]time.Duration{&res.direct, &res.rp, &res.eoc} {
 			s := sortedCopy(lat[i])
 			*dst = [2]time.Duration{quantile(s, 0.5), quantile(s, 0.99)}
@@ -242,23 +249,26 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 		if err := os.WriteFile(hitFile, hit, 0o644); err != nil {
 			fatalf("%v", err)
 		}
-		_, bareURL, err := startSelf("bare", hitFile)
+		bp, bareURL, err := startSelf("bare", hitFile)
 		if err != nil {
 			fatalf("%v", err)
 		}
 		bare := target{name: "bare handler", url: bareURL + path, stage: "cache"}
 		ep := target{name: "eoc-proxy", url: eocURL + path, stage: "cache"}
-		var bareSum, eocSum float64
+		var bs, es slice
+		add := func(sum *slice, s slice) { sum.n, sum.wall, sum.cpu = sum.n+s.n, sum.wall+s.wall, sum.cpu+s.cpu }
 		for i := range o.slices {
 			if i%2 == 0 {
-				bareSum += throughput(c, bare, body, o.clients, o.slice)
-				eocSum += throughput(c, ep, body, o.clients, o.slice)
+				add(&bs, throughput(c, bare, bp.cmd.Process.Pid, body, o.clients, o.slice))
+				add(&es, throughput(c, ep, cmd.Process.Pid, body, o.clients, o.slice))
 			} else {
-				eocSum += throughput(c, ep, body, o.clients, o.slice)
-				bareSum += throughput(c, bare, body, o.clients, o.slice)
+				add(&es, throughput(c, ep, cmd.Process.Pid, body, o.clients, o.slice))
+				add(&bs, throughput(c, bare, bp.cmd.Process.Pid, body, o.clients, o.slice))
 			}
 		}
-		res.bareRPS, res.eocRPS, res.hit = bareSum/float64(o.slices), eocSum/float64(o.slices), true
+		res.bareRPS, res.eocRPS = float64(bs.n)/bs.wall.Seconds(), float64(es.n)/es.wall.Seconds()
+		res.bareCPU, res.hitCPU = bs.cpu/time.Duration(bs.n), es.cpu/time.Duration(es.n)
+		res.hit = true
 	}
 
 	if o.phases["soak"] {
@@ -351,12 +361,20 @@ func printTable(w io.Writer, o *options, stages []string, rs []result, took time
 		r99 := medianOf(rs, func(r result) float64 { return float64(r.eoc[1]-r.direct[1]) / float64(r.rp[1]-r.direct[1]) })
 		fmt.Fprintf(w, "| neural call, time added, median (direct: %.0f µs) | %.0f µs (one ReverseProxy hop) | %.0f µs | %.2f× | ≤ 1.25× | %s |\n", d50, h50, e50, r50, mark(r50 <= 1.25))
 		fmt.Fprintf(w, "| neural call, time added, p99 (direct: %.0f µs) | %.0f µs | %.0f µs | %.2f× | ≤ 2× | %s |\n", d99, h99, e99, r99, mark(r99 <= 2))
+		hc := medianOf(rs, func(r result) float64 { return µs(r.rpCPU) })
+		ec := medianOf(rs, func(r result) float64 { return µs(r.eocCPU) })
+		rc := medianOf(rs, func(r result) float64 { return float64(r.eocCPU) / float64(r.rpCPU) })
+		fmt.Fprintf(w, "| neural call, server CPU per call | %.0f µs | %.0f µs | %.2f× | (for reading) | |\n", hc, ec, rc)
 	}
 	if rs[0].hit {
 		b := medianOf(rs, func(r result) float64 { return r.bareRPS })
 		e := medianOf(rs, func(r result) float64 { return r.eocRPS })
 		ratio := medianOf(rs, func(r result) float64 { return r.eocRPS / r.bareRPS })
 		fmt.Fprintf(w, "| cache hits, %d keep-alive clients | %.0f req/s (bare handler, same bytes) | %.0f req/s | %.2f× | ≥ 0.7× | %s |\n", o.clients, b, e, ratio, mark(ratio >= 0.7))
+		bc := medianOf(rs, func(r result) float64 { return µs(r.bareCPU) })
+		hc := medianOf(rs, func(r result) float64 { return µs(r.hitCPU) })
+		rc := medianOf(rs, func(r result) float64 { return float64(r.hitCPU) / float64(r.bareCPU) })
+		fmt.Fprintf(w, "| cache hit, server CPU per call | %.1f µs | %.1f µs | %.2f× | (for reading) | |\n", bc, hc, rc)
 	}
 	if rs[0].sok {
 		g := func(i int) float64 {
