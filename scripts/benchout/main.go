@@ -25,6 +25,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -91,6 +92,9 @@ func run(args []string, stdout io.Writer) int {
 	phases := fs.String("phases", "neural,cache,soak", "which measurements to run")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs, eoc-proxy's log)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	o.phases = map[string]bool{}
