@@ -229,7 +229,7 @@ func sample(c *http.Client, pid int, base string) usage {
 	if err != nil {
 		fatalf("metrics: %v", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		name, val, ok := strings.Cut(sc.Text(), " ")

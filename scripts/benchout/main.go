@@ -109,7 +109,11 @@ func run(args []string, stdout io.Writer) int {
 	}
 	onSignal()
 
-	src, err := os.ReadFile(filepath.Join(o.root, o.config))
+	cfgPath := o.config
+	if !filepath.IsAbs(cfgPath) {
+		cfgPath = filepath.Join(o.root, cfgPath)
+	}
+	src, err := os.ReadFile(cfgPath)
 	if err != nil {
 		fatalf("%v", err)
 	}
@@ -118,7 +122,8 @@ func run(args []string, stdout io.Writer) int {
 		fatalf("%v", err)
 	}
 	if !o.keep {
-		defer os.RemoveAll(tmp)
+		scratch = tmp
+		defer func() { _ = os.RemoveAll(tmp) }()
 	} else {
 		fmt.Fprintln(os.Stderr, "benchout: keeping", tmp)
 	}
@@ -143,7 +148,10 @@ func run(args []string, stdout io.Writer) int {
 		fmt.Fprintf(os.Stderr, "benchout: run %d/%d: %s\n", i+1, o.runs, r.line())
 		results = append(results, r)
 	}
-	printTable(stdout, &o, stages, results, time.Since(start))
+	if err := printTable(stdout, &o, stages, results, time.Since(start)); err != nil {
+		fmt.Fprintln(os.Stderr, "benchout:", err)
+		return 1
+	}
 	return 0
 }
 
@@ -204,7 +212,7 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 	if err != nil {
 		fatalf("%v", err)
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }() // the child holds its own descriptor
 	cmd := exec.Command(o.eocBin, "serve", "-config", cfgPath)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -313,8 +321,8 @@ func captureHit(url string, body []byte) []byte {
 	if err != nil {
 		fatalf("cache hit: %v", err)
 	}
-	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
 	if err != nil {
 		fatalf("cache hit: %v", err)
 	}
@@ -348,12 +356,14 @@ func mark(ok bool) string {
 	return "**no**"
 }
 
-func printTable(w io.Writer, o *options, stages []string, rs []result, took time.Duration) {
+func printTable(w io.Writer, o *options, stages []string, rs []result, took time.Duration) error {
+	var b strings.Builder
+	line := func(format string, a ...any) { _, _ = fmt.Fprintf(&b, format, a...) }
 	µs := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	fmt.Fprintf(w, "\neoc-proxy measured from outside: eoc.yaml stages %s, every server its own process on loopback; medians of %d runs (%s, %d CPUs, %s)\n\n",
+	line("\neoc-proxy measured from outside: eoc.yaml stages %s, every server its own process on loopback; medians of %d runs (%s, %d CPUs, %s)\n\n",
 		stagesString(stages), len(rs), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), took.Round(time.Second))
-	fmt.Fprintln(w, "| measure | yardstick | eoc-proxy | ratio | target | met |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	line("| measure | yardstick | eoc-proxy | ratio | target | met |\n")
+	line("|---|---|---|---|---|---|\n")
 	if rs[0].neural {
 		d50 := medianOf(rs, func(r result) float64 { return µs(r.direct[0]) })
 		d99 := medianOf(rs, func(r result) float64 { return µs(r.direct[1]) })
@@ -363,22 +373,22 @@ func printTable(w io.Writer, o *options, stages []string, rs []result, took time
 		e99 := medianOf(rs, func(r result) float64 { return µs(r.eoc[1] - r.direct[1]) })
 		r50 := medianOf(rs, func(r result) float64 { return float64(r.eoc[0]-r.direct[0]) / float64(r.rp[0]-r.direct[0]) })
 		r99 := medianOf(rs, func(r result) float64 { return float64(r.eoc[1]-r.direct[1]) / float64(r.rp[1]-r.direct[1]) })
-		fmt.Fprintf(w, "| neural call, time added, median (direct: %.0f µs) | %.0f µs (one ReverseProxy hop) | %.0f µs | %.2f× | ≤ 1.25× | %s |\n", d50, h50, e50, r50, mark(r50 <= 1.25))
-		fmt.Fprintf(w, "| neural call, time added, p99 (direct: %.0f µs) | %.0f µs | %.0f µs | %.2f× | ≤ 2× | %s |\n", d99, h99, e99, r99, mark(r99 <= 2))
+		line("| neural call, time added, median (direct: %.0f µs) | %.0f µs (one ReverseProxy hop) | %.0f µs | %.2f× | ≤ 1.25× | %s |\n", d50, h50, e50, r50, mark(r50 <= 1.25))
+		line("| neural call, time added, p99 (direct: %.0f µs) | %.0f µs | %.0f µs | %.2f× | ≤ 2× | %s |\n", d99, h99, e99, r99, mark(r99 <= 2))
 		hc := medianOf(rs, func(r result) float64 { return µs(r.rpCPU) })
 		ec := medianOf(rs, func(r result) float64 { return µs(r.eocCPU) })
 		rc := medianOf(rs, func(r result) float64 { return float64(r.eocCPU) / float64(r.rpCPU) })
-		fmt.Fprintf(w, "| neural call, server CPU per call | %.0f µs | %.0f µs | %.2f× | (for reading) | |\n", hc, ec, rc)
+		line("| neural call, server CPU per call | %.0f µs | %.0f µs | %.2f× | (for reading) | |\n", hc, ec, rc)
 	}
 	if rs[0].hit {
 		b := medianOf(rs, func(r result) float64 { return r.bareRPS })
 		e := medianOf(rs, func(r result) float64 { return r.eocRPS })
 		ratio := medianOf(rs, func(r result) float64 { return r.eocRPS / r.bareRPS })
-		fmt.Fprintf(w, "| cache hits, %d keep-alive clients | %.0f req/s (bare handler, same bytes) | %.0f req/s | %.2f× | ≥ 0.7× | %s |\n", o.clients, b, e, ratio, mark(ratio >= 0.7))
+		line("| cache hits, %d keep-alive clients | %.0f req/s (bare handler, same bytes) | %.0f req/s | %.2f× | ≥ 0.7× | %s |\n", o.clients, b, e, ratio, mark(ratio >= 0.7))
 		bc := medianOf(rs, func(r result) float64 { return µs(r.bareCPU) })
 		hc := medianOf(rs, func(r result) float64 { return µs(r.hitCPU) })
 		rc := medianOf(rs, func(r result) float64 { return float64(r.hitCPU) / float64(r.bareCPU) })
-		fmt.Fprintf(w, "| cache hit, server CPU per call | %.1f µs | %.1f µs | %.2f× | (for reading) | |\n", bc, hc, rc)
+		line("| cache hit, server CPU per call | %.1f µs | %.1f µs | %.2f× | (for reading) | |\n", bc, hc, rc)
 	}
 	if rs[0].sok {
 		g := func(i int) float64 {
@@ -395,9 +405,11 @@ func printTable(w io.Writer, o *options, stages []string, rs []result, took time
 		})
 		rGrow := medianOf(rs, func(r result) float64 { return float64(r.soak[2].rssKiB-r.soak[1].rssKiB) / float64(r.soak[1].rssKiB) })
 		n := o.soakN
-		fmt.Fprintf(w, "| soak of %d requests: goroutines at %d / %d / %d | | %.0f / %.0f / %.0f | %+.0f (2nd half) | ~0 (≤ 2) | %s |\n", n, n/20, n/20+(n-n/20)/2, n, g(0), g(1), g(2), gGrow, mark(gGrow <= 2))
-		fmt.Fprintf(w, "| soak: heap goal (2× live heap at the last GC), MiB | | %.1f / %.1f / %.1f | %+.1f%% (2nd half) | ~0 (≤ 5%%) | %s |\n", m(0, heap), m(1, heap), m(2, heap), 100*hGrow, mark(hGrow <= 0.05))
-		fmt.Fprintf(w, "| soak: RSS, MiB | | %.1f / %.1f / %.1f | %+.1f%% (2nd half) | ~0 (≤ 5%%) | %s |\n", m(0, rss), m(1, rss), m(2, rss), 100*rGrow, mark(rGrow <= 0.05))
+		line("| soak of %d requests: goroutines at %d / %d / %d | | %.0f / %.0f / %.0f | %+.0f (2nd half) | ~0 (≤ 2) | %s |\n", n, n/20, n/20+(n-n/20)/2, n, g(0), g(1), g(2), gGrow, mark(gGrow <= 2))
+		line("| soak: heap goal (2× live heap at the last GC), MiB | | %.1f / %.1f / %.1f | %+.1f%% (2nd half) | ~0 (≤ 5%%) | %s |\n", m(0, heap), m(1, heap), m(2, heap), 100*hGrow, mark(hGrow <= 0.05))
+		line("| soak: RSS, MiB | | %.1f / %.1f / %.1f | %+.1f%% (2nd half) | ~0 (≤ 5%%) | %s |\n", m(0, rss), m(1, rss), m(2, rss), 100*rGrow, mark(rGrow <= 0.05))
 	}
-	fmt.Fprintln(w)
+	line("\n")
+	_, err := io.WriteString(w, b.String())
+	return err
 }

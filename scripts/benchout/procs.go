@@ -90,13 +90,21 @@ func stopAll(final bool) {
 	}
 }
 
-var failOnce sync.Once
+var (
+	failOnce sync.Once
+	// scratch is the temporary directory removed on any exit, "" to keep it.
+	scratch string
+)
 
-// fatalf stops every child and exits with status 1. Safe from any goroutine.
+// fatalf stops every child, removes the scratch directory and exits with status 1. Safe from
+// any goroutine.
 func fatalf(format string, a ...any) {
 	failOnce.Do(func() {
 		fmt.Fprintf(os.Stderr, "benchout: FAIL: "+format+"\n", a...)
 		stopAll(true)
+		if scratch != "" {
+			_ = os.RemoveAll(scratch)
+		}
 		os.Exit(1)
 	})
 	select {} // another goroutine is exiting
