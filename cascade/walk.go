@@ -65,27 +65,35 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Sink
 			return sink(ch)
 		}
 	}
+	var spent energy.Figure // what stages that did not answer spent outside this process
 	for i, st := range c.stages {
 		res.Stage = st.Name()
 		start := time.Now()
 		ans, err := st.Serve(ctx, req, tracked)
 		took := time.Since(start)
 		res.Attempts = append(res.Attempts, Attempt{Stage: st.Name(), Duration: took, Err: err})
+		var se *SpentError
+		if errors.As(err, &se) {
+			spent = spent.Plus(se.Energy)
+		}
 		if errors.Is(err, ErrMiss) {
 			continue
 		}
-		if ans != nil && ans.Energy.Grade == "" {
-			ans.Energy = c.stageEstimate(took, ans.Energy.Saved)
+		if ans != nil {
+			if ans.Energy.Grade == "" {
+				ans.Energy = c.stageEstimate(took, ans.Energy.Saved)
+			}
+			ans.Energy, ans.Spent = ans.Energy.Plus(ans.Spent), energy.Figure{}
 		}
 		if err != nil {
 			if i == len(c.stages)-1 || res.Wrote || ctx.Err() != nil {
-				res.Answer = ans
+				res.Answer = withSpent(ans, spent)
 				return err
 			}
 			c.opts.Logger.Warn().Str("request_id", req.ID).Str("stage", st.Name()).Err(err).Msg("stage failed; skipped")
 			continue
 		}
-		res.Answer = ans
+		res.Answer = withSpent(ans, spent)
 		if tracked != nil && !ans.Streamed {
 			if err := Replay(ans, req.IncludeUsage(), tracked); err != nil {
 				return err
@@ -101,7 +109,23 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Sink
 		return nil
 	}
 	res.Stage = ""
+	if !spent.IsZero() {
+		res.Answer = &Answer{Energy: spent}
+	}
 	return ErrMiss
+}
+
+// withSpent adds what earlier stages spent to the figure of the answer that ends the walk; with
+// no answer, an empty one carries it, for the ledger.
+func withSpent(ans *Answer, spent energy.Figure) *Answer {
+	switch {
+	case spent.IsZero():
+	case ans == nil:
+		ans = &Answer{Energy: spent}
+	default:
+		ans.Energy = ans.Energy.Plus(spent)
+	}
+	return ans
 }
 
 // stageEstimate is the stated model for in-process stages: wall time × StageWatts.

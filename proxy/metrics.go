@@ -3,6 +3,7 @@ package proxy
 import (
 	"github.com/eoc-proxy/eoc-proxy/energy"
 
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -54,7 +55,7 @@ func (m *metrics) observe(res *cascade.Result, e energy.Figure, model string, st
 		switch {
 		case a.Err == nil:
 			outcome, answering = "hit", a.Duration
-		case a.Err == cascade.ErrMiss:
+		case errors.Is(a.Err, cascade.ErrMiss):
 			outcome = "miss"
 		case i == len(res.Attempts)-1:
 			answering = a.Duration

@@ -52,7 +52,11 @@ func openKV(path string) (*kv.Stage, error) {
 	if cfg.Cascade.KV.DataDir == "" {
 		return nil, errors.New("cascade.kv.data_dir is empty: the kv store lives in memory and there is nothing on disk to import into or export from")
 	}
-	return kv.New(cfg.Cascade.KV, kv.WithLogger(newLogger("warn", os.Stderr)))
+	opts, err := kvOptions(cfg, nil, newLogger("warn", os.Stderr)) // offline: no meter
+	if err != nil {
+		return nil, err
+	}
+	return kv.New(cfg.Cascade.KV, opts...)
 }
 
 func kvExport(args []string, stdout io.Writer) error {

@@ -160,7 +160,11 @@ func build(cfg *config.Config, log zerolog.Logger) (*app, error) {
 		case "neural":
 			stages = append(stages, neural.New(router, m))
 		case "kv":
-			st, err := kv.New(cfg.Cascade.KV, kv.WithLogger(log))
+			opts, err := kvOptions(cfg, m, log)
+			if err != nil {
+				return nil, fmt.Errorf("kv stage: %w", err)
+			}
+			st, err := kv.New(cfg.Cascade.KV, opts...)
 			if err != nil {
 				return nil, fmt.Errorf("kv stage: %w", err)
 			}
@@ -243,5 +247,47 @@ func meterOptions(cfg *config.Config, log zerolog.Logger) meter.Options {
 	for _, b := range cfg.Backends {
 		o.Backends = append(o.Backends, meter.BackendInfo{Name: b.Name, URL: b.URL, PIDFile: b.Process.PIDFile, Cgroup: b.Process.Cgroup, JoulesPerToken: b.JoulesPerToken})
 	}
+	if e := cfg.Cascade.KV.Embedder; remoteEmbedder(e.Type) {
+		o.Backends = append(o.Backends, meter.BackendInfo{Name: kvEmbedderName, URL: e.URL})
+	}
 	return o
+}
+
+// kvEmbedderName is the internal backend that serves the kv stage's embeddings, in the meter
+// and in errors.
+const kvEmbedderName = "kv-embedder"
+
+// kvEmbedderTimeout bounds one embeddings call of the kv stage (the stage bounds its own waits
+// more tightly while serving).
+const kvEmbedderTimeout = 60 * time.Second
+
+func remoteEmbedder(typ string) bool { return typ != "" && typ != "builtin" }
+
+// kvOptions are the kv stage's options: its logger and, for an embedder on a model server, that
+// server as an internal backend named kv-embedder whose every call is metered by m (nil: priced
+// by tokens, for offline tools). The store keeps the embedder's id ("ollama:" or "openai:" and
+// the model) in its collection names.
+func kvOptions(cfg *config.Config, m *meter.Meter, log zerolog.Logger) ([]kv.Option, error) {
+	opts := []kv.Option{kv.WithLogger(log)}
+	e := cfg.Cascade.KV.Embedder
+	if !remoteEmbedder(e.Type) {
+		return opts, nil
+	}
+	if e.Model == "" {
+		return nil, fmt.Errorf("%s embedder needs a model", e.Type)
+	}
+	for _, b := range cfg.Backends {
+		if b.Name == kvEmbedderName {
+			return nil, fmt.Errorf("backend name %q is reserved for the kv stage's embedder", kvEmbedderName)
+		}
+	}
+	be, err := backends.New(backends.Options{Name: kvEmbedderName, Type: e.Type, URL: e.URL, APIKey: string(e.APIKey), Timeout: kvEmbedderTimeout})
+	if err != nil {
+		return nil, err
+	}
+	emb, err := neural.NewEmbedder(kvEmbedderName, e.Type+":"+e.Model, e.Model, be, m)
+	if err != nil {
+		return nil, err
+	}
+	return append(opts, kv.WithEmbedder(emb)), nil
 }

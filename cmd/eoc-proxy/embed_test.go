@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/eoc-proxy/eoc-proxy/config"
+	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
+)
+
+// TestKVRemoteEmbedderIsMetered: a kv stage with an ollama embedder reaches it as the internal
+// backend kv-embedder (with its key), and the embedding's energy is in the figures: in a kv
+// hit's, and, on a kv miss, in the neural answer's.
+func TestKVRemoteEmbedderIsMetered(t *testing.T) {
+	chat := fakes.NewOpenAI(t)
+	emb := fakes.NewOllama(t)
+	s := startStack(t, fmt.Sprintf(`
+log_level: error
+cascade:
+  stages: [kv, neural]
+  kv: {embedder: {type: ollama, url: %q, model: nomic-embed-text, api_key: k}, threshold: 0.9}
+backends: [{name: up, type: openai, url: %q, models: ["fake-*"], timeout: 2s}]
+`, emb.URL, chat.BaseURL()))
+
+	resp := postChat(t, s.URL, `{"model":"fake-model","messages":[{"role":"user","content":"How do I reset my password?"}]}`, nil)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if got := resp.Header.Get("X-EOC-Stage"); got != "neural" {
+		t.Fatalf("first call: stage %q", got)
+	}
+	// The answer is learned in the background: its embedding is the embedder's first call.
+	deadline := time.Now().Add(5 * time.Second)
+	for emb.Embeds() < 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if emb.Embeds() != 1 {
+		t.Fatalf("embedder saw %d calls, want 1 (the learned answer)", emb.Embeds())
+	}
+	last := emb.LastRequest()
+	if last.Path != "/api/embed" || last.Header.Get("Authorization") != "Bearer k" || !strings.Contains(string(last.Body), "nomic-embed-text") {
+		t.Errorf("embed call: %s %q %s", last.Path, last.Header.Get("Authorization"), last.Body)
+	}
+	time.Sleep(50 * time.Millisecond) // the entry is indexed right after the embedding returns
+
+	var hitMethod string
+	for time.Now().Before(deadline) {
+		resp = postChat(t, s.URL, `{"model":"fake-model","messages":[{"role":"user","content":"How do I reset my password?"}]}`, nil)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.Header.Get("X-EOC-Stage") == "kv" {
+			hitMethod = resp.Header.Get("X-EOC-Energy-Method")
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if hitMethod == "" {
+		t.Fatal("the learned answer was never a kv hit")
+	}
+	checkEnergyHeaders(t, resp.Header, "kv")
+	// stage-model is the stage's own estimate; the rest is the embedding's span (token-priced:
+	// the fake has no process to measure).
+	if !strings.HasPrefix(hitMethod, "stage-model+") {
+		t.Errorf("kv hit method %q: the embedding's figure is missing", hitMethod)
+	}
+	if r := resp.Header.Get("X-EOC-Energy-Reason"); !strings.Contains(r, "in-process-stage;") {
+		t.Errorf("kv hit reason %q: the embedding's reason is missing", r)
+	}
+
+	before := emb.Embeds()
+	resp = postChat(t, s.URL, `{"model":"fake-model","messages":[{"role":"user","content":"What is the boiling point of water?"}]}`, nil)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.Header.Get("X-EOC-Stage") != "neural" || emb.Embeds() <= before {
+		t.Fatalf("miss: stage %q, embeds %d -> %d", resp.Header.Get("X-EOC-Stage"), before, emb.Embeds())
+	}
+	// The neural figure of the fake alone is token-model; the kv stage's embedding adds its own
+	// method and reason words, and its joules.
+	solo := startStack(t, oneBackend("openai", chat.BaseURL(), "cascade: {stages: [neural]}"))
+	r2 := postChat(t, solo.URL, `{"model":"fake-model","messages":[{"role":"user","content":"What is the boiling point of water?"}]}`, nil)
+	_, _ = io.Copy(io.Discard, r2.Body)
+	r2.Body.Close()
+	// A miss that spent an embedding is still a miss in the metrics.
+	mr, err := http.Get(s.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(mr.Body)
+	mr.Body.Close()
+	if want := `eoc_stage_duration_seconds_count{outcome="miss",stage="kv"} `; !strings.Contains(string(body), want) ||
+		strings.Contains(string(body), `outcome="error",stage="kv"`) {
+		t.Errorf("kv misses are not counted as misses:\n%s", grep(body, `stage="kv"`))
+	}
+	with, _ := strconv.ParseFloat(resp.Header.Get("X-EOC-Joules"), 64)
+	without, _ := strconv.ParseFloat(r2.Header.Get("X-EOC-Joules"), 64)
+	if !(with > without && without > 0) {
+		t.Errorf("kv miss: %v J, without the kv stage %v J: the embedding is not billed", with, without)
+	}
+}
+
+func TestKVEmbedderConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		emb  config.Embedder
+		ok   bool
+	}{
+		{"default", config.Embedder{}, true},
+		{"builtin", config.Embedder{Type: "builtin"}, true},
+		{"ollama", config.Embedder{Type: "ollama", URL: "http://127.0.0.1:11434", Model: "nomic-embed-text"}, true},
+		{"openai", config.Embedder{Type: "openai", URL: "https://api.openai.com/v1", Model: "text-embedding-3-small"}, true},
+		{"ollama without model", config.Embedder{Type: "ollama", URL: "http://127.0.0.1:11434"}, false},
+		{"openai bad url", config.Embedder{Type: "openai", URL: "localhost", Model: "m"}, false},
+		{"unknown", config.Embedder{Type: "word2vec", URL: "http://127.0.0.1:1", Model: "m"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &config.Config{}
+			cfg.Cascade.KV.Embedder = tc.emb
+			if _, err := kvOptions(cfg, nil, zerolog.Nop()); (err == nil) != tc.ok {
+				t.Errorf("err = %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
+	cfg := &config.Config{Backends: []config.Backend{{Name: kvEmbedderName}}}
+	cfg.Cascade.KV.Embedder = config.Embedder{Type: "ollama", URL: "http://127.0.0.1:11434", Model: "m"}
+	if _, err := kvOptions(cfg, nil, zerolog.Nop()); err == nil {
+		t.Error("a backend named kv-embedder: no error")
+	}
+}
