@@ -1,15 +1,18 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/eoc-proxy/eoc-proxy/config"
 	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
@@ -130,5 +133,45 @@ func TestKVEmbedderConfig(t *testing.T) {
 	cfg.Cascade.KV.Embedder = config.Embedder{Type: "ollama", URL: "http://127.0.0.1:11434", Model: "m"}
 	if _, err := kvOptions(cfg, nil, zerolog.Nop()); err == nil {
 		t.Error("a backend named kv-embedder: no error")
+	}
+}
+
+// TestEmbeddingsGoOpenAI: go-openai's CreateEmbeddings, pointed at the proxy, works unchanged,
+// as floats and as base64, through an ollama and an openai backend; the repeat is the cache's.
+func TestEmbeddingsGoOpenAI(t *testing.T) {
+	for _, typ := range []string{"ollama", "openai"} {
+		t.Run(typ, func(t *testing.T) {
+			f := fakes.New(t, fakes.Dialect(typ))
+			s := startStack(t, oneBackend(typ, f.BaseURL(), ""))
+			c := client(s, "")
+			texts := []string{"The food was delicious.", "The waiter was friendly."}
+			for i, format := range []openai.EmbeddingEncodingFormat{openai.EmbeddingEncodingFormatFloat, openai.EmbeddingEncodingFormatBase64} {
+				resp, err := c.CreateEmbeddings(context.Background(), openai.EmbeddingRequest{
+					Input: texts, Model: openai.EmbeddingModel(fakes.DefaultModel), EncodingFormat: format})
+				if err != nil {
+					t.Fatalf("%s: %v", format, err)
+				}
+				if len(resp.Data) != 2 || resp.Usage.PromptTokens == 0 || string(resp.Model) != fakes.DefaultModel {
+					t.Fatalf("%s: %+v", format, resp)
+				}
+				for j, d := range resp.Data {
+					if d.Index != j || !slices.Equal(d.Embedding, fakes.Vector(texts[j], 0)) {
+						t.Errorf("%s: data[%d] = %d %v", format, j, d.Index, d.Embedding)
+					}
+				}
+				if i == 0 { // go-openai drops the headers of a base64 response when it decodes it
+					checkEnergyHeaders(t, resp.Header(), "neural")
+				}
+			}
+			// The same call as floats again: the cache's, with the headers.
+			resp, err := c.CreateEmbeddings(context.Background(), openai.EmbeddingRequest{Input: texts, Model: openai.EmbeddingModel(fakes.DefaultModel)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkEnergyHeaders(t, resp.Header(), "cache")
+			if f.Embeds() != 1 {
+				t.Errorf("upstream saw %d embeddings calls, want 1", f.Embeds())
+			}
+		})
 	}
 }
