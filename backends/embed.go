@@ -88,7 +88,7 @@ func (b *base) postJSON(ctx context.Context, u string, in, out any) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	buf, err := readBody(resp.Body)
 	defer putBuf(buf)
 	if err != nil {

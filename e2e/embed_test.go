@@ -39,13 +39,13 @@ type embedReply struct {
 	} `json:"usage"`
 }
 
-func postEmbeddings(t *testing.T, body string) (*http.Response, embedReply) {
+func postEmbeddings(t *testing.T, body string) (http.Header, embedReply) {
 	t.Helper()
 	resp, err := http.Post(env.proxy.url+"/v1/embeddings", "application/json", bytes.NewReader([]byte(body)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %s", resp.StatusCode, b)
@@ -54,7 +54,7 @@ func postEmbeddings(t *testing.T, body string) (*http.Response, embedReply) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatalf("%s: %v", b, err)
 	}
-	return resp, r
+	return resp.Header, r
 }
 
 // TestEmbeddingsRaw: /v1/embeddings through the real Ollama's /api/embed gives Ollama's own
@@ -63,7 +63,7 @@ func TestEmbeddingsRaw(t *testing.T) {
 	texts := []string{prompt(), prompt()}
 	in, _ := json.Marshal(map[string]any{"model": tinymodel.EmbedName, "input": texts})
 	r1, e1 := postEmbeddings(t, string(in))
-	checkEOC(t, "first", r1.Header.Get, "neural")
+	checkEOC(t, "first", r1.Get, "neural")
 	if e1.Object != "list" || len(e1.Data) != 2 || e1.Usage.PromptTokens <= 0 {
 		t.Fatalf("reply %+v", e1)
 	}
@@ -78,9 +78,9 @@ func TestEmbeddingsRaw(t *testing.T) {
 	}
 
 	r2, e2 := postEmbeddings(t, string(in))
-	checkEOC(t, "repeat", r2.Header.Get, "cache")
-	if r2.Header.Get("X-EOC-Joules-Saved") != r1.Header.Get("X-EOC-Joules") {
-		t.Errorf("repeat saved %q, the first call cost %q", r2.Header.Get("X-EOC-Joules-Saved"), r1.Header.Get("X-EOC-Joules"))
+	checkEOC(t, "repeat", r2.Get, "cache")
+	if r2.Get("X-EOC-Joules-Saved") != r1.Get("X-EOC-Joules") {
+		t.Errorf("repeat saved %q, the first call cost %q", r2.Get("X-EOC-Joules-Saved"), r1.Get("X-EOC-Joules"))
 	}
 	for i := range e1.Data {
 		if !slices.Equal(e1.Data[i].Embedding, e2.Data[i].Embedding) {
@@ -88,7 +88,7 @@ func TestEmbeddingsRaw(t *testing.T) {
 		}
 	}
 	figure("/v1/embeddings (2 texts, eoc-tiny-embed): %s J %s; repeat from the cache: %s J",
-		r1.Header.Get("X-EOC-Joules"), r1.Header.Get("X-EOC-Energy"), r2.Header.Get("X-EOC-Joules"))
+		r1.Get("X-EOC-Joules"), r1.Get("X-EOC-Energy"), r2.Get("X-EOC-Joules"))
 }
 
 // TestEmbeddingsSDKs: both Go SDKs' embeddings calls work unchanged against the proxy.
@@ -154,7 +154,7 @@ backends:
 		}
 		out, err := exec.Command(env.proxyBin, "kv", "import", "-config", cfg, recs).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("kv import: %v\n%s", err, out)
+			return fmt.Errorf("kv import: %w\n%s", err, out)
 		}
 		return nil
 	})
@@ -162,7 +162,7 @@ backends:
 		t.Fatal(err)
 	}
 	defer p.stop()
-	r, c := chat(t, p.url, chatBody(question, 12, false))
+	r, c := chat(t, p.url, chatBody(question, 12, false)) //nolint:bodyclose // chat closed it
 	if r.StatusCode != http.StatusOK || len(c.Choices) == 0 {
 		t.Fatalf("status %d: %+v", r.StatusCode, c.Error)
 	}

@@ -105,7 +105,13 @@ func (r *embedResp) vectors(t *testing.T) [][]float32 {
 	return out
 }
 
-func postEmbed(t *testing.T, url, body string, hdr map[string]string) (*http.Response, []byte) {
+// reply is a response read whole.
+type reply struct {
+	StatusCode int
+	Header     http.Header
+}
+
+func postEmbed(t *testing.T, url, body string, hdr map[string]string) (reply, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url+"/v1/embeddings", strings.NewReader(body))
 	if err != nil {
@@ -119,12 +125,12 @@ func postEmbed(t *testing.T, url, body string, hdr map[string]string) (*http.Res
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp, b
+	return reply{resp.StatusCode, resp.Header}, b
 }
 
 func TestEmbeddings(t *testing.T) {

@@ -34,7 +34,7 @@ backends: [{name: up, type: openai, url: %q, models: ["fake-*"], timeout: 2s}]
 
 	resp := postChat(t, s.URL, `{"model":"fake-model","messages":[{"role":"user","content":"How do I reset my password?"}]}`, nil)
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if got := resp.Header.Get("X-EOC-Stage"); got != "neural" {
 		t.Fatalf("first call: stage %q", got)
 	}
@@ -56,7 +56,7 @@ backends: [{name: up, type: openai, url: %q, models: ["fake-*"], timeout: 2s}]
 	for time.Now().Before(deadline) {
 		resp = postChat(t, s.URL, `{"model":"fake-model","messages":[{"role":"user","content":"How do I reset my password?"}]}`, nil)
 		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.Header.Get("X-EOC-Stage") == "kv" {
 			hitMethod = resp.Header.Get("X-EOC-Energy-Method")
 			break
@@ -79,7 +79,7 @@ backends: [{name: up, type: openai, url: %q, models: ["fake-*"], timeout: 2s}]
 	before := emb.Embeds()
 	resp = postChat(t, s.URL, `{"model":"fake-model","messages":[{"role":"user","content":"What is the boiling point of water?"}]}`, nil)
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.Header.Get("X-EOC-Stage") != "neural" || emb.Embeds() <= before {
 		t.Fatalf("miss: stage %q, embeds %d -> %d", resp.Header.Get("X-EOC-Stage"), before, emb.Embeds())
 	}
@@ -88,14 +88,14 @@ backends: [{name: up, type: openai, url: %q, models: ["fake-*"], timeout: 2s}]
 	solo := startStack(t, oneBackend("openai", chat.BaseURL(), "cascade: {stages: [neural]}"))
 	r2 := postChat(t, solo.URL, `{"model":"fake-model","messages":[{"role":"user","content":"What is the boiling point of water?"}]}`, nil)
 	_, _ = io.Copy(io.Discard, r2.Body)
-	r2.Body.Close()
+	_ = r2.Body.Close()
 	// A miss that spent an embedding is still a miss in the metrics.
 	mr, err := http.Get(s.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(mr.Body)
-	mr.Body.Close()
+	_ = mr.Body.Close()
 	if want := `eoc_stage_duration_seconds_count{outcome="miss",stage="kv"} `; !strings.Contains(string(body), want) ||
 		strings.Contains(string(body), `outcome="error",stage="kv"`) {
 		t.Errorf("kv misses are not counted as misses:\n%s", grep(body, `stage="kv"`))
