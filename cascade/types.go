@@ -1,4 +1,4 @@
-// Package cascade walks a chat request through the configured stages, cheapest first, and attributes what the answer cost.
+// Package cascade walks a chat or embeddings request through the configured stages, cheapest first, and attributes what the answer cost.
 package cascade
 
 import (

@@ -96,6 +96,9 @@ backends: [{name: up, type: openai, url: %q, models: ["fake-*"], timeout: 2s}]
 	}
 	body, _ := io.ReadAll(mr.Body)
 	_ = mr.Body.Close()
+	if !strings.Contains(string(body), "eoc_kv_learn_joules_total ") || strings.Contains(string(body), "eoc_kv_learn_joules_total 0\n") {
+		t.Errorf("the background embedding is not in eoc_kv_learn_joules_total:\n%s", grep(body, "eoc_kv_learn"))
+	}
 	if want := `eoc_stage_duration_seconds_count{outcome="miss",stage="kv"} `; !strings.Contains(string(body), want) ||
 		strings.Contains(string(body), `outcome="error",stage="kv"`) {
 		t.Errorf("kv misses are not counted as misses:\n%s", grep(body, `stage="kv"`))

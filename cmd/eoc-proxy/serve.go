@@ -170,7 +170,10 @@ func build(cfg *config.Config, log zerolog.Logger) (*app, error) {
 			}
 			a.closers = append(a.closers, st.Close)
 			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eoc_kv_entries", Help: "Learned entries in the kv stage."},
-				func() float64 { return float64(st.Stats().Entries) }))
+				func() float64 { return float64(st.Stats().Entries) }),
+				prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "eoc_kv_learn_joules_total",
+					Help: "Joules the kv stage's embedder spent learning answers in the background: metered, billed to no request."},
+					func() float64 { return st.Stats().LearnJoules }))
 			stages = append(stages, st)
 		case "graph":
 			st, err := graph.New(cfg.Cascade.Graph, graph.WithLogger(log))
