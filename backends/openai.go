@@ -32,6 +32,7 @@ type OpenAI struct {
 	base
 	chatURL   string
 	modelsURL string
+	embedURL  string
 	// timings keeps llama-server's timings object (set by LlamaCpp).
 	timings bool
 }
@@ -42,7 +43,7 @@ func NewOpenAI(o Options) (*OpenAI, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &OpenAI{base: b, chatURL: b.url + "/chat/completions", modelsURL: b.url + "/models"}, nil
+	return &OpenAI{base: b, chatURL: b.url + "/chat/completions", modelsURL: b.url + "/models", embedURL: b.url + "/embeddings"}, nil
 }
 
 // llamaTimings is llama-server's timings object (result_timings::to_json in tools/server).

@@ -435,6 +435,12 @@ backends:
 `
 
 func startProxy(name, ollamaURL string) (*proxyProc, error) {
+	return startProxyWith(name, func(addr, _ string) string { return fmt.Sprintf(proxyConfig, addr, ollamaURL) }, nil)
+}
+
+// startProxyWith starts eoc-proxy with the config that config writes for its listen address and
+// its own directory; before, when set, runs first with the config file's path.
+func startProxyWith(name string, config func(addr, dir string) string, before func(cfg string) error) (*proxyProc, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -444,8 +450,13 @@ func startProxy(name, ollamaURL string) (*proxyProc, error) {
 		return nil, err
 	}
 	cfg := filepath.Join(dir, "eoc.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, proxyConfig, addr, ollamaURL), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(config(addr, dir)), 0o644); err != nil {
 		return nil, err
+	}
+	if before != nil {
+		if err := before(cfg); err != nil {
+			return nil, err
+		}
 	}
 	p := &proxyProc{name: name, url: "http://" + addr, log: filepath.Join(dir, "proxy.log"), done: make(chan struct{})}
 	lf, err := os.Create(p.log)

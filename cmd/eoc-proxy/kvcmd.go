@@ -52,7 +52,7 @@ func openKV(path string) (*kv.Stage, error) {
 	if cfg.Cascade.KV.DataDir == "" {
 		return nil, errors.New("cascade.kv.data_dir is empty: the kv store lives in memory and there is nothing on disk to import into or export from")
 	}
-	o, err := kvOptions(cfg.Cascade.KV, filesFor(path), component(newLogger("warn", os.Stderr), "kv"))
+	o, err := kvOptions(cfg, nil, filesFor(path), component(newLogger("warn", os.Stderr), "kv")) // offline: no meter
 	if err != nil {
 		return nil, err
 	}
