@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -70,14 +71,32 @@ func configFlag(fs *flag.FlagSet) *string {
 }
 
 // loadConfig reads the config at path. The default path falls back to the embedded eoc.yaml when
-// the file is not there, so the binary runs anywhere.
+// the file is not there, so the binary runs anywhere. A relative path in the file names a file
+// beside it, as the seed and fact files do (filesFor): the kv store, the ledger, pid files.
 func loadConfig(path string) (*config.Config, error) {
 	if path == defaultConfigPath {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 			return config.Parse(eocproxy.DefaultConfig, registry())
 		}
 	}
-	return config.Load(path, registry())
+	c, err := config.Load(path, registry())
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Dir(path)
+	besideConfig(dir, &c.Cascade.KV.DataDir)
+	besideConfig(dir, &c.Ledger.Path)
+	for i := range c.Backends {
+		besideConfig(dir, &c.Backends[i].Process.PIDFile)
+	}
+	return c, nil
+}
+
+// besideConfig makes a relative, non-empty *p relative to dir, the config file's directory.
+func besideConfig(dir string, p *string) {
+	if *p != "" && !filepath.IsAbs(*p) {
+		*p = filepath.Join(dir, *p)
+	}
 }
 
 func runConfig(args []string, stdout io.Writer) error {
