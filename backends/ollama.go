@@ -86,7 +86,7 @@ func (o *Ollama) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	conv := &ollamaConv{backend: o.name, id: newID("chatcmpl-"), model: req.Chat.Model}
 	if !stream {
 		return o.whole(ctx, resp.Body, conv)
@@ -124,7 +124,7 @@ func (o *Ollama) stream(ctx context.Context, cancel context.CancelFunc, body io.
 	for {
 		raw, err := lr.next()
 		if err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF // the stream ended before done
 			}
 			return conv.final(false), o.transportError(ctx, fmt.Errorf("reading stream: %w", err))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -106,7 +107,7 @@ func (o *OpenAI) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if sink == nil {
 		return o.whole(ctx, resp.Body)
 	}
@@ -181,7 +182,7 @@ func (o *OpenAI) stream(ctx context.Context, cancel context.CancelFunc, body io.
 	for {
 		ev, err := sr.next()
 		if err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF // the stream ended without [DONE]
 			}
 			return finish(false), o.transportError(ctx, fmt.Errorf("reading stream: %w", err))

@@ -11,9 +11,6 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
-// fakeVector embeds like the built-in embedder, so the fakes behave like a real model.
-func fakeVector(text string) []float32 { return embedBuiltin(text) }
-
 // remoteFigure is what remoteEmbedder says each call cost: a model server's metered figure.
 var remoteFigure = energy.Figure{Joules: 0.25, Grade: energy.Estimated, Coverage: energy.CoverageWhole,
 	Method: "token-model", Reason: "remote-backend"}

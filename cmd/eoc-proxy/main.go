@@ -60,7 +60,7 @@ func usage(w io.Writer) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fmt.Fprintf(w, "usage: eoc-proxy [command] [flags]\ncommands: %s (default serve)\n", strings.Join(names, ", "))
+	_, _ = fmt.Fprintf(w, "usage: eoc-proxy [command] [flags]\ncommands: %s (default serve)\n", strings.Join(names, ", "))
 }
 
 const defaultConfigPath = "eoc.yaml"
@@ -116,13 +116,13 @@ func runConfig(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "# %s: valid\n%s", *path, out)
-	return nil
+	_, err = fmt.Fprintf(stdout, "# %s: valid\n%s", *path, out)
+	return err
 }
 
 func runVersion(_ []string, stdout io.Writer) error {
-	fmt.Fprintln(stdout, "eoc-proxy", buildVersion())
-	return nil
+	_, err := fmt.Fprintln(stdout, "eoc-proxy", buildVersion())
+	return err
 }
 
 func buildVersion() string {
@@ -133,4 +133,17 @@ func buildVersion() string {
 		return bi.Main.Version
 	}
 	return "(devel)"
+}
+
+// printer writes a command's report line by line and keeps the first write error, so a report
+// of many lines is checked once. The zero value is not usable; set w.
+type printer struct {
+	w   io.Writer
+	err error
+}
+
+func (p *printer) printf(format string, a ...any) {
+	if p.err == nil {
+		_, p.err = fmt.Fprintf(p.w, format, a...)
+	}
 }
