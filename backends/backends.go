@@ -185,7 +185,7 @@ func (b *base) do(ctx context.Context, method, u string, body []byte, accept []s
 		return nil, b.transportError(ctx, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		return nil, b.upstreamError(resp)
 	}
 	return resp, nil
@@ -199,7 +199,7 @@ func (b *base) getJSON(ctx context.Context, u string, v any) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	buf, err := readBody(resp.Body)
 	defer putBuf(buf)
 	if err != nil {

@@ -88,7 +88,7 @@ func BenchmarkBareHop(b *testing.B) {
 					b.Fatal(err)
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
+				_ = resp.Body.Close()
 			}
 		})
 	}

@@ -204,7 +204,7 @@ func closedPortURL(t *testing.T) string {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
-	l.Close()
+	_ = l.Close()
 	return "http://" + addr
 }
 

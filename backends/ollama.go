@@ -25,7 +25,7 @@ func init() {
 	register("ollama", func(o Options) (cascade.Backend, error) { return NewOllama(o) })
 }
 
-// Ollama talks to Ollama's native API (/api/chat, /api/tags, /api/version), mapping OpenAI's
+// Ollama talks to Ollama's native API (/api/chat, /api/embed, /api/tags, /api/version), mapping OpenAI's
 // request and answer shapes both ways and keeping Ollama's counts and durations in
 // Answer.Timings. It is safe for concurrent use.
 //
@@ -38,6 +38,7 @@ type Ollama struct {
 	chatURL    string
 	tagsURL    string
 	versionURL string
+	embedURL   string
 }
 
 // NewOllama returns an Ollama backend; o.URL is Ollama's root (http://127.0.0.1:11434).
@@ -46,7 +47,8 @@ func NewOllama(o Options) (*Ollama, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Ollama{base: b, chatURL: b.url + "/api/chat", tagsURL: b.url + "/api/tags", versionURL: b.url + "/api/version"}, nil
+	return &Ollama{base: b, chatURL: b.url + "/api/chat", tagsURL: b.url + "/api/tags", versionURL: b.url + "/api/version",
+		embedURL: b.url + "/api/embed"}, nil
 }
 
 // ollamaLine is one line of /api/chat: a response, or an error.
@@ -84,7 +86,7 @@ func (o *Ollama) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	conv := &ollamaConv{backend: o.name, id: newID("chatcmpl-"), model: req.Chat.Model}
 	if !stream {
 		return o.whole(ctx, resp.Body, conv)
@@ -122,7 +124,7 @@ func (o *Ollama) stream(ctx context.Context, cancel context.CancelFunc, body io.
 	for {
 		raw, err := lr.next()
 		if err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF // the stream ended before done
 			}
 			return conv.final(false), o.transportError(ctx, fmt.Errorf("reading stream: %w", err))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -32,6 +33,7 @@ type OpenAI struct {
 	base
 	chatURL   string
 	modelsURL string
+	embedURL  string
 	// timings keeps llama-server's timings object (set by LlamaCpp).
 	timings bool
 }
@@ -42,7 +44,7 @@ func NewOpenAI(o Options) (*OpenAI, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &OpenAI{base: b, chatURL: b.url + "/chat/completions", modelsURL: b.url + "/models"}, nil
+	return &OpenAI{base: b, chatURL: b.url + "/chat/completions", modelsURL: b.url + "/models", embedURL: b.url + "/embeddings"}, nil
 }
 
 // llamaTimings is llama-server's timings object (result_timings::to_json in tools/server).
@@ -105,7 +107,7 @@ func (o *OpenAI) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if sink == nil {
 		return o.whole(ctx, resp.Body)
 	}
@@ -180,7 +182,7 @@ func (o *OpenAI) stream(ctx context.Context, cancel context.CancelFunc, body io.
 	for {
 		ev, err := sr.next()
 		if err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF // the stream ended without [DONE]
 			}
 			return finish(false), o.transportError(ctx, fmt.Errorf("reading stream: %w", err))

@@ -38,9 +38,9 @@ func (l *lineReader) release() {
 // off before its newline.
 func (l *lineReader) next() ([]byte, error) {
 	line, err := l.br.ReadSlice('\n')
-	if err == bufio.ErrBufferFull {
+	if errors.Is(err, bufio.ErrBufferFull) {
 		l.long = append(l.long[:0], line...)
-		for err == bufio.ErrBufferFull {
+		for errors.Is(err, bufio.ErrBufferFull) {
 			if len(l.long) > l.max {
 				return nil, errLineTooLong
 			}
@@ -108,7 +108,7 @@ func (s *sseReader) next() (sseEvent, error) {
 	for {
 		line, err := s.lines.next()
 		if err != nil {
-			if err == io.EOF && hasData {
+			if errors.Is(err, io.EOF) && hasData {
 				return s.event(isErr), nil
 			}
 			return sseEvent{}, err

@@ -145,7 +145,7 @@ func FuzzSSE(f *testing.F) {
 		want, wantErr := referenceSSE(in)
 		for _, wrap := range []func(io.Reader) io.Reader{func(r io.Reader) io.Reader { return r }, iotest.OneByteReader, iotest.HalfReader} {
 			got, err := readAll(in, 16, wrap)
-			if err != wantErr {
+			if !errors.Is(err, wantErr) {
 				t.Fatalf("err = %v, want %v", err, wantErr)
 			}
 			if len(got) != len(want) || (len(got) > 0 && !reflect.DeepEqual(got, want)) {

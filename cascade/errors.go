@@ -3,6 +3,8 @@ package cascade
 import (
 	"errors"
 	"fmt"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 // ErrModelNotFound means no backend's patterns match the requested model.
@@ -31,3 +33,22 @@ type BackendError struct {
 
 func (e *BackendError) Error() string { return fmt.Sprintf("backend %s: %v", e.Backend, e.Err) }
 func (e *BackendError) Unwrap() error { return e.Err }
+
+// SpentError is a stage's error, a miss included, after which the stage had already spent energy
+// outside this process (an embedding call). The walk adds Energy to the figure of the answer
+// that ends the walk, so what a miss cost is billed to the call that caused it.
+type SpentError struct {
+	Err    error
+	Energy energy.Figure
+}
+
+func (e *SpentError) Error() string { return e.Err.Error() }
+func (e *SpentError) Unwrap() error { return e.Err }
+
+// Spent returns err carrying f, or err itself when f is zero or err is nil.
+func Spent(err error, f energy.Figure) error {
+	if err == nil || f.IsZero() {
+		return err
+	}
+	return &SpentError{Err: err, Energy: f}
+}

@@ -16,7 +16,7 @@ import (
 // must produce the same key for every body.
 func referenceCanonicalKey(tenant string, raw json.RawMessage) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "eoc-key-v1\x00%d:%s\x00", len(tenant), tenant)
+	_, _ = fmt.Fprintf(h, "eoc-key-v1\x00%d:%s\x00", len(tenant), tenant)
 	var body map[string]any
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -335,7 +335,7 @@ func (g *jsonGen) str(s string) {
 		c := s[i]
 		r, size := rune(c), 1
 		if c >= 0x80 {
-			r, size = []rune(s[i : i+min(4, len(s)-i)])[0], 0
+			r = []rune(s[i : i+min(4, len(s)-i)])[0]
 			if r == 0xfffd && !strings.HasPrefix(s[i:], "\ufffd") {
 				g.b = append(g.b, c) // invalid UTF-8 passes through raw
 				i++

@@ -1,4 +1,4 @@
-// Package cascade walks a chat request through the configured stages, cheapest first, and attributes what the answer cost.
+// Package cascade walks a chat or embeddings request through the configured stages, cheapest first, and attributes what the answer cost.
 package cascade
 
 import (
@@ -199,6 +199,9 @@ type Answer struct {
 	Timings *Timings `json:"-"`
 	// Energy is what producing this answer cost.
 	Energy energy.Figure `json:"-"`
+	// Spent is energy an in-process stage spent outside this process to find the answer (an
+	// embedding call). The walk adds it to Energy, after the stage's own estimate, and clears it.
+	Spent energy.Figure `json:"-"`
 	// Streamed is true when the chunks already went through the sink.
 	Streamed bool `json:"-"`
 	// Complete is true when the answer ended normally (finish_reason stop/length/tool_calls and

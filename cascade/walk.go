@@ -48,44 +48,65 @@ func New(router *Router, stages []Stage, opts Options) *Cascade {
 // Router returns the cascade's router.
 func (c *Cascade) Router() *Router { return c.router }
 
-// Walk tries each stage in order; the first answer wins, and res records what happened (the caller
-// allocates it, so a streaming sink can read res.Stage while it writes). With a non-nil sink the
-// answer is streamed: live by a streaming stage, or replayed from a whole answer. A failing stage
-// is skipped with a warning unless it is the last, it already wrote to the sink, or ctx is done;
-// then res.Answer may still hold what was spent, for the ledger.
-func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Sink) error {
+// StageSink is where a walk streams an answer. Stage is called once, with the name of the stage
+// that writes, right before its first chunk (the proxy sends that name in the headers that go
+// out with the first chunk); Chunk gets every chunk in order, and an error from it (the client
+// went away) stops the producer.
+type StageSink interface {
+	Stage(name string)
+	Chunk(ch *Chunk) error
+}
+
+// Walk tries each stage in order; the first answer wins, and res records what happened. With a
+// non-nil sink the answer is streamed: live by a streaming stage, or replayed from a whole
+// answer. A failing stage is skipped with a warning unless it is the last, it already wrote to
+// the sink, or ctx is done; then res.Answer may still hold what was spent, for the ledger.
+func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink StageSink) error {
 	if _, err := c.router.Route(req.Chat.Model); err != nil {
 		return err
 	}
 	req.Key() // computed once, before any stage or learner reads it concurrently
 	var tracked Sink
+	var writing string // the stage being tried, for the sink
 	if sink != nil {
 		tracked = func(ch *Chunk) error {
+			if !res.Wrote {
+				sink.Stage(writing)
+			}
 			res.Wrote = true
-			return sink(ch)
+			return sink.Chunk(ch)
 		}
 	}
+	var spent energy.Figure // what stages that did not answer spent outside this process
 	for i, st := range c.stages {
 		res.Stage = st.Name()
+		writing = res.Stage
 		start := time.Now()
 		ans, err := st.Serve(ctx, req, tracked)
 		took := time.Since(start)
 		res.Attempts = append(res.Attempts, Attempt{Stage: st.Name(), Duration: took, Err: err})
+		var se *SpentError
+		if errors.As(err, &se) {
+			spent = spent.Plus(se.Energy)
+		}
 		if errors.Is(err, ErrMiss) {
 			continue
 		}
-		if ans != nil && ans.Energy.Grade == "" {
-			ans.Energy = c.stageEstimate(took, ans.Energy)
+		if ans != nil {
+			if ans.Energy.Grade == "" {
+				ans.Energy = c.stageEstimate(took, ans.Energy)
+			}
+			ans.Energy, ans.Spent = ans.Energy.Plus(ans.Spent), energy.Figure{}
 		}
 		if err != nil {
 			if i == len(c.stages)-1 || res.Wrote || ctx.Err() != nil {
-				res.Answer = ans
+				res.Answer = withSpent(ans, spent)
 				return err
 			}
 			c.opts.Logger.Warn().Str("request_id", req.ID).Str("stage", st.Name()).Err(err).Msg("stage failed; skipped")
 			continue
 		}
-		res.Answer = ans
+		res.Answer = withSpent(ans, spent)
 		if tracked != nil && !ans.Streamed {
 			if err := Replay(ans, req.IncludeUsage(), tracked); err != nil {
 				return err
@@ -101,7 +122,23 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Sink
 		return nil
 	}
 	res.Stage = ""
+	if !spent.IsZero() {
+		res.Answer = &Answer{Energy: spent}
+	}
 	return ErrMiss
+}
+
+// withSpent adds what earlier stages spent to the figure of the answer that ends the walk; with
+// no answer, an empty one carries it, for the ledger.
+func withSpent(ans *Answer, spent energy.Figure) *Answer {
+	switch {
+	case spent.IsZero():
+	case ans == nil:
+		ans = &Answer{Energy: spent}
+	default:
+		ans.Energy = ans.Energy.Plus(spent)
+	}
+	return ans
 }
 
 // stageEstimate is the stated model for in-process stages: wall time × StageWatts. It keeps what

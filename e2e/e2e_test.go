@@ -116,7 +116,7 @@ func run(m *testing.M) (code int) {
 			fmt.Printf("e2e: logs kept in %s\n", env.tmp)
 			return
 		}
-		os.RemoveAll(env.tmp)
+		_ = os.RemoveAll(env.tmp)
 	}()
 
 	env.race = os.Getenv("EOC_E2E_RACE") != "0"
@@ -219,7 +219,7 @@ func freeAddr() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().String(), nil
 }
 
@@ -256,12 +256,12 @@ func startOllama(name string) (*ollamaProc, error) {
 	// crashed test binary does not leave the server behind.
 	o.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := o.cmd.Start(); err != nil {
-		lf.Close()
+		_ = lf.Close()
 		return nil, err
 	}
 	go func() {
 		_ = o.cmd.Wait()
-		lf.Close()
+		_ = lf.Close()
 		close(o.done)
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -280,7 +280,7 @@ func startOllama(name string) (*ollamaProc, error) {
 			return nil, fmt.Errorf("ollama serve exited: %v\n%s", o.cmd.ProcessState, b.String())
 		case <-ctx.Done():
 			o.kill()
-			return nil, fmt.Errorf("ollama serve did not answer at %s in 60s: %v", o.url, err)
+			return nil, fmt.Errorf("ollama serve did not answer at %s in 60s: %w", o.url, err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -435,6 +435,12 @@ backends:
 `
 
 func startProxy(name, ollamaURL string) (*proxyProc, error) {
+	return startProxyWith(name, func(addr, _ string) string { return fmt.Sprintf(proxyConfig, addr, ollamaURL) }, nil)
+}
+
+// startProxyWith starts eoc-proxy with the config that config writes for its listen address and
+// its own directory; before, when set, runs first with the config file's path.
+func startProxyWith(name string, config func(addr, dir string) string, before func(cfg string) error) (*proxyProc, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -444,8 +450,13 @@ func startProxy(name, ollamaURL string) (*proxyProc, error) {
 		return nil, err
 	}
 	cfg := filepath.Join(dir, "eoc.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, proxyConfig, addr, ollamaURL), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(config(addr, dir)), 0o644); err != nil {
 		return nil, err
+	}
+	if before != nil {
+		if err := before(cfg); err != nil {
+			return nil, err
+		}
 	}
 	p := &proxyProc{name: name, url: "http://" + addr, log: filepath.Join(dir, "proxy.log"), done: make(chan struct{})}
 	lf, err := os.Create(p.log)
@@ -457,22 +468,23 @@ func startProxy(name, ollamaURL string) (*proxyProc, error) {
 	p.cmd.Stdout, p.cmd.Stderr = lf, lf
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
-		lf.Close()
+		_ = lf.Close()
 		return nil, err
 	}
 	go func() {
 		_ = p.cmd.Wait()
-		lf.Close()
+		_ = lf.Close()
 		close(p.done)
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(p.url + "/healthz")
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return p, nil
 			}
+			err = fmt.Errorf("status %d", resp.StatusCode)
 		}
 		select {
 		case <-p.done:
@@ -483,7 +495,7 @@ func startProxy(name, ollamaURL string) (*proxyProc, error) {
 		}
 		if time.Now().After(deadline) {
 			p.stop()
-			return nil, fmt.Errorf("eoc-proxy /healthz not 200 in 30s (last: %v)", err)
+			return nil, fmt.Errorf("eoc-proxy /healthz not 200 in 30s (last: %w)", err)
 		}
 	}
 }
@@ -514,7 +526,7 @@ func tailFile(w io.Writer, what, path string, n int) {
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
-	fmt.Fprintf(w, "---- last %d lines of %s log (%s)\n%s\n----\n", len(lines), what, path, strings.Join(lines, "\n"))
+	_, _ = fmt.Fprintf(w, "---- last %d lines of %s log (%s)\n%s\n----\n", len(lines), what, path, strings.Join(lines, "\n"))
 }
 
 // ---- requests -------------------------------------------------------------
@@ -603,7 +615,7 @@ func chat(t *testing.T, base string, body any) (*http.Response, completion) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -628,7 +640,7 @@ func openStream(ctx context.Context, base string, body any) (*sse, error) {
 	}
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		return nil, fmt.Errorf("status %d: %s", resp.StatusCode, b)
 	}
 	sc := bufio.NewScanner(resp.Body)
@@ -659,7 +671,7 @@ func (s *sse) next() ([]byte, error) {
 	return nil, io.EOF
 }
 
-func (s *sse) close() { s.resp.Body.Close() }
+func (s *sse) close() { _ = s.resp.Body.Close() }
 
 // streamed is a whole stream, read to its end.
 type streamed struct {
@@ -688,7 +700,7 @@ func readStream(t *testing.T, base string, body any) streamed {
 		if errors.Is(err, errDone) {
 			out.done = true
 			// The body must end right after [DONE]; reading to EOF fills the trailers.
-			if rest, err := s.next(); err != io.EOF {
+			if rest, err := s.next(); !errors.Is(err, io.EOF) {
 				t.Errorf("after [DONE]: %q, %v", rest, err)
 			}
 			break
@@ -858,7 +870,7 @@ func TestChatGoOpenAI(t *testing.T) {
 	resp, err := goOpenAI(env.proxy.url).CreateChatCompletion(context.Background(), goopenai.ChatCompletionRequest{
 		Model:     model,
 		Messages:  []goopenai.ChatCompletionMessage{{Role: goopenai.ChatMessageRoleUser, Content: prompt()}},
-		MaxTokens: 12,
+		MaxTokens: 12, //nolint:staticcheck // SA1019: max_tokens is what most clients still send
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -917,14 +929,14 @@ func TestStreamGoOpenAI(t *testing.T) {
 	st, err := goOpenAI(env.proxy.url).CreateChatCompletionStream(context.Background(), goopenai.ChatCompletionRequest{
 		Model:         model,
 		Messages:      []goopenai.ChatCompletionMessage{{Role: goopenai.ChatMessageRoleUser, Content: prompt()}},
-		MaxTokens:     10,
+		MaxTokens:     10, //nolint:staticcheck // SA1019: max_tokens is what most clients still send
 		Stream:        true,
 		StreamOptions: &goopenai.StreamOptions{IncludeUsage: true},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer func() { _ = st.Close() }()
 	if got := st.Header().Get("X-EOC-Stage"); got != "neural" {
 		t.Errorf("X-EOC-Stage = %q", got)
 	}
@@ -961,7 +973,7 @@ func TestStreamOpenAIGo(t *testing.T) {
 		MaxTokens:     oai.Int(10),
 		StreamOptions: oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)},
 	})
-	defer st.Close()
+	defer func() { _ = st.Close() }()
 	var acc oai.ChatCompletionAccumulator
 	n := 0
 	for st.Next() {
@@ -983,13 +995,13 @@ func TestStreamOpenAIGo(t *testing.T) {
 
 func TestCacheHit(t *testing.T) {
 	p := prompt()
-	r1, c1 := chat(t, env.proxy.url, chatBody(p, 12, false))
+	r1, c1 := chat(t, env.proxy.url, chatBody(p, 12, false)) //nolint:bodyclose // chat closed it
 	if r1.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %+v", r1.StatusCode, c1.Error)
 	}
 	checkEOC(t, "first", r1.Header.Get, "neural")
 
-	r2, c2 := chat(t, env.proxy.url, chatBody(p, 12, false))
+	r2, c2 := chat(t, env.proxy.url, chatBody(p, 12, false)) //nolint:bodyclose // chat closed it
 	checkEOC(t, "repeat", r2.Header.Get, "cache")
 	if got, want := c2.Choices[0].Message.Content, c1.Choices[0].Message.Content; got != want {
 		t.Errorf("cached content %q, first %q", got, want)
@@ -1009,7 +1021,7 @@ func TestCacheHit(t *testing.T) {
 	q := prompt()
 	s1 := readStream(t, env.proxy.url, chatBody(q, 12, true))
 	checkStreamEnd(t, s1, "neural")
-	r3, c3 := chat(t, env.proxy.url, chatBody(q, 12, false))
+	r3, c3 := chat(t, env.proxy.url, chatBody(q, 12, false)) //nolint:bodyclose // chat closed it
 	checkEOC(t, "repeat of a stream", r3.Header.Get, "cache")
 	if len(c3.Choices) == 0 || c3.Choices[0].Message.Content != s1.content {
 		t.Errorf("cached content %+v, streamed %q", c3.Choices, s1.content)
@@ -1018,7 +1030,7 @@ func TestCacheHit(t *testing.T) {
 
 func TestMaxTokens(t *testing.T) {
 	for _, n := range []int{1, 5, 40} {
-		resp, c := chat(t, env.proxy.url, chatBody(prompt(), n, false))
+		resp, c := chat(t, env.proxy.url, chatBody(prompt(), n, false)) //nolint:bodyclose // chat closed it
 		if resp.StatusCode != http.StatusOK || c.Usage == nil || len(c.Choices) == 0 {
 			t.Fatalf("max_tokens %d: status %d, %+v", n, resp.StatusCode, c)
 		}
@@ -1212,7 +1224,7 @@ func TestBackendFailures(t *testing.T) {
 		o.kill() // in case the subtest above stopped early
 		check := func(t *testing.T, resp *http.Response) {
 			t.Helper()
-			defer resp.Body.Close()
+			defer resp.Body.Close() //nolint:errcheck // read-only: a close error loses nothing
 			raw, _ := io.ReadAll(resp.Body)
 			if resp.StatusCode != http.StatusBadGateway {
 				t.Fatalf("status %d, want 502: %s", resp.StatusCode, raw)
@@ -1255,7 +1267,7 @@ func TestBackendFailures(t *testing.T) {
 		check(t, resp)
 
 		_, err = goOpenAI(p.url).CreateChatCompletion(ctx, goopenai.ChatCompletionRequest{
-			Model: model, Messages: []goopenai.ChatCompletionMessage{{Role: "user", Content: prompt()}}, MaxTokens: 4,
+			Model: model, Messages: []goopenai.ChatCompletionMessage{{Role: "user", Content: prompt()}}, MaxTokens: 4, //nolint:staticcheck // SA1019: max_tokens is what most clients still send
 		})
 		var ge *goopenai.APIError
 		if !errors.As(err, &ge) || ge.HTTPStatusCode != http.StatusBadGateway || !strings.Contains(ge.Message, "local") {

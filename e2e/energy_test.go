@@ -41,7 +41,7 @@ func TestEnergyFromOllamaTree(t *testing.T) {
 	_, rapl := os.Stat("/sys/class/powercap/intel-rapl:0")
 	for i := range 3 {
 		before := treeTicks(t)
-		resp, c := chat(t, env.proxy.url, chatBody(prompt(), 400, false))
+		resp, c := chat(t, env.proxy.url, chatBody(prompt(), 400, false)) //nolint:bodyclose // chat closed it
 		after := treeTicks(t)
 		if resp.StatusCode != 200 || resp.Header.Get("X-EOC-Stage") != "neural" {
 			t.Fatalf("status %d stage %q", resp.StatusCode, resp.Header.Get("X-EOC-Stage"))
@@ -98,7 +98,7 @@ func BenchmarkTinyCall(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			cancel()
 		}
 	})

@@ -49,7 +49,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	resv, err := s.budgets.admit(r.Context(), req.Tenant)
 	if err != nil {
 		s.setBudgetHeader(w.Header(), req.Tenant)
-		s.fail(w, req, err, lf)
+		s.fail(w, req.Chat.Model, err, lf)
 		return
 	}
 	ctx := r.Context()
@@ -64,16 +64,21 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	var res cascade.Result
 	var sw *sseWriter
-	var sink cascade.Sink
+	var sink cascade.StageSink
 	if req.Stream() {
-		sw = &sseWriter{w: w, rc: http.NewResponseController(w), res: &res, usage: req.IncludeUsage(), idle: s.opts.StreamIdle}
+		sw = &sseWriter{w: w, rc: http.NewResponseController(w), usage: req.IncludeUsage(), idle: s.opts.StreamIdle}
 		if left, ok := s.budgets.remaining(req.Tenant); ok {
 			w.Header().Set(HeaderBudgetRemaining, formatJoules(left))
 		}
-		sink = sw.chunk
+		sink = sw
 	}
 	err = s.cascade.Walk(ctx, req, &res, sink)
-	o := s.settle(req, &res, resv, err, start, lf)
+	st := settlement{id: req.ID, tenant: req.Tenant, key: req.Key(), model: req.Chat.Model,
+		stage: res.Stage, attempts: res.Attempts, wrote: res.Wrote}
+	if res.Answer != nil {
+		st.answered, st.fig, st.backend = true, res.Answer.Energy, res.Answer.Backend
+	}
+	o := s.settle(st, resv, err, start, lf)
 	switch {
 	case sw != nil && (sw.started || err == nil):
 		s.finishStream(w, sw, &res, o, err)
@@ -115,50 +120,62 @@ type outcome struct {
 	apiErr    *APIError
 }
 
+// settlement is what settle needs to know about one call that reached the cascade, a chat
+// completion or an embeddings call.
+type settlement struct {
+	id, tenant, key, model string
+	stage                  string
+	attempts               []cascade.Attempt
+	answered               bool // a figure came back, with or without an error
+	fig                    energy.Figure
+	backend                string
+	wrote                  bool // bytes went out before an error
+}
+
 // settle runs once per call that reached the cascade, success or not: it computes the receipt,
 // books the cost against the budget, writes the ledger record and the metrics, and fills the
 // access log's fields.
-func (s *Server) settle(req *cascade.Request, res *cascade.Result, resv reservation, err error, start time.Time, lf *logFields) outcome {
-	o := outcome{stage: res.Stage}
+func (s *Server) settle(st settlement, resv reservation, err error, start time.Time, lf *logFields) outcome {
+	o := outcome{stage: st.stage}
 	status := http.StatusOK
 	if err != nil {
-		o.apiErr = classify(err, req.Chat.Model)
+		o.apiErr = classify(err, st.model)
 		status = o.apiErr.Status
 		lf.err = o.apiErr
 	}
-	if res.Answer != nil {
-		o.fig = res.Answer.Energy
-		lf.backend = res.Answer.Backend
+	if st.answered {
+		o.fig = st.fig
+		lf.backend = st.backend
 	}
 	o.fig = o.fig.Rounded() // the header, receipt, ledger and metrics carry the same figure
 	now := time.Now()
-	o.receipt = energy.Receipt{Key: req.Key(), Stage: o.stage, Model: req.Chat.Model, Joules: o.fig.Joules,
+	o.receipt = energy.Receipt{Key: st.key, Stage: o.stage, Model: st.model, Joules: o.fig.Joules,
 		Grade: o.fig.Grade, Time: now}.Hash()
 	if left, ok := s.budgets.settle(resv, o.fig.Joules); ok {
 		o.remaining = &left
 	}
-	model := req.Chat.Model
+	model := st.model
 	if errors.Is(err, cascade.ErrModelNotFound) {
 		model = "" // not a model any backend serves: keep it out of metric labels
 	}
 	if s.opts.Record != nil {
-		call := Call{Time: now, RequestID: req.ID, KeyID: req.Tenant, Key: req.Key(), Model: req.Chat.Model, Stage: o.stage,
+		call := Call{Time: now, RequestID: st.id, KeyID: st.tenant, Key: st.key, Model: st.model, Stage: o.stage,
 			Backend: lf.backend, Status: status, Energy: o.fig, Receipt: o.receipt,
-			Disconnected: errors.Is(err, context.Canceled) || (err != nil && res.Wrote && !isTimeout(err))}
+			Disconnected: errors.Is(err, context.Canceled) || (err != nil && st.wrote && !isTimeout(err))}
 		if rerr := s.opts.Record(call); rerr != nil {
-			s.log.Error().Err(rerr).Str("request_id", req.ID).Msg("ledger: record not written")
+			s.log.Error().Err(rerr).Str("request_id", st.id).Msg("ledger: record not written")
 		}
 	}
-	s.metrics.observe(res, o.fig, model, status, time.Since(start))
-	if n := len(res.Attempts); n > 0 {
-		lf.upstream = res.Attempts[n-1].Duration
+	s.metrics.observe(st.stage, st.attempts, st.answered, o.fig, model, status, time.Since(start))
+	if n := len(st.attempts); n > 0 {
+		lf.upstream = st.attempts[n-1].Duration
 	}
 	lf.stage, lf.joules, lf.grade, lf.method, lf.saved = o.stage, o.fig.Joules, string(o.fig.Grade), o.fig.Method, o.fig.Saved
 	return o
 }
 
-func (s *Server) fail(w http.ResponseWriter, req *cascade.Request, err error, lf *logFields) {
-	e := classify(err, req.Chat.Model)
+func (s *Server) fail(w http.ResponseWriter, model string, err error, lf *logFields) {
+	e := classify(err, model)
 	lf.err = e
 	writeError(w, e)
 }
@@ -193,6 +210,23 @@ var validRoles = map[string]bool{"system": true, "developer": true, "user": true
 
 // decode reads and validates the body; every failure names the field.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request) (*cascade.Request, *APIError) {
+	body, e := s.readJSON(w, r)
+	if e != nil {
+		return nil, e
+	}
+	req := &cascade.Request{Raw: body, ID: RequestID(r.Context())}
+	if e := unmarshal(body, &req.Chat); e != nil {
+		return nil, e
+	}
+	if e := validate(&req.Chat); e != nil {
+		return nil, e
+	}
+	req.NoCache, req.NoStore = cacheControl(r)
+	return req, nil
+}
+
+// readJSON reads the body up to MaxBodyBytes.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, *APIError) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -202,32 +236,38 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request) (*cascade.Reques
 		}
 		return nil, badRequest("", "reading request body: %v", err)
 	}
-	req := &cascade.Request{Raw: body, ID: RequestID(r.Context())}
-	if err := json.Unmarshal(body, &req.Chat); err != nil {
+	return body, nil
+}
+
+// unmarshal decodes a request body into v; a failure names the field.
+func unmarshal(body []byte, v any) *APIError {
+	if err := json.Unmarshal(body, v); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		var syntaxErr *json.SyntaxError
 		switch {
 		case errors.As(err, &typeErr) && typeErr.Field != "":
-			return nil, badRequest(typeErr.Field, "%s: expected %s, got %s", typeErr.Field, typeErr.Type, typeErr.Value)
+			return badRequest(typeErr.Field, "%s: expected %s, got %s", typeErr.Field, typeErr.Type, typeErr.Value)
 		case errors.As(err, &syntaxErr):
-			return nil, badRequest("", "malformed JSON at byte %d: %v", syntaxErr.Offset, syntaxErr)
+			return badRequest("", "malformed JSON at byte %d: %v", syntaxErr.Offset, syntaxErr)
 		}
-		return nil, badRequest("", "request body must be a JSON object: %v", err)
+		return badRequest("", "request body must be a JSON object: %v", err)
 	}
-	if e := validate(&req.Chat); e != nil {
-		return nil, e
-	}
+	return nil
+}
+
+// cacheControl reads the request's Cache-Control: no-cache skips lookups, no-store forbids storing.
+func cacheControl(r *http.Request) (noCache, noStore bool) {
 	for _, v := range r.Header.Values("Cache-Control") {
 		for _, d := range strings.Split(v, ",") {
 			switch strings.ToLower(strings.TrimSpace(d)) {
 			case "no-cache":
-				req.NoCache = true
+				noCache = true
 			case "no-store":
-				req.NoStore = true
+				noStore = true
 			}
 		}
 	}
-	return req, nil
+	return noCache, noStore
 }
 
 func validate(c *cascade.ChatRequest) *APIError {

@@ -79,6 +79,9 @@ func classify(err error, model string) *APIError {
 	case errors.Is(err, cascade.ErrModelNotFound):
 		return &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
 			Message: fmt.Sprintf("The model %q does not exist: no backend serves it.", model), Err: err}
+	case errors.Is(err, cascade.ErrNoEmbeddings):
+		return &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "embeddings_not_supported", Param: "model",
+			Message: fmt.Sprintf("The model %q is served by a backend that does not serve embeddings.", model), Err: err}
 	case errors.As(err, &up):
 		if up.Status >= 400 && up.Status < 500 {
 			typ := up.Type

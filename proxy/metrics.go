@@ -3,6 +3,7 @@ package proxy
 import (
 	"github.com/eoc-proxy/eoc-proxy/energy"
 
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -27,7 +28,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eoc_requests_total",
-			Help: "Chat completion requests by answering stage, model and HTTP status."}, []string{"stage", "model", "status"}),
+			Help: "Chat completion and embeddings requests by answering stage, model and HTTP status."}, []string{"stage", "model", "status"}),
 		joules: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eoc_joules_total",
 			Help: "Joules spent answering, by stage, model and grade (measured or estimated)."}, []string{"stage", "model", "grade"}),
 		saved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eoc_joules_saved_total",
@@ -37,37 +38,39 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			[]string{"stage", "outcome"}),
 		overhead: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eoc_proxy_overhead_seconds",
 			Help: "Time of a request not spent in the answering stage: decoding, routing, misses, writing.", Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10)}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eoc_requests_in_flight", Help: "Chat completion requests being served."}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eoc_requests_in_flight", Help: "Chat completion and embeddings requests being served."}),
 	}
 	reg.MustRegister(m.requests, m.joules, m.saved, m.stage, m.overhead, m.inFlight)
 	return m
 }
 
-func (m *metrics) observe(res *cascade.Result, e energy.Figure, model string, status int, total time.Duration) {
+// observe counts one call: stage answered it (or "" when none did) after attempts; answered says
+// a figure e came back.
+func (m *metrics) observe(stage string, attempts []cascade.Attempt, answered bool, e energy.Figure, model string, status int, total time.Duration) {
 	if m == nil {
 		return
 	}
-	m.requests.WithLabelValues(res.Stage, model, strconv.Itoa(status)).Inc()
+	m.requests.WithLabelValues(stage, model, strconv.Itoa(status)).Inc()
 	var answering time.Duration
-	for i, a := range res.Attempts {
+	for i, a := range attempts {
 		outcome := "error"
 		switch {
 		case a.Err == nil:
 			outcome, answering = "hit", a.Duration
-		case a.Err == cascade.ErrMiss:
+		case errors.Is(a.Err, cascade.ErrMiss):
 			outcome = "miss"
-		case i == len(res.Attempts)-1:
+		case i == len(attempts)-1:
 			answering = a.Duration
 		}
 		m.stage.WithLabelValues(a.Stage, outcome).Observe(a.Duration.Seconds())
 	}
-	if res.Answer != nil {
-		m.joules.WithLabelValues(res.Stage, model, string(e.Grade)).Add(e.Joules)
+	if answered {
+		m.joules.WithLabelValues(stage, model, string(e.Grade)).Add(e.Joules)
 		if e.Saved > 0 {
-			m.saved.WithLabelValues(res.Stage, model).Add(e.Saved)
+			m.saved.WithLabelValues(stage, model).Add(e.Saved)
 		}
 	}
-	if len(res.Attempts) > 0 {
+	if len(attempts) > 0 {
 		m.overhead.Observe((total - answering).Seconds())
 	}
 }

@@ -81,6 +81,7 @@ func New(o Options) *Server {
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate)
 		r.Post("/v1/chat/completions", s.chat)
+		r.Post("/v1/embeddings", s.embeddings)
 		r.Get("/v1/models", s.models)
 	})
 	r.Get("/healthz", s.healthz)

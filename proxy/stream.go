@@ -14,8 +14,8 @@ import (
 type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
-	res     *cascade.Result
-	usage   bool // the client asked for the usage chunk
+	stage   string // the stage that writes, from the walk
+	usage   bool   // the client asked for the usage chunk
 	idle    time.Duration
 	started bool
 	buf     bytes.Buffer
@@ -33,13 +33,18 @@ func (sw *sseWriter) start() {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	h.Set(HeaderStage, sw.res.Stage)
+	h.Set(HeaderStage, sw.stage)
 	h.Set("Trailer", trailerNames)
 	sw.w.WriteHeader(http.StatusOK)
 }
 
-// chunk is the cascade's sink.
-func (sw *sseWriter) chunk(ch *cascade.Chunk) error {
+var _ cascade.StageSink = (*sseWriter)(nil)
+
+// Stage is told by the walk which stage is about to write.
+func (sw *sseWriter) Stage(name string) { sw.stage = name }
+
+// Chunk writes one chunk as an event.
+func (sw *sseWriter) Chunk(ch *cascade.Chunk) error {
 	if sw.id == "" {
 		sw.id, sw.model, sw.created = ch.ID, ch.Model, ch.Created
 	}

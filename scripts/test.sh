@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The project's test command: vet, unit tests with the race detector, then
-# the end-to-end suite (e2e/, build tag e2e) against a real Ollama.
+# The project's test command: vet, golangci-lint (.golangci.yml), unit tests
+# with the race detector, then the end-to-end suite (e2e/, build tag e2e)
+# against a real Ollama.
 #
 # The e2e suite starts its own Ollama from bin/ollama (scripts/build-ollama.sh)
 # and its own eoc-proxy. With EOC_E2E=1 or CI=true it fails, rather than
@@ -24,6 +25,8 @@ phase() {
 phase ollama scripts/build-ollama.sh
 phase vet go vet ./...
 phase vet-e2e go vet -tags e2e ./e2e/...
+# Pinned, from the module proxy: the first run compiles it (minutes); later runs hit the build cache.
+phase lint go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0 run ./...
 phase unit go test -race ./...
 export EOC_E2E=1
 phase e2e go test -race -tags e2e -count=1 -timeout 15m -v ./e2e/...

@@ -13,19 +13,29 @@ import (
 )
 
 var (
-	_ cascade.Stage   = (*Stage)(nil)
-	_ cascade.Learner = (*Stage)(nil)
+	_ cascade.Stage        = (*Stage)(nil)
+	_ cascade.Learner      = (*Stage)(nil)
+	_ cascade.EmbedStage   = (*Stage)(nil)
+	_ cascade.EmbedLearner = (*Stage)(nil)
 )
 
 // Stage answers a request whose canonical key (tenant, model, whole history and every
-// answer-changing field) was answered completely before. It is safe for concurrent use.
+// answer-changing field) was answered completely before, and an embeddings call whose key
+// (tenant, model, dimensions, texts) was embedded before. Both share one LRU; their keys are
+// hashed with different prefixes. It is safe for concurrent use.
 type Stage struct {
-	lru *expirable.LRU[string, *cascade.Answer]
+	lru *expirable.LRU[string, entry]
 }
 
-// New returns a cache of at most maxEntries answers, each kept for ttl.
+// entry is one stored answer or one stored set of vectors.
+type entry struct {
+	ans *cascade.Answer
+	emb *cascade.Embeddings
+}
+
+// New returns a cache of at most maxEntries answers and vector sets, each kept for ttl.
 func New(maxEntries int, ttl time.Duration) *Stage {
-	return &Stage{lru: expirable.NewLRU[string, *cascade.Answer](maxEntries, nil, ttl)}
+	return &Stage{lru: expirable.NewLRU[string, entry](maxEntries, nil, ttl)}
 }
 
 // Name is "cache".
@@ -36,10 +46,11 @@ func (s *Stage) Serve(_ context.Context, req *cascade.Request, _ cascade.Sink) (
 	if req.NoCache {
 		return nil, cascade.ErrMiss
 	}
-	orig, ok := s.lru.Get(req.Key())
-	if !ok {
+	ent, ok := s.lru.Get(req.Key())
+	if !ok || ent.ans == nil {
 		return nil, cascade.ErrMiss
 	}
+	orig := ent.ans
 	ans := *orig // the stored answer is shared; its slices are never mutated
 	ans.ID = cascade.NewID()
 	ans.Created = time.Now().Unix()
@@ -54,7 +65,32 @@ func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {
 		return
 	}
 	stored := *ans
-	s.lru.Add(req.Key(), &stored)
+	s.lru.Add(req.Key(), entry{ans: &stored})
+}
+
+// ServeEmbed returns the stored vectors for the call's key, or cascade.ErrMiss. Embeddings are
+// deterministic, so a repeat is answered without the upstream.
+func (s *Stage) ServeEmbed(_ context.Context, call *cascade.EmbedCall) (*cascade.Embeddings, error) {
+	if call.NoCache {
+		return nil, cascade.ErrMiss
+	}
+	ent, ok := s.lru.Get(call.Key())
+	if !ok || ent.emb == nil {
+		return nil, cascade.ErrMiss
+	}
+	e := *ent.emb // the vectors are shared and never mutated
+	saved := e.Energy.Saved
+	if saved <= 0 {
+		saved = e.Energy.Joules
+	}
+	e.Energy = energy.Figure{Saved: saved}
+	return &e, nil
+}
+
+// LearnEmbed stores vectors under the call's key.
+func (s *Stage) LearnEmbed(call *cascade.EmbedCall, e *cascade.Embeddings) {
+	stored := *e
+	s.lru.Add(call.Key(), entry{emb: &stored})
 }
 
 // Len is the number of stored answers.

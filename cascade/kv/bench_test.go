@@ -67,7 +67,7 @@ func benchStore(b *testing.B, n int) *benchSet {
 	for i := 0; i < n; i++ {
 		q := benchQuestion(r)
 		query := query{question: q, context: contextOf(q)}
-		v, err := s.embed(context.Background(), query)
+		v, _, err := s.embed(context.Background(), query)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -168,6 +168,6 @@ func BenchmarkBuiltinEmbed(b *testing.B) {
 	q := "Can you explain how the payment gateway handles the rotate token?"
 	texts := []string{q, contextOf(q)}
 	for b.Loop() {
-		_, _ = Builtin{}.Embed(context.Background(), texts)
+		_, _, _ = Builtin{}.Embed(context.Background(), texts)
 	}
 }

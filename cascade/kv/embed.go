@@ -2,22 +2,20 @@ package kv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
-	"net/http"
-	"net/url"
 	"strings"
-	"time"
 
-	"github.com/ollama/ollama/api"
-	openai "github.com/sashabaranov/go-openai"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
-// Embedder turns texts into vectors. Implementations must be safe for concurrent use.
+// Embedder turns texts into vectors. Implementations must be safe for concurrent use. The stage
+// has one built in (Builtin); a model server's embedder comes from the caller (WithEmbedder),
+// which meters it: kv dials no model itself.
 type Embedder interface {
-	// Embed returns one vector per text, in order. Vectors need not be normalised.
-	Embed(ctx context.Context, texts []string) ([][]float32, error)
+	// Embed returns one vector per text, in order, and what the call cost outside this process
+	// (zero for in-process work), also when it fails. Vectors need not be normalised.
+	Embed(ctx context.Context, texts []string) ([][]float32, energy.Figure, error)
 	// ID names the model and its settings. Vectors from embedders with different IDs are never
 	// compared: the store keeps them in different collections.
 	ID() string
@@ -37,13 +35,14 @@ var _ Embedder = Builtin{}
 // ID is "builtin-v1-256".
 func (Builtin) ID() string { return fmt.Sprintf("builtin-v1-%d", BuiltinDim) }
 
-// Embed hashes each text; it never fails.
-func (Builtin) Embed(_ context.Context, texts []string) ([][]float32, error) {
+// Embed hashes each text in process: the figure is zero (the stage's own estimate covers it),
+// and it never fails.
+func (Builtin) Embed(_ context.Context, texts []string) ([][]float32, energy.Figure, error) {
 	out := make([][]float32, len(texts))
 	for i, t := range texts {
 		out[i] = embedBuiltin(t)
 	}
-	return out, nil
+	return out, energy.Figure{}, nil
 }
 
 // Feature weights: words count more than their letters, and word order a little.
@@ -120,103 +119,4 @@ func normalize(v []float32) float64 {
 		v[i] = float32(float64(v[i]) / n)
 	}
 	return n
-}
-
-// httpTimeout bounds one call to a remote embedder.
-const httpTimeout = 60 * time.Second
-
-// Ollama embeds with an Ollama server's /api/embed. It is safe for concurrent use.
-type Ollama struct {
-	client *api.Client
-	model  string
-}
-
-var _ Embedder = (*Ollama)(nil)
-
-// NewOllama returns an embedder for model on the Ollama server at baseURL (its root,
-// http://127.0.0.1:11434). A non-empty apiKey is sent as a Bearer token.
-func NewOllama(baseURL, model, apiKey string) (*Ollama, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("kv: ollama embedder url %q is not an http(s) URL", baseURL)
-	}
-	if model == "" {
-		return nil, errors.New("kv: ollama embedder needs a model")
-	}
-	hc := &http.Client{Timeout: httpTimeout, Transport: bearer{key: apiKey}}
-	return &Ollama{client: api.NewClient(u, hc), model: model}, nil
-}
-
-// ID is "ollama:" and the model.
-func (o *Ollama) ID() string { return "ollama:" + o.model }
-
-// Embed calls /api/embed once for all texts.
-func (o *Ollama) Embed(ctx context.Context, texts []string) ([][]float32, error) {
-	resp, err := o.client.Embed(ctx, &api.EmbedRequest{Model: o.model, Input: texts})
-	if err != nil {
-		return nil, fmt.Errorf("ollama embed: %w", err)
-	}
-	if len(resp.Embeddings) != len(texts) {
-		return nil, fmt.Errorf("ollama embed: %d vectors for %d texts", len(resp.Embeddings), len(texts))
-	}
-	return resp.Embeddings, nil
-}
-
-// bearer adds an Authorization header when a key is set.
-type bearer struct{ key string }
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	if b.key != "" {
-		r = r.Clone(r.Context())
-		r.Header.Set("Authorization", "Bearer "+b.key)
-	}
-	return http.DefaultTransport.RoundTrip(r)
-}
-
-// OpenAI embeds with any OpenAI-compatible POST {base}/embeddings. It is safe for concurrent use.
-type OpenAI struct {
-	client *openai.Client
-	model  string
-}
-
-var _ Embedder = (*OpenAI)(nil)
-
-// NewOpenAI returns an embedder for model at baseURL, the base URL as the SDKs take it with /v1
-// included (https://api.openai.com/v1).
-func NewOpenAI(baseURL, model, apiKey string) (*OpenAI, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("kv: openai embedder url %q is not an http(s) URL", baseURL)
-	}
-	if model == "" {
-		return nil, errors.New("kv: openai embedder needs a model")
-	}
-	cfg := openai.DefaultConfig(apiKey)
-	cfg.BaseURL = strings.TrimSuffix(strings.TrimSuffix(baseURL, "/"), "/embeddings")
-	cfg.HTTPClient = &http.Client{Timeout: httpTimeout}
-	return &OpenAI{client: openai.NewClientWithConfig(cfg), model: model}, nil
-}
-
-// ID is "openai:" and the model.
-func (o *OpenAI) ID() string { return "openai:" + o.model }
-
-// Embed sends all texts in one request.
-func (o *OpenAI) Embed(ctx context.Context, texts []string) ([][]float32, error) {
-	resp, err := o.client.CreateEmbeddings(ctx, openai.EmbeddingRequest{Input: texts, Model: openai.EmbeddingModel(o.model)})
-	if err != nil {
-		return nil, fmt.Errorf("openai embeddings: %w", err)
-	}
-	out := make([][]float32, len(texts))
-	for _, d := range resp.Data {
-		if d.Index < 0 || d.Index >= len(out) {
-			return nil, fmt.Errorf("openai embeddings: index %d out of range", d.Index)
-		}
-		out[d.Index] = d.Embedding
-	}
-	for i, v := range out {
-		if len(v) == 0 {
-			return nil, fmt.Errorf("openai embeddings: no vector for input %d", i)
-		}
-	}
-	return out, nil
 }

@@ -2,104 +2,118 @@ package kv
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
-// fakeVector embeds like the built-in embedder, so the fakes behave like a real model.
-func fakeVector(text string) []float32 { return embedBuiltin(text) }
+// remoteFigure is what remoteEmbedder says each call cost: a model server's metered figure.
+var remoteFigure = energy.Figure{Joules: 0.25, Grade: energy.Estimated, Coverage: energy.CoverageWhole,
+	Method: "token-model", Reason: "remote-backend"}
 
-func TestOllamaEmbedder(t *testing.T) {
-	var auth string
-	down := false
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/api/embed" || r.Method != http.MethodPost {
-			http.NotFound(w, r)
-			return
-		}
-		if down {
-			http.Error(w, `{"error":"model is loading"}`, http.StatusServiceUnavailable)
-			return
-		}
-		auth = r.Header.Get("Authorization")
-		var req struct {
-			Model string
-			Input []string
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Model != "nomic-embed-text" {
-			http.Error(w, `{"error":"bad request"}`, http.StatusBadRequest)
-			return
-		}
-		resp := map[string]any{"model": req.Model}
-		var vs [][]float32
-		for _, in := range req.Input {
-			vs = append(vs, fakeVector(in))
-		}
-		resp["embeddings"] = vs
-		_ = json.NewEncoder(w).Encode(resp)
-	}))
-	defer srv.Close()
+// remoteEmbedder stands in for a metered model-server embedder (cmd hands kv one built on a
+// backend): builtin vectors, remoteFigure per call, and an error once fail is set.
+type remoteEmbedder struct {
+	calls atomic.Int64
+	fail  atomic.Bool
+}
 
-	emb, err := NewOllama(srv.URL, "nomic-embed-text", "k")
-	if err != nil {
-		t.Fatal(err)
+func (*remoteEmbedder) ID() string { return "ollama:nomic-embed-text" }
+func (r *remoteEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, energy.Figure, error) {
+	r.calls.Add(1)
+	if r.fail.Load() {
+		return nil, remoteFigure, errors.New("backend kv-embedder: status 503: model is loading")
 	}
+	vs, _, err := Builtin{}.Embed(ctx, texts)
+	return vs, remoteFigure, err
+}
+
+// TestRemoteEmbedderEnergy: what a remote embedder spent reaches the figures: a hit carries it
+// as Spent, a miss and a failure carry it in a cascade.SpentError.
+func TestRemoteEmbedderEnergy(t *testing.T) {
+	emb := &remoteEmbedder{}
 	s := newStage(t, Options{Embedder: emb})
-	teach(t, s, request("", "m", user("How do I reset my password?")), neural("link", 4))
-	if ans, hit := serve(t, s, request("", "m", user("how do I reset my password"))); !hit || ans.Energy.Saved != 4 {
-		t.Fatalf("hit %v", hit)
+	teach(t, s, request("", "m", user("How do I reset my password?")), neural("Use the link.", 4))
+	if emb.calls.Load() != 1 {
+		t.Fatalf("learning an answer Serve had not embedded: %d embed calls, want 1", emb.calls.Load())
 	}
-	if auth != "Bearer k" {
-		t.Errorf("Authorization = %q", auth)
+	if got := s.Stats().LearnJoules; got != remoteFigure.Joules {
+		t.Errorf("LearnJoules = %v, want %v", got, remoteFigure.Joules)
 	}
-	down = true
+
+	ans, hit := serve(t, s, request("", "m", user("how do I reset my password")))
+	if !hit || ans.Energy.Saved != 4 {
+		t.Fatalf("hit %v, answer %+v", hit, ans)
+	}
+	if ans.Spent != remoteFigure {
+		t.Errorf("hit: Spent = %+v, want %+v", ans.Spent, remoteFigure)
+	}
+
+	_, err := s.Serve(context.Background(), request("", "m", user("What is the capital of Mongolia?")), nil)
+	var se *cascade.SpentError
+	if !errors.Is(err, cascade.ErrMiss) || !errors.As(err, &se) || se.Energy != remoteFigure {
+		t.Errorf("miss: err = %v, want ErrMiss carrying %+v", err, remoteFigure)
+	}
+
+	emb.fail.Store(true)
 	_, err = s.Serve(context.Background(), request("", "m", user("How do I reset my password?")), nil)
-	if err == nil || errors.Is(err, cascade.ErrMiss) {
-		t.Fatalf("embedder down: err = %v, want an error", err)
+	if err == nil || errors.Is(err, cascade.ErrMiss) || !strings.Contains(err.Error(), "model is loading") {
+		t.Fatalf("embedder down: err = %v, want the embedder's error", err)
+	}
+	if !errors.As(err, &se) || se.Energy != remoteFigure {
+		t.Errorf("embedder down: err = %v, want it to carry what the failed call cost", err)
 	}
 }
 
-func TestOpenAIEmbedder(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/embeddings" || r.Header.Get("Authorization") != "Bearer sk-test" {
-			http.Error(w, `{"error":{"message":"nope"}}`, http.StatusUnauthorized)
-			return
-		}
-		var req struct {
-			Model string
-			Input []string
-		}
-		_ = json.NewDecoder(r.Body).Decode(&req)
-		var data []map[string]any
-		// Out of order on purpose: the embedder must use each item's index.
-		for i := len(req.Input) - 1; i >= 0; i-- {
-			data = append(data, map[string]any{"object": "embedding", "index": i, "embedding": fakeVector(req.Input[i])})
-		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "model": req.Model, "data": data})
-	}))
-	defer srv.Close()
+// answering is a last stage that answers every request with a measured figure.
+type answering struct{ fig energy.Figure }
 
-	for _, url := range []string{srv.URL + "/v1", srv.URL + "/v1/"} {
-		e, err := NewOpenAI(url, "text-embedding-3-small", "sk-test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		vs, err := e.Embed(context.Background(), []string{"alpha beta", "gamma"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(vs) != 2 || dot(vs[0], fakeVector("alpha beta")) < 0.999 || dot(vs[1], fakeVector("gamma")) < 0.999 {
-			t.Fatalf("%s: vectors out of order", url)
-		}
+func (*answering) Name() string { return "neural" }
+func (a *answering) Serve(_ context.Context, _ *cascade.Request, _ cascade.Sink) (*cascade.Answer, error) {
+	ans := neural("from the model", 0)
+	ans.Energy = a.fig
+	return ans, nil
+}
+
+type nopBackend struct{}
+
+func (nopBackend) Chat(context.Context, *cascade.Request, cascade.Sink) (*cascade.Answer, error) {
+	return nil, errors.New("unused")
+}
+
+// TestRemoteEmbedderEnergyInWalk: through the walk, a kv hit's figure is the stage estimate plus
+// the embedding, and a kv miss's embedding is added to the answer that ends the walk.
+func TestRemoteEmbedderEnergyInWalk(t *testing.T) {
+	emb := &remoteEmbedder{}
+	s := newStage(t, Options{Embedder: emb})
+	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Type: "ollama", Patterns: []string{"*"}, Backend: nopBackend{}}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	bad, _ := NewOpenAI(srv.URL+"/v1", "m", "wrong")
-	if _, err := bad.Embed(context.Background(), []string{"x"}); err == nil || !strings.Contains(err.Error(), "401") {
-		t.Errorf("bad key: err = %v", err)
+	last := &answering{fig: energy.Figure{Joules: 3, Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl"}}
+	c := cascade.New(router, []cascade.Stage{s, last}, cascade.Options{StageWatts: 10})
+	teach(t, s, request("", "m", user("How do I reset my password?")), neural("Use the link.", 4))
+
+	var hit cascade.Result
+	if err := c.Walk(context.Background(), request("", "m", user("how do I reset my password")), &hit, nil); err != nil {
+		t.Fatal(err)
+	}
+	f := hit.Answer.Energy
+	if hit.Stage != "kv" || f.Joules <= remoteFigure.Joules || f.Saved != 4 || f.Grade != energy.Estimated ||
+		f.Method != "stage-model+token-model" || !strings.Contains(f.Reason, "remote-backend") {
+		t.Errorf("kv hit: stage %s figure %+v, want the stage estimate plus %v J of embedding", hit.Stage, f, remoteFigure.Joules)
+	}
+
+	var miss cascade.Result
+	if err := c.Walk(context.Background(), request("", "m", user("What is the capital of Mongolia?")), &miss, nil); err != nil {
+		t.Fatal(err)
+	}
+	f = miss.Answer.Energy
+	if miss.Stage != "neural" || f.Joules != 3+remoteFigure.Joules || f.Grade != energy.Estimated || f.Method != "rapl+token-model" {
+		t.Errorf("kv miss: stage %s figure %+v, want the model's 3 J plus the embedding's %v J", miss.Stage, f, remoteFigure.Joules)
 	}
 }

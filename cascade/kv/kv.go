@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 var (
@@ -59,6 +61,7 @@ type Stage struct {
 
 	stats struct {
 		seedHits, similarHits, guarded, learned, dropped, failed, evicted atomic.Int64
+		learnNanojoules                                                   atomic.Int64
 	}
 }
 
@@ -160,17 +163,17 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	}
 	ectx, cancel := context.WithTimeout(ctx, serveEmbedTimeout)
 	defer cancel()
-	vec, err := s.embed(ectx, q)
+	vec, spent, err := s.embed(ectx, q)
 	if errors.Is(err, errNothing) {
-		return nil, cascade.ErrMiss
+		return nil, cascade.Spent(cascade.ErrMiss, spent)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kv: %w", err)
+		return nil, cascade.Spent(fmt.Errorf("kv: %w", err), spent)
 	}
 	s.recent.Add(req.Key(), vec)
 	cands := col.search(vec, s.sketchOf(vec), s.threshold)
 	if len(cands) == 0 {
-		return nil, cascade.ErrMiss
+		return nil, cascade.Spent(cascade.ErrMiss, spent)
 	}
 	qsig := sign(q.context)
 	maxTok := req.Chat.MaxOutputTokens()
@@ -184,9 +187,11 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 			continue
 		}
 		s.stats.similarHits.Add(1)
-		return cascade.TextAnswer(req, e.answer, e.ctok, e.joules), nil
+		ans := cascade.TextAnswer(req, e.answer, e.ctok, e.joules)
+		ans.Spent = spent // the walk adds the embedding to the stage's own estimate
+		return ans, nil
 	}
-	return nil, cascade.ErrMiss
+	return nil, cascade.Spent(cascade.ErrMiss, spent)
 }
 
 // seeded finds the seed for a request that is one user message and nothing else: a system
@@ -288,23 +293,24 @@ func contextOf(question string) string { return "user: " + question }
 
 var errNothing = errors.New("nothing to embed")
 
-// embed returns the stored-vector form of a query (see join).
-func (s *Stage) embed(ctx context.Context, q query) ([]float32, error) {
-	vs, err := s.emb.Embed(ctx, []string{q.question, q.context})
+// embed returns the stored-vector form of a query (see join) and what the embedder spent, also
+// when it fails.
+func (s *Stage) embed(ctx context.Context, q query) ([]float32, energy.Figure, error) {
+	vs, fig, err := s.emb.Embed(ctx, []string{q.question, q.context})
 	if err != nil {
-		return nil, err
+		return nil, fig, err
 	}
 	if len(vs) != 2 {
-		return nil, fmt.Errorf("embedder %s returned %d vectors for 2 texts", s.emb.ID(), len(vs))
+		return nil, fig, fmt.Errorf("embedder %s returned %d vectors for 2 texts", s.emb.ID(), len(vs))
 	}
 	if len(vs[0]) != len(vs[1]) {
-		return nil, fmt.Errorf("embedder %s returned vectors of %d and %d dimensions", s.emb.ID(), len(vs[0]), len(vs[1]))
+		return nil, fig, fmt.Errorf("embedder %s returned vectors of %d and %d dimensions", s.emb.ID(), len(vs[0]), len(vs[1]))
 	}
 	v, ok := join(vs[0], vs[1])
 	if !ok {
-		return nil, errNothing
+		return nil, fig, errNothing
 	}
-	return v, nil
+	return v, fig, nil
 }
 
 // sketchOf returns v's sketch, creating the hyperplanes for the first dimension seen.
@@ -365,6 +371,15 @@ type Stats struct {
 	// Failed counts answers that could not be embedded or stored.
 	Failed  int64
 	Evicted int64
+	// LearnJoules is what the embedder spent on learning answers in the background (embeddings
+	// Serve had not already made): metered, but part of no request's figure.
+	LearnJoules float64
+}
+
+func (s *Stage) addLearnJoules(j float64) {
+	if j > 0 {
+		s.stats.learnNanojoules.Add(int64(math.Round(j * 1e9)))
+	}
 }
 
 // Stats returns the counters.
@@ -378,6 +393,7 @@ func (s *Stage) Stats() Stats {
 		Dropped:     s.stats.dropped.Load(),
 		Failed:      s.stats.failed.Load(),
 		Evicted:     s.stats.evicted.Load(),
+		LearnJoules: float64(s.stats.learnNanojoules.Load()) / 1e9,
 	}
 	s.mu.RLock()
 	cols := make([]*collection, 0, len(s.cols))

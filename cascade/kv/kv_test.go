@@ -583,7 +583,7 @@ type blockingEmbedder struct {
 }
 
 func (b *blockingEmbedder) ID() string { return "blocking" }
-func (b *blockingEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+func (b *blockingEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, energy.Figure, error) {
 	b.calls.Add(1)
 	<-b.release
 	return Builtin{}.Embed(ctx, texts)
@@ -615,9 +615,9 @@ func TestQueueFullDrops(t *testing.T) {
 type failingEmbedder struct{ fail atomic.Bool }
 
 func (f *failingEmbedder) ID() string { return "failing" }
-func (f *failingEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+func (f *failingEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, energy.Figure, error) {
 	if f.fail.Load() {
-		return nil, errors.New("connection refused")
+		return nil, energy.Figure{}, errors.New("connection refused")
 	}
 	return Builtin{}.Embed(ctx, texts)
 }
@@ -658,7 +658,7 @@ func TestLearnReusesServeVector(t *testing.T) {
 type countingEmbedder struct{ calls atomic.Int64 }
 
 func (c *countingEmbedder) ID() string { return "counting" }
-func (c *countingEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+func (c *countingEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, energy.Figure, error) {
 	c.calls.Add(1)
 	return Builtin{}.Embed(ctx, texts)
 }

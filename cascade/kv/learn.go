@@ -106,7 +106,9 @@ func (s *Stage) learn(j job) error {
 	ctx, cancel := context.WithTimeout(context.Background(), learnEmbedTimeout)
 	defer cancel()
 	if j.vec == nil {
-		v, err := s.embed(ctx, j.q)
+		// Metered by the embedder like any model call, but billed to no request: counted apart.
+		v, fig, err := s.embed(ctx, j.q)
+		s.addLearnJoules(fig.Joules)
 		if err != nil {
 			return err
 		}

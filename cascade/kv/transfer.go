@@ -150,7 +150,7 @@ func (s *Stage) importBatch(ctx context.Context, recs []Record, lines []int) err
 		qs[i] = q
 		texts = append(texts, q.question, q.context)
 	}
-	vs, err := s.emb.Embed(ctx, texts)
+	vs, _, err := s.emb.Embed(ctx, texts) // an offline import bills no request
 	if err != nil {
 		return fmt.Errorf("lines %d-%d: embedding: %w", lines[0], lines[len(lines)-1], err)
 	}

@@ -67,7 +67,7 @@ func post(tb testing.TB, c *http.Client, u string, body []byte, hdr http.Header)
 		tb.Fatal(err)
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != 200 {
 		tb.Fatalf("status %d", resp.StatusCode)
 	}
@@ -123,7 +123,7 @@ backends: [{name: fake, type: openai, url: %s/v1}]
 		b.Fatal(err)
 	}
 	hitBody, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.Header.Get("X-EOC-Stage") != "cache" {
 		b.Fatalf("second call was not a cache hit: %v", resp.Header)
 	}
@@ -194,7 +194,7 @@ backends: [{name: fake, type: openai, url: %s/v1}]
 		req, _ := http.NewRequest(http.MethodPost, eoc.URL+"/v1/chat/completions", strings.NewReader(`{"model":`))
 		if resp, err := c.Do(req); err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 		}
 	}
 	measure := func() (int, uint64) {

@@ -60,3 +60,29 @@ func TestConfigFiles(t *testing.T) {
 		t.Fatal("data/faq.jsonl from the working directory")
 	}
 }
+
+// TestLoadConfigPathsBesideIt: the kv store, the ledger and pid files named relatively in a config
+// file are beside it, like its seed and fact files; absolute ones stay as written.
+func TestLoadConfigPathsBesideIt(t *testing.T) {
+	dir := t.TempDir()
+	abs := filepath.Join(t.TempDir(), "ledger.jsonl")
+	p := filepath.Join(dir, "eoc.yaml")
+	writeFile(t, p, `
+backends: [{name: a, type: ollama, url: "http://127.0.0.1:11434", process: {pid_file: run/ollama.pid}}]
+cascade: {kv: {data_dir: state/kv}}
+ledger: {path: `+abs+`}
+`)
+	c, err := loadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "state", "kv"); c.Cascade.KV.DataDir != want {
+		t.Errorf("data_dir = %q, want %q", c.Cascade.KV.DataDir, want)
+	}
+	if want := filepath.Join(dir, "run", "ollama.pid"); c.Backends[0].Process.PIDFile != want {
+		t.Errorf("pid_file = %q, want %q", c.Backends[0].Process.PIDFile, want)
+	}
+	if c.Ledger.Path != abs {
+		t.Errorf("ledger.path = %q, want it as written, %q", c.Ledger.Path, abs)
+	}
+}

@@ -168,7 +168,7 @@ func TestEachBackendWholeAndStreamed(t *testing.T) {
 					usage = ch.Usage
 				}
 			}
-			st.Close()
+			_ = st.Close()
 			if text.String() != "one two three four" || usage == nil || usage.TotalTokens == 0 {
 				t.Fatalf("stream: text %q usage %v", text.String(), usage)
 			}
@@ -194,7 +194,7 @@ func postChat(t *testing.T, url, body string, hdr map[string]string) *http.Respo
 func rawStream(t *testing.T, url, body string, hdr map[string]string) ([]string, *http.Response) {
 	t.Helper()
 	resp := postChat(t, url, body, hdr)
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var events []string
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
@@ -214,7 +214,7 @@ func TestStreamTrailersAndEOCChunk(t *testing.T) {
 	body := `{"model":"fake-model","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	for _, stage := range []string{"neural", "cache"} {
 		t.Run(stage, func(t *testing.T) {
-			events, resp := rawStream(t, s.URL, body, nil)
+			events, resp := rawStream(t, s.URL, body, nil) //nolint:bodyclose // rawStream closed it
 			if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
 				t.Fatalf("status %d type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 			}
@@ -261,7 +261,7 @@ func TestCachedAnswerReplaysAsSSE(t *testing.T) {
 	if _, err := c.CreateChatCompletion(context.Background(), chatReq("q")); err != nil {
 		t.Fatal(err)
 	}
-	events, resp := rawStream(t, s.URL, `{"model":"fake-model","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"q"}]}`, nil)
+	events, resp := rawStream(t, s.URL, `{"model":"fake-model","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"q"}]}`, nil) //nolint:bodyclose // rawStream closed it
 	if resp.Trailer.Get("X-EOC-Stage") != "cache" || fake.Requests() != 1 {
 		t.Fatalf("stage %q, upstream calls %d", resp.Trailer.Get("X-EOC-Stage"), fake.Requests())
 	}
@@ -308,7 +308,7 @@ func TestEveryAnswerFieldMissesTheCache(t *testing.T) {
 		{"temperature", func(r *openai.ChatCompletionRequest) { r.Temperature = 0.7 }},
 		{"top_p", func(r *openai.ChatCompletionRequest) { r.TopP = 0.5 }},
 		{"seed", func(r *openai.ChatCompletionRequest) { r.Seed = &seed }},
-		{"max_tokens", func(r *openai.ChatCompletionRequest) { r.MaxTokens = 5 }},
+		{"max_tokens", func(r *openai.ChatCompletionRequest) { r.MaxTokens = 5 }}, //nolint:staticcheck // SA1019: the deprecated max_tokens is the field under test
 		{"max_completion_tokens", func(r *openai.ChatCompletionRequest) { r.MaxCompletionTokens = 5 }},
 		{"stop", func(r *openai.ChatCompletionRequest) { r.Stop = []string{"\n"} }},
 		{"n", func(r *openai.ChatCompletionRequest) { r.N = 2 }},
@@ -365,12 +365,12 @@ func TestNothingCachedFromFailures(t *testing.T) {
 		fake := fakes.NewOpenAI(t, fakes.Config{Chunks: 4, TruncateAfter: 2})
 		s := startStack(t, oneBackend("openai", fake.BaseURL(), ""))
 		body := `{"model":"fake-model","stream":true,"messages":[{"role":"user","content":"t"}]}`
-		events, _ := rawStream(t, s.URL, body, nil)
+		events, _ := rawStream(t, s.URL, body, nil) //nolint:bodyclose // rawStream closed it
 		if len(events) > 0 && events[len(events)-1] == "[DONE]" {
 			t.Fatalf("a truncated upstream ended cleanly: %q", events)
 		}
 		fake.Configure(func(c *fakes.Config) { c.TruncateAfter = 0 })
-		_, resp := rawStream(t, s.URL, body, nil)
+		_, resp := rawStream(t, s.URL, body, nil) //nolint:bodyclose // rawStream closed it
 		if resp.Trailer.Get("X-EOC-Stage") != "neural" || fake.Requests() != 2 {
 			t.Fatalf("after a truncated stream: stage %q, upstream calls %d", resp.Trailer.Get("X-EOC-Stage"), fake.Requests())
 		}
@@ -418,7 +418,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 func errorOf(t *testing.T, url, body string, hdr map[string]string) (int, string, string) {
 	t.Helper()
 	resp := postChat(t, url, body, hdr)
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var e struct {
 		Error struct {
 			Message string  `json:"message"`
@@ -470,7 +470,7 @@ backends: [{name: up, type: openai, url: %q, models: ["fake-*"], timeout: 300ms}
 			if tc.status == 502 || tc.status == 504 {
 				// The walk ran: the error carries its figure and receipt.
 				resp := postChat(t, s.URL, tc.body, nil)
-				resp.Body.Close()
+				_ = resp.Body.Close()
 				if !hex64.MatchString(resp.Header.Get("X-EOC-Receipt")) || resp.Header.Get("X-EOC-Energy") == "" {
 					t.Fatalf("error response without energy headers: %v", resp.Header)
 				}
@@ -565,7 +565,7 @@ func TestMetricsAfterKnownSequence(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	for _, want := range []string{
 		`eoc_requests_total{model="fake-model",stage="neural",status="200"} 2`,
 		`eoc_requests_total{model="fake-model",stage="cache",status="200"} 2`,
@@ -610,7 +610,7 @@ func TestCacheControlHeaders(t *testing.T) {
 		}
 		resp := postChat(t, s.URL, `{"model":"fake-model","messages":[{"role":"user","content":"`+content+`"}]}`, hdr)
 		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		return resp.Header.Get("X-EOC-Stage")
 	}
 	if post("a", "no-store") != "neural" || post("a", "") != "neural" {
@@ -644,7 +644,7 @@ auth: {keys: [{id: team-a, key: secret-a}]}
 		}
 		receipts = append(receipts, resp.Header().Get("X-EOC-Receipt"))
 	}
-	_, resp := rawStream(t, s.URL, `{"model":"fake-model","stream":true,"messages":[{"role":"user","content":"ledger stream"}]}`, hdr)
+	_, resp := rawStream(t, s.URL, `{"model":"fake-model","stream":true,"messages":[{"role":"user","content":"ledger stream"}]}`, hdr) //nolint:bodyclose // rawStream closed it
 	receipts = append(receipts, resp.Trailer.Get("X-EOC-Receipt"))
 	errorOf(t, s.URL, `{"model":"nope","messages":[{"role":"user","content":"e"}]}`, hdr)
 	fake.Configure(func(c *fakes.Config) { c.BlockAfter = 2 })
@@ -714,7 +714,7 @@ func disconnectMidStream(t *testing.T, c *openai.Client, fake *fakes.Server, con
 		t.Fatal(err)
 	}
 	cancel()
-	st.Close()
+	_ = st.Close()
 	if !fake.WaitCanceled(5 * time.Second) {
 		t.Fatal("the upstream never saw the client go away")
 	}

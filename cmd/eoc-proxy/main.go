@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -59,7 +60,7 @@ func usage(w io.Writer) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fmt.Fprintf(w, "usage: eoc-proxy [command] [flags]\ncommands: %s (default serve)\n", strings.Join(names, ", "))
+	_, _ = fmt.Fprintf(w, "usage: eoc-proxy [command] [flags]\ncommands: %s (default serve)\n", strings.Join(names, ", "))
 }
 
 const defaultConfigPath = "eoc.yaml"
@@ -70,14 +71,32 @@ func configFlag(fs *flag.FlagSet) *string {
 }
 
 // loadConfig reads the config at path. The default path falls back to the embedded eoc.yaml when
-// the file is not there, so the binary runs anywhere.
+// the file is not there, so the binary runs anywhere. A relative path in the file names a file
+// beside it, as the seed and fact files do (filesFor): the kv store, the ledger, pid files.
 func loadConfig(path string) (*config.Config, error) {
 	if path == defaultConfigPath {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 			return config.Parse(eocproxy.DefaultConfig, registry())
 		}
 	}
-	return config.Load(path, registry())
+	c, err := config.Load(path, registry())
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Dir(path)
+	besideConfig(dir, &c.Cascade.KV.DataDir)
+	besideConfig(dir, &c.Ledger.Path)
+	for i := range c.Backends {
+		besideConfig(dir, &c.Backends[i].Process.PIDFile)
+	}
+	return c, nil
+}
+
+// besideConfig makes a relative, non-empty *p relative to dir, the config file's directory.
+func besideConfig(dir string, p *string) {
+	if *p != "" && !filepath.IsAbs(*p) {
+		*p = filepath.Join(dir, *p)
+	}
 }
 
 func runConfig(args []string, stdout io.Writer) error {
@@ -97,13 +116,13 @@ func runConfig(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "# %s: valid\n%s", *path, out)
-	return nil
+	_, err = fmt.Fprintf(stdout, "# %s: valid\n%s", *path, out)
+	return err
 }
 
 func runVersion(_ []string, stdout io.Writer) error {
-	fmt.Fprintln(stdout, "eoc-proxy", buildVersion())
-	return nil
+	_, err := fmt.Fprintln(stdout, "eoc-proxy", buildVersion())
+	return err
 }
 
 func buildVersion() string {
@@ -114,4 +133,17 @@ func buildVersion() string {
 		return bi.Main.Version
 	}
 	return "(devel)"
+}
+
+// printer writes a command's report line by line and keeps the first write error, so a report
+// of many lines is checked once. The zero value is not usable; set w.
+type printer struct {
+	w   io.Writer
+	err error
+}
+
+func (p *printer) printf(format string, a ...any) {
+	if p.err == nil {
+		_, p.err = fmt.Fprintf(p.w, format, a...)
+	}
 }

@@ -40,7 +40,7 @@ func runMeter(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer m.Close()
+	defer func() { _ = m.Close() }() // the meter only read counters here: its close loses nothing
 	rep := m.Status(context.Background(), *window)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -52,7 +52,8 @@ func runMeter(args []string, stdout io.Writer) error {
 
 func printMeterReport(w io.Writer, rep meter.Report) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "COUNTER\tLIVE\tREAD COST\tPOWER\tDETAIL")
+	out := &printer{w: tw}
+	out.printf("COUNTER\tLIVE\tREAD COST\tPOWER\tDETAIL\n")
 	for _, c := range rep.Counters {
 		live := "yes"
 		if !c.Live {
@@ -65,22 +66,26 @@ func printMeterReport(w io.Writer, rep meter.Report) error {
 		if c.Watts != nil {
 			power = fmt.Sprintf("%.1f W", *c.Watts)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Name, live, cost, power, c.Detail)
+		out.printf("%s\t%s\t%s\t%s\t%s\n", c.Name, live, cost, power, c.Detail)
+	}
+	if out.err != nil {
+		return out.err
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(w)
+	out = &printer{w: w}
+	out.printf("\n")
 	for _, b := range rep.Backends {
-		fmt.Fprintf(w, "backend %s  %s  %s", b.Name, b.URL, b.Source)
+		out.printf("backend %s  %s  %s", b.Name, b.URL, b.Source)
 		if b.Reason != "" {
-			fmt.Fprintf(w, "  (%s", b.Reason)
+			out.printf("  (%s", b.Reason)
 			if b.Detail != "" {
-				fmt.Fprintf(w, ": %s", b.Detail)
+				out.printf(": %s", b.Detail)
 			}
-			fmt.Fprint(w, ")")
+			out.printf(")")
 		}
-		fmt.Fprintln(w)
+		out.printf("\n")
 		depth := map[int]int{}
 		for _, p := range b.Processes {
 			d, ok := depth[p.PPID]
@@ -92,8 +97,8 @@ func printMeterReport(w io.Writer, rep meter.Report) error {
 			if p.GPU {
 				gpu = "  gpu"
 			}
-			fmt.Fprintf(w, "  %s%d %s  cpu %.2fs%s\n", strings.Repeat("  ", d), p.PID, p.Comm, p.CPUSeconds, gpu)
+			out.printf("  %s%d %s  cpu %.2fs%s\n", strings.Repeat("  ", d), p.PID, p.Comm, p.CPUSeconds, gpu)
 		}
 	}
-	return nil
+	return out.err
 }

@@ -25,7 +25,7 @@ order; set-aside *.torn files are listed, not verified).`
 // runReceipts checks and totals the receipts ledger.
 func runReceipts(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New(receiptsUsage)
+		return errors.New(receiptsUsage) //nolint:staticcheck // ST1005: the error is the usage text, which main prints whole
 	}
 	switch args[0] {
 	case "verify":
@@ -33,7 +33,7 @@ func runReceipts(args []string, stdout io.Writer) error {
 	case "sum":
 		return receiptsSum(args[1:], stdout)
 	case "help", "-h", "-help", "--help":
-		fmt.Fprintln(stdout, receiptsUsage)
+		_, _ = fmt.Fprintln(stdout, receiptsUsage) // help asked for: a failed write has no one to tell
 		return flag.ErrHelp
 	}
 	return fmt.Errorf("unknown subcommand %q\n%s", args[0], receiptsUsage)
@@ -49,7 +49,7 @@ func receiptsVerify(args []string, stdout io.Writer) error {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return errors.New("verify: no files\n" + receiptsUsage)
+		return fmt.Errorf("verify: no files\n%s", receiptsUsage)
 	}
 	v := ledger.Verifier{Partial: *partial}
 	if *keyEnv != "" {
@@ -71,15 +71,16 @@ func receiptsVerify(args []string, stdout io.Writer) error {
 		}
 		return err
 	}
+	out := &printer{w: stdout}
 	for _, f := range rep.SetAside {
-		fmt.Fprintf(stdout, "set aside: %s (bytes torn off by a crash recovery; not verified)\n", f)
+		out.printf("set aside: %s (bytes torn off by a crash recovery; not verified)\n", f)
 	}
 	if t := rep.Torn; t != nil {
-		fmt.Fprintf(stdout, "torn: %s:%d: %d bytes at offset %d lack a newline (a crash mid-write; eoc-proxy sets them aside when it next opens the ledger)\n",
+		out.printf("torn: %s:%d: %d bytes at offset %d lack a newline (a crash mid-write; eoc-proxy sets them aside when it next opens the ledger)\n",
 			t.File, t.Line, t.Bytes, t.Offset)
 	}
 	if err != nil {
-		fmt.Fprintf(stdout, "BROKEN: %d records verified before %s\n", rep.Records, rep.Broken.File)
+		out.printf("BROKEN: %d records verified before %s\n", rep.Records, rep.Broken.File)
 		return err
 	}
 	hash := "SHA-256"
@@ -91,12 +92,12 @@ func receiptsVerify(args []string, stdout io.Writer) error {
 		start = "NOT from genesis (-partial)"
 	}
 	if rep.Records == 0 {
-		fmt.Fprintf(stdout, "ok: no records in %d file(s)\n", len(rep.Files))
-		return nil
+		out.printf("ok: no records in %d file(s)\n", len(rep.Files))
+		return out.err
 	}
-	fmt.Fprintf(stdout, "ok: %d records, seq %d..%d %s, %s, %d file(s)\nhead: seq %d hash %s\n",
+	out.printf("ok: %d records, seq %d..%d %s, %s, %d file(s)\nhead: seq %d hash %s\n",
 		rep.Records, rep.FirstSeq, rep.LastSeq, start, hash, len(rep.Files), rep.LastSeq, rep.LastHash)
-	return nil
+	return out.err
 }
 
 // receiptsSum totals joules and joules saved by one grouping.
@@ -108,7 +109,7 @@ func receiptsSum(args []string, stdout io.Writer) error {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return errors.New("sum: no files\n" + receiptsUsage)
+		return fmt.Errorf("sum: no files\n%s", receiptsUsage)
 	}
 	if _, ok := sumHeaders[*by]; !ok {
 		return fmt.Errorf("sum: -by %q is not one of key, model, stage, day", *by)
@@ -132,9 +133,10 @@ func receiptsSum(args []string, stdout io.Writer) error {
 		}{*by, rows, t.Total, t.Torn})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "%s\tRECORDS\tJOULES\tJOULES SAVED\n", sumHeaders[*by])
+	out := &printer{w: tw}
+	out.printf("%s\tRECORDS\tJOULES\tJOULES SAVED\n", sumHeaders[*by])
 	line := func(name string, v ledger.Total) {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", name, v.Records, joules(v.Joules), joules(v.JoulesSaved))
+		out.printf("%s\t%d\t%s\t%s\n", name, v.Records, joules(v.Joules), joules(v.JoulesSaved))
 	}
 	for _, r := range rows {
 		name := r.Name
@@ -145,7 +147,10 @@ func receiptsSum(args []string, stdout io.Writer) error {
 	}
 	line("TOTAL", t.Total)
 	if t.Torn > 0 {
-		fmt.Fprintf(tw, "(%d torn last line(s) skipped)\n", t.Torn)
+		out.printf("(%d torn last line(s) skipped)\n", t.Torn)
+	}
+	if out.err != nil {
+		return out.err
 	}
 	return tw.Flush()
 }

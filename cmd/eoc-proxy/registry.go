@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io/fs"
+	"slices"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -51,18 +53,39 @@ const lastStage = "neural"
 // embedderType is one cascade.kv.embedder.type.
 type embedderType struct {
 	needsURL bool // it calls a server
-	build    func(config.Embedder) (kv.Embedder, error)
+	// build makes the embedder; one on a model server is metered by m (nil: priced by tokens,
+	// for the offline kv tools).
+	build func(e config.Embedder, m *meter.Meter) (kv.Embedder, error)
 }
 
 // embedderTypes builds the kv stage's embedder by cascade.kv.embedder.type.
 var embedderTypes = map[string]embedderType{
-	"builtin": {build: func(config.Embedder) (kv.Embedder, error) { return kv.Builtin{}, nil }},
-	"ollama": {needsURL: true, build: func(e config.Embedder) (kv.Embedder, error) {
-		return kv.NewOllama(e.URL, e.Model, string(e.APIKey))
-	}},
-	"openai": {needsURL: true, build: func(e config.Embedder) (kv.Embedder, error) {
-		return kv.NewOpenAI(e.URL, e.Model, string(e.APIKey))
-	}},
+	"builtin":  {build: func(config.Embedder, *meter.Meter) (kv.Embedder, error) { return kv.Builtin{}, nil }},
+	"ollama":   {needsURL: true, build: backendEmbedder},
+	"openai":   {needsURL: true, build: backendEmbedder},
+	"llamacpp": {needsURL: true, build: backendEmbedder},
+}
+
+// kvEmbedderName is the internal backend that serves the kv stage's embeddings, in the meter
+// and in errors.
+const kvEmbedderName = "kv-embedder"
+
+// kvEmbedderTimeout bounds one embeddings call of the kv stage (the stage bounds its own waits
+// more tightly while serving).
+const kvEmbedderTimeout = 60 * time.Second
+
+// backendEmbedder serves the kv stage's embeddings from a model server: a backend of e.Type
+// named kv-embedder, every call metered like a chat call. The store keeps the embedder's id
+// (the type, ":" and the model) in its collection names.
+func backendEmbedder(e config.Embedder, m *meter.Meter) (kv.Embedder, error) {
+	if e.Model == "" {
+		return nil, fmt.Errorf("%s embedder needs a model", e.Type)
+	}
+	be, err := backends.New(backends.Options{Name: kvEmbedderName, Type: e.Type, URL: e.URL, APIKey: string(e.APIKey), Timeout: kvEmbedderTimeout})
+	if err != nil {
+		return nil, err
+	}
+	return neural.NewEmbedder(kvEmbedderName, e.Type+":"+e.Model, e.Model, be, m)
 }
 
 // defaultEmbedder is the embedder type when eoc.yaml names none: it needs no model.
@@ -129,7 +152,7 @@ func newNeuralStage(d *stageDeps) (cascade.Stage, error) {
 }
 
 func newKVStage(d *stageDeps) (cascade.Stage, error) {
-	o, err := kvOptions(d.cfg.Cascade.KV, d.files, component(d.log, "kv"))
+	o, err := kvOptions(d.cfg, d.meter, d.files, component(d.log, "kv"))
 	if err != nil {
 		return nil, err
 	}
@@ -140,17 +163,25 @@ func newKVStage(d *stageDeps) (cascade.Stage, error) {
 	}
 	d.app.closers = append(d.app.closers, st.Close)
 	d.prom.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eoc_kv_entries", Help: "Learned entries in the kv stage."},
-		func() float64 { return float64(st.Stats().Entries) }))
+		func() float64 { return float64(st.Stats().Entries) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "eoc_kv_learn_joules_total",
+			Help: "Joules the kv stage's embedder spent learning answers in the background: metered, billed to no request."},
+			func() float64 { return st.Stats().LearnJoules }))
 	return st, nil
 }
 
-// kvOptions turns the kv section into the stage's Options, building its embedder.
-func kvOptions(c config.KV, files fs.FS, log zerolog.Logger) (kv.Options, error) {
+// kvOptions turns the kv section into the stage's Options, building its embedder (metered by m;
+// nil for the offline tools).
+func kvOptions(cfg *config.Config, m *meter.Meter, files fs.FS, log zerolog.Logger) (kv.Options, error) {
+	c := cfg.Cascade.KV
 	et, ok := embedderTypes[c.Embedder.Type]
 	if !ok {
 		return kv.Options{}, fmt.Errorf("embedder type %q is not registered", c.Embedder.Type)
 	}
-	emb, err := et.build(c.Embedder)
+	if et.needsURL && slices.ContainsFunc(cfg.Backends, func(b config.Backend) bool { return b.Name == kvEmbedderName }) {
+		return kv.Options{}, fmt.Errorf("backend name %q is reserved for the kv stage's embedder", kvEmbedderName)
+	}
+	emb, err := et.build(c.Embedder, m)
 	if err != nil {
 		return kv.Options{}, err
 	}

@@ -58,10 +58,14 @@ func TestEmbedderTypes(t *testing.T) {
 		{"ollama without model", config.Embedder{Type: "ollama", URL: "http://127.0.0.1:11434"}, false},
 		{"openai", config.Embedder{Type: "openai", URL: "https://api.example/v1", Model: "m"}, true},
 		{"openai bad url", config.Embedder{Type: "openai", URL: "localhost", Model: "m"}, false},
+		{"llamacpp", config.Embedder{Type: "llamacpp", URL: "http://127.0.0.1:8081", Model: "m"}, true},
 		{"unknown", config.Embedder{Type: "word2vec"}, false},
+		{"empty (config fills the default)", config.Embedder{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, err := kvOptions(config.KV{Embedder: tc.cfg}, configFiles{}, zerolog.Nop())
+			cfg := &config.Config{}
+			cfg.Cascade.KV.Embedder = tc.cfg
+			o, err := kvOptions(cfg, nil, configFiles{}, zerolog.Nop())
 			if (err == nil) != tc.ok {
 				t.Fatalf("err = %v, want ok %v", err, tc.ok)
 			}
@@ -69,6 +73,12 @@ func TestEmbedderTypes(t *testing.T) {
 				t.Fatal("no embedder")
 			}
 		})
+	}
+	// The kv stage's embedder backend is metered under a reserved name.
+	cfg := &config.Config{Backends: []config.Backend{{Name: kvEmbedderName}}}
+	cfg.Cascade.KV.Embedder = config.Embedder{Type: "ollama", URL: "http://127.0.0.1:11434", Model: "m"}
+	if _, err := kvOptions(cfg, nil, configFiles{}, zerolog.Nop()); err == nil {
+		t.Error("a backend named kv-embedder: no error")
 	}
 	// A file that names no embedder gets the default one.
 	c, err := config.Parse([]byte("backends: [{name: a, type: openai, url: 'http://x'}]\n"), registry())

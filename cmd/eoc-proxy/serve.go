@@ -239,5 +239,8 @@ func meterOptions(cfg *config.Config, log zerolog.Logger) meter.Options {
 	for _, b := range cfg.Backends {
 		o.Backends = append(o.Backends, meter.BackendInfo{Name: b.Name, URL: b.URL, PIDFile: b.Process.PIDFile, Cgroup: b.Process.Cgroup, JoulesPerToken: b.JoulesPerToken})
 	}
+	if e := cfg.Cascade.KV.Embedder; embedderTypes[e.Type].needsURL {
+		o.Backends = append(o.Backends, meter.BackendInfo{Name: kvEmbedderName, URL: e.URL})
+	}
 	return o
 }

@@ -23,7 +23,7 @@ func freeAddr(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	return ln.Addr().String()
 }
 
@@ -57,7 +57,7 @@ backends: [{name: up, type: openai, url: %q}]
 			return
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		status = resp.StatusCode
 	}()
 	time.Sleep(200 * time.Millisecond) // the call is at the fake now
@@ -76,7 +76,8 @@ backends: [{name: up, type: openai, url: %q}]
 	case <-time.After(5 * time.Second):
 		t.Fatal("serve did not return after SIGTERM")
 	}
-	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
+	if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		_ = resp.Body.Close()
 		t.Fatal("still accepting after shutdown")
 	}
 }
@@ -105,7 +106,7 @@ auth: {keys: [{id: team-a, key: PROXY-KEY-66}]}
 	srv := &http.Server{Handler: a.handler}
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	defer func() { _ = srv.Close() }()
 	for _, body := range []string{`{"model":"m","messages":[{"role":"user","content":"PROMPT-TEXT-88"}]}`, `{"model":`} {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/v1/chat/completions", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer PROXY-KEY-66")
@@ -114,7 +115,7 @@ auth: {keys: [{id: team-a, key: PROXY-KEY-66}]}
 			t.Fatal(err)
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 	}
 	if !strings.Contains(string(fake.LastRequest().Header.Get("Authorization")), "UPSTREAM-KEY-55") {
 		t.Fatal("the upstream key was not sent upstream")
@@ -155,7 +156,7 @@ func waitUp(t *testing.T, url string) {
 	defer cancel()
 	for ctx.Err() == nil {
 		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			return
 		}
 		time.Sleep(20 * time.Millisecond)

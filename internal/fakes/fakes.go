@@ -2,7 +2,7 @@
 //
 // Each fake is an httptest.Server that speaks one upstream dialect well enough for the proxy: chat
 // completions whole and streamed (with the usage chunk and timings where the real server sends
-// them), model listing and health. Knobs in Config make it fail, stall, block or cut a stream, and
+// them), embeddings (deterministic vectors from a hash of each text), model listing and health. Knobs in Config make it fail, stall, block or cut a stream, and
 // the Server records what it saw: the number of chat calls, the last request, and whether a client
 // went away mid-call. Responses are written straight to the wire without reflection, so a fake is
 // cheap enough to stand in as the fast upstream in overhead benchmarks.
@@ -26,8 +26,8 @@ type Dialect string
 
 // Dialects.
 const (
-	Ollama   Dialect = "ollama"   // native /api/chat (NDJSON), /api/tags, /api/version
-	OpenAI   Dialect = "openai"   // /v1/chat/completions (JSON and SSE), /v1/models
+	Ollama   Dialect = "ollama"   // native /api/chat (NDJSON), /api/embed, /api/tags, /api/version
+	OpenAI   Dialect = "openai"   // /v1/chat/completions (JSON and SSE), /v1/embeddings, /v1/models
 	LlamaCpp Dialect = "llamacpp" // OpenAI's dialect plus llama-server's timings and /health
 )
 
@@ -76,7 +76,7 @@ type Config struct {
 	// Models are listed by /api/tags and /v1/models; default [DefaultModel].
 	Models []string
 
-	// Status, when non-zero, makes every chat call fail with this HTTP status.
+	// Status, when non-zero, makes every chat and embeddings call fail with this HTTP status.
 	Status int
 	// ErrorBody is sent with Status; default the dialect's error shape with DefaultErrorMessage.
 	ErrorBody string
@@ -115,6 +115,7 @@ type Server struct {
 	last Request
 
 	requests   atomic.Int64
+	embeds     atomic.Int64
 	conns      atomic.Int64
 	cancels    atomic.Int64
 	canceled   chan struct{}
@@ -142,14 +143,17 @@ func New(t testing.TB, d Dialect, cfg ...Config) *Server {
 	switch d {
 	case Ollama:
 		mux.HandleFunc("POST /api/chat", s.ollamaChat)
+		mux.HandleFunc("POST /api/embed", s.ollamaEmbed)
 		mux.HandleFunc("GET /api/tags", s.ollamaTags)
 		mux.HandleFunc("GET /api/version", s.ollamaVersion)
 		mux.HandleFunc("/{$}", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "Ollama is running") })
 	case OpenAI, LlamaCpp:
 		mux.HandleFunc("POST /v1/chat/completions", s.openaiChat)
 		mux.HandleFunc("GET /v1/models", s.openaiModels)
+		mux.HandleFunc("POST /v1/embeddings", s.openaiEmbed)
 		if d == LlamaCpp {
 			mux.HandleFunc("POST /chat/completions", s.openaiChat)
+			mux.HandleFunc("POST /embeddings", s.openaiEmbed)
 			mux.HandleFunc("GET /models", s.openaiModels)
 			mux.HandleFunc("GET /health", s.llamaHealth)
 		}
@@ -194,10 +198,13 @@ func (s *Server) Configure(f func(*Config)) {
 // Requests is the number of chat calls received.
 func (s *Server) Requests() int { return int(s.requests.Load()) }
 
+// Embeds is the number of embeddings calls received (/api/embed, /v1/embeddings).
+func (s *Server) Embeds() int { return int(s.embeds.Load()) }
+
 // Conns is the number of connections clients opened, to check that they keep connections alive.
 func (s *Server) Conns() int { return int(s.conns.Load()) }
 
-// LastRequest is the last chat call received (zero before the first). Its fields must not be
+// LastRequest is the last chat or embeddings call received (zero before the first). Its fields must not be
 // modified.
 func (s *Server) LastRequest() Request {
 	s.mu.Lock()
@@ -228,8 +235,13 @@ func (s *Server) WaitCanceled(d time.Duration) bool {
 
 // begin records a chat call and returns the knobs it runs under, with defaults filled in.
 func (s *Server) begin(r *http.Request) ([]byte, Config, error) {
-	body, err := io.ReadAll(r.Body)
 	s.requests.Add(1)
+	return s.record(r)
+}
+
+// record keeps r as the last request and returns its body and the knobs it runs under.
+func (s *Server) record(r *http.Request) ([]byte, Config, error) {
+	body, err := io.ReadAll(r.Body)
 	s.mu.Lock()
 	// The server builds a new header map per request and the handlers never change it.
 	s.last = Request{Method: r.Method, Path: r.URL.Path, Header: r.Header, Body: body}

@@ -53,7 +53,7 @@ func TestOpenAIFakeWithGoOpenAI(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer st.Close()
+			defer func() { _ = st.Close() }()
 			var text strings.Builder
 			var usage *openai.Usage
 			n := 0
@@ -177,7 +177,7 @@ func TestKnobs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer st.Close()
+		defer func() { _ = st.Close() }()
 		for {
 			if _, err = st.Recv(); err != nil {
 				break
@@ -193,7 +193,7 @@ func TestKnobs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusServiceUnavailable {
 			t.Errorf("status %d", resp.StatusCode)
 		}

@@ -141,10 +141,11 @@ func (s *Server) ollamaStream(w http.ResponseWriter, r *http.Request, cfg *Confi
 		if !send(buf) {
 			return
 		}
-		if i+1 == cfg.TruncateAfter {
+		switch i + 1 {
+		case cfg.TruncateAfter:
 			cut(w)
 			return
-		} else if i+1 == cfg.BlockAfter {
+		case cfg.BlockAfter:
 			s.block(r)
 			return
 		}

@@ -38,7 +38,7 @@ func decodeFile(t *testing.T, embedding bool) (*ggml.GGML, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { f.Close() })
+	t.Cleanup(func() { _ = f.Close() })
 	g, err := ggml.Decode(f, -1)
 	if err != nil {
 		t.Fatalf("decode: %v", err)

@@ -1,0 +1,71 @@
+package neural
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/energy"
+	"github.com/eoc-proxy/eoc-proxy/meter"
+)
+
+var _ cascade.EmbedStage = (*Stage)(nil)
+
+// ServeEmbed sends an embeddings call to the backend its model routes to, inside a meter span,
+// like Serve. A backend that cannot embed is cascade.ErrNoEmbeddings.
+func (s *Stage) ServeEmbed(ctx context.Context, call *cascade.EmbedCall) (*cascade.Embeddings, error) {
+	route, err := s.router.Route(call.Req.Model)
+	if err != nil {
+		return nil, err
+	}
+	be, ok := route.Backend.(cascade.Embedder)
+	if !ok {
+		return nil, fmt.Errorf("backend %s (%s): %w", route.Name, route.Type, cascade.ErrNoEmbeddings)
+	}
+	e, err := embed(ctx, s.meter, route.Name, be, call.Req)
+	return &e, err
+}
+
+// embed calls be inside a span of m opened for the backend name; the returned Embeddings carry
+// the figure, failed calls included.
+func embed(ctx context.Context, m *meter.Meter, name string, be cascade.Embedder, req cascade.EmbedRequest) (cascade.Embeddings, error) {
+	span := m.Begin(name)
+	e, err := be.Embed(ctx, req)
+	e.Backend = name
+	e.Energy = span.End(meter.Work{Model: req.Model, PromptTokens: e.PromptTokens, Failed: err != nil})
+	return e, err
+}
+
+// Embedder embeds texts with one model of one backend, each call metered in a span of that
+// backend, as an in-process stage needs (kv): it satisfies kv's embedder. It is safe for
+// concurrent use.
+type Embedder struct {
+	name  string
+	id    string
+	model string
+	be    cascade.Embedder
+	meter *meter.Meter
+}
+
+// NewEmbedder returns an Embedder over backend b, named name in the meter (a BackendInfo name,
+// so the meter knows its process), for model; id names the model and its settings for the
+// caller's store. b must implement cascade.Embedder.
+func NewEmbedder(name, id, model string, b cascade.Backend, m *meter.Meter) (*Embedder, error) {
+	be, ok := b.(cascade.Embedder)
+	if !ok {
+		return nil, fmt.Errorf("backend %s: %w", name, cascade.ErrNoEmbeddings)
+	}
+	return &Embedder{name: name, id: id, model: model, be: be, meter: m}, nil
+}
+
+// ID is the id NewEmbedder was given.
+func (e *Embedder) ID() string { return e.id }
+
+// Embed returns one vector per text and what the call cost, failed calls included.
+func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, energy.Figure, error) {
+	out, err := embed(ctx, e.meter, e.name, e.be, cascade.EmbedRequest{Model: e.model, Input: texts})
+	if err != nil {
+		return nil, out.Energy, err
+	}
+	return out.Vectors, out.Energy, nil
+}

@@ -1,0 +1,194 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+)
+
+// maxEmbedInputs is OpenAI's limit on the texts of one embeddings call.
+const maxEmbedInputs = 2048
+
+// embeddingsRequest holds the fields of OpenAI's embeddings request that the proxy reads; user
+// and unknown fields are ignored (they do not change the vectors).
+type embeddingsRequest struct {
+	Model          string          `json:"model"`
+	Input          json.RawMessage `json:"input"`
+	EncodingFormat string          `json:"encoding_format"`
+	Dimensions     *int            `json:"dimensions"`
+}
+
+// embeddings serves POST /v1/embeddings: routed, admitted, metered, cached and recorded like a
+// chat completion, with the same headers.
+func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	lf := fields(r.Context())
+	call, base64Out, apiErr := s.decodeEmbeddings(w, r)
+	if apiErr != nil {
+		lf.err = apiErr
+		s.setBudgetHeader(w.Header(), lf.tenant)
+		writeError(w, apiErr)
+		return
+	}
+	call.Tenant = lf.tenant
+	lf.model = call.Req.Model
+	resv, err := s.budgets.admit(r.Context(), call.Tenant)
+	if err != nil {
+		s.setBudgetHeader(w.Header(), call.Tenant)
+		s.fail(w, call.Req.Model, err, lf)
+		return
+	}
+	ctx := r.Context()
+	if s.opts.RequestTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.RequestTimeout)
+		defer cancel()
+	}
+	if s.metrics != nil {
+		s.metrics.inFlight.Inc()
+		defer s.metrics.inFlight.Dec()
+	}
+	var res cascade.EmbedResult
+	err = s.cascade.Embed(ctx, call, &res)
+	st := settlement{id: call.ID, tenant: call.Tenant, key: call.Key(), model: call.Req.Model,
+		stage: res.Stage, attempts: res.Attempts}
+	if res.Embeddings != nil {
+		st.answered, st.fig, st.backend = true, res.Embeddings.Energy, res.Embeddings.Backend
+	}
+	o := s.settle(st, resv, err, start, lf)
+	if err != nil {
+		setEnergyHeaders(w.Header().Set, o)
+		writeError(w, o.apiErr)
+		return
+	}
+	body, err := embeddingsBody(call.Req.Model, res.Embeddings, base64Out)
+	if err != nil {
+		writeError(w, classify(err, call.Req.Model))
+		return
+	}
+	h := w.Header()
+	setEnergyHeaders(h.Set, o)
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+// decodeEmbeddings reads and validates the body; every failure names the field.
+func (s *Server) decodeEmbeddings(w http.ResponseWriter, r *http.Request) (*cascade.EmbedCall, bool, *APIError) {
+	body, e := s.readJSON(w, r)
+	if e != nil {
+		return nil, false, e
+	}
+	var in embeddingsRequest
+	if e := unmarshal(body, &in); e != nil {
+		return nil, false, e
+	}
+	if in.Model == "" {
+		return nil, false, badRequest("model", "model: required")
+	}
+	texts, e := embedInput(in.Input)
+	if e != nil {
+		return nil, false, e
+	}
+	var base64Out bool
+	switch in.EncodingFormat {
+	case "", "float":
+	case "base64":
+		base64Out = true
+	default:
+		return nil, false, badRequest("encoding_format", "encoding_format: %q is not one of float, base64", in.EncodingFormat)
+	}
+	call := &cascade.EmbedCall{Req: cascade.EmbedRequest{Model: in.Model, Input: texts}, ID: RequestID(r.Context())}
+	if in.Dimensions != nil {
+		if *in.Dimensions < 1 {
+			return nil, false, badRequest("dimensions", "dimensions: must be at least 1")
+		}
+		call.Req.Dimensions = *in.Dimensions
+	}
+	call.NoCache, call.NoStore = cacheControl(r)
+	return call, base64Out, nil
+}
+
+// embedInput decodes input: a string or an array of strings, none empty. Token arrays, which
+// OpenAI also takes, are refused: a proxy in front of several models cannot know their tokenizer.
+func embedInput(raw json.RawMessage) ([]string, *APIError) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, badRequest("input", "input: required")
+	}
+	var texts []string
+	switch raw[0] {
+	case '"':
+		var one string
+		if err := json.Unmarshal(raw, &one); err != nil {
+			return nil, badRequest("input", "input: %v", err)
+		}
+		texts = []string{one}
+	case '[':
+		if err := json.Unmarshal(raw, &texts); err != nil {
+			return nil, badRequest("input", "input: must be a string or an array of strings; token arrays are not supported")
+		}
+		if len(texts) == 0 {
+			return nil, badRequest("input", "input: at least one text is required")
+		}
+		if len(texts) > maxEmbedInputs {
+			return nil, badRequest("input", "input: %d texts, at most %d are allowed", len(texts), maxEmbedInputs)
+		}
+	default:
+		return nil, badRequest("input", "input: must be a string or an array of strings")
+	}
+	for i, t := range texts {
+		if t == "" {
+			if len(texts) == 1 {
+				return nil, badRequest("input", "input: must not be empty")
+			}
+			return nil, badRequest("input", "input[%d]: must not be empty", i)
+		}
+	}
+	return texts, nil
+}
+
+// embeddingItem is one vector of the response; Embedding is []float32 or a base64 string.
+type embeddingItem struct {
+	Object    string `json:"object"`
+	Index     int    `json:"index"`
+	Embedding any    `json:"embedding"`
+}
+
+type embeddingsUsage struct {
+	PromptTokens int `json:"prompt_tokens"`
+	TotalTokens  int `json:"total_tokens"`
+}
+
+type embeddingsResponse struct {
+	Object string          `json:"object"`
+	Data   []embeddingItem `json:"data"`
+	Model  string          `json:"model"`
+	Usage  embeddingsUsage `json:"usage"`
+}
+
+// embeddingsBody renders vectors in OpenAI's shape; base64 is the little-endian float32 bytes.
+func embeddingsBody(model string, e *cascade.Embeddings, base64Out bool) ([]byte, error) {
+	out := embeddingsResponse{Object: "list", Model: model, Data: make([]embeddingItem, len(e.Vectors)),
+		Usage: embeddingsUsage{PromptTokens: e.PromptTokens, TotalTokens: e.PromptTokens}}
+	for i, v := range e.Vectors {
+		out.Data[i] = embeddingItem{Object: "embedding", Index: i, Embedding: v}
+		if base64Out {
+			b := make([]byte, 4*len(v))
+			for j, x := range v {
+				binary.LittleEndian.PutUint32(b[4*j:], math.Float32bits(x))
+			}
+			out.Data[i].Embedding = base64.StdEncoding.EncodeToString(b)
+		}
+	}
+	return json.Marshal(out)
+}
