@@ -12,14 +12,6 @@ import (
 	"time"
 )
 
-// Liveness probe: under load, a counter must advance at least probeAdvances times in at least
-// probeQuorum of the intervals of a window of at least probeWindow.
-const (
-	probeAdvances = 5
-	probeQuorum   = 0.8
-	probeWindow   = 300 * time.Millisecond
-)
-
 // probeTarget is one counter to probe: a monotone reading and how often it updates.
 type probeTarget struct {
 	name     string

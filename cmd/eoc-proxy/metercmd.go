@@ -35,7 +35,6 @@ func runMeter(args []string, stdout io.Writer) error {
 	}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.WarnLevel)
 	o := meterOptions(cfg, log)
-	o.StageWattsPerCore = cfg.Meter.StageWattsPerCore
 	o.SkipProbe = true // Status probes every counter itself and reports what it found
 	m, err := meter.New(o)
 	if err != nil {
