@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -44,6 +45,7 @@ type BackendInfo struct {
 type Options struct {
 	RAPL      string // auto | on | off ("" is auto); "on" makes New fail without RAPL
 	NVML      string // auto | on | off ("" is auto); "on" makes New fail without NVML
+	Apple     string // auto | on | off ("" is auto): macOS per-process CPU energy and GPU rail
 	SysfsRoot string // default "/sys"
 	ProcRoot  string // default "/proc"
 	DevRoot   string // default "/dev"
@@ -61,6 +63,7 @@ type Options struct {
 	fs       fileSystem       // tests inject refusals
 	now      func() time.Time // tests move time
 	nvml     func() (*gpus, error)
+	apple    func() (*apple, error)
 }
 
 // withDefaults checks o and fills in what it leaves unset.
@@ -72,10 +75,11 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	def(&o.RAPL, "auto")
 	def(&o.NVML, "auto")
+	def(&o.Apple, "auto")
 	def(&o.SysfsRoot, "/sys")
 	def(&o.ProcRoot, "/proc")
 	def(&o.DevRoot, "/dev")
-	for _, s := range []string{o.RAPL, o.NVML} {
+	for _, s := range []string{o.RAPL, o.NVML, o.Apple} {
 		if s != "auto" && s != "on" && s != "off" {
 			return o, fmt.Errorf("meter: counter switch %q is not one of auto, on, off", s)
 		}
@@ -101,6 +105,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.nvml == nil {
 		o.nvml = newNVML
 	}
+	if o.apple == nil {
+		o.apple = newApple
+	}
 	return o, nil
 }
 
@@ -123,7 +130,9 @@ type Meter struct {
 	raplErr error // why RAPL is not used; nil when it is
 	gpu     *gpus
 	gpuErr  error
-	hostGPU bool // the host has GPU device nodes, so a tree might use one without NVML
+	hostGPU bool   // the host has GPU device nodes, so a tree might use one without NVML
+	mac     *apple // the Apple Silicon counters; nil when none is usable
+	macErr  error
 
 	selfCPU   func() (uint64, error)
 	bootTicks func() (uint64, error)
@@ -200,15 +209,33 @@ func (m *Meter) detectCounters() error {
 			m.gpu.wait = o.nvmlWait
 		}
 	}
+	if o.Apple == "off" {
+		m.macErr = fmt.Errorf("%w: apple is off in the config", ErrNoData)
+	} else {
+		m.mac, m.macErr = o.apple()
+	}
 	detected := m.rapl
 	if !o.SkipProbe {
 		m.probeAtStart()
+	}
+	if m.mac != nil && m.mac.cpu == nil && m.mac.gpu == nil {
+		m.macErr = errors.Join(m.mac.cpuErr, m.mac.gpuErr)
+		m.mac.close()
+		m.mac = nil
+	}
+	if o.Apple == "on" && m.macErr != nil {
+		m.gpu.close()
+		if m.rapl != nil {
+			m.rapl.close()
+		}
+		return fmt.Errorf("meter: apple is on but unusable: %w", m.macErr)
 	}
 	if detected != nil && m.rapl == nil {
 		detected.close() // dead: its files need not stay open
 	}
 	if o.RAPL == "on" && m.raplErr != nil {
 		m.gpu.close()
+		m.mac.close()
 		return fmt.Errorf("meter: rapl is on but unusable: %w", m.raplErr)
 	}
 	if o.NVML == "on" && m.gpuErr != nil {
@@ -216,6 +243,7 @@ func (m *Meter) detectCounters() error {
 		if m.rapl != nil {
 			m.rapl.close()
 		}
+		m.mac.close()
 		return fmt.Errorf("meter: nvml is on but unusable: %w", m.gpuErr)
 	}
 	return nil
@@ -263,6 +291,9 @@ func (m *Meter) probeAtStart() {
 			}
 		})
 	}
+	if m.mac != nil {
+		wg.Go(func() { m.mac.probe(m.selfPID) })
+	}
 	wg.Wait()
 }
 
@@ -278,6 +309,13 @@ func (m *Meter) logCounters() {
 	} else {
 		m.log.Info().Str("counter", "nvml").Str("reason", reasonFor(m.gpuErr, ReasonNoNVML)).
 			Err(m.gpuErr).Bool("gpu_nodes", m.hostGPU).Msg("meter: counter unavailable")
+	}
+	for _, c := range m.appleStates() {
+		if c.Live {
+			m.log.Info().Str("counter", c.Name).Msg("meter: counter live")
+		} else {
+			m.log.Info().Str("counter", c.Name).Str("reason", c.Reason).Err(c.err).Msg("meter: counter unavailable")
+		}
 	}
 }
 
@@ -317,7 +355,7 @@ func (m *Meter) Close() error {
 		m.mu.Lock()
 		g := m.gpu
 		m.mu.Unlock()
-		err = g.close()
+		err = errors.Join(g.close(), m.mac.close())
 		m.proc.close()
 		if m.rapl != nil {
 			m.rapl.close()
@@ -331,9 +369,10 @@ func (m *Meter) Close() error {
 
 // CounterState is one energy counter as New decided it: in use, or not and why.
 type CounterState struct {
-	Name   string // "rapl" or "nvml"
+	Name   string // "rapl", "nvml"; on macOS also "proc-energy" and "gpu-rail"
 	Live   bool
 	Reason string // when not live, a Reason* word: no-rapl, no-nvml, permission-denied, counter-dead, ...
+	err    error
 }
 
 // Counters reports the energy counters the meter uses, as detected and probed by New. It reads
@@ -343,9 +382,30 @@ func (m *Meter) Counters() []CounterState {
 	if m == nil {
 		return []CounterState{{Name: "rapl", Reason: ReasonNoRAPL}, {Name: "nvml", Reason: ReasonNoNVML}}
 	}
-	return []CounterState{
+	return append([]CounterState{
 		{Name: "rapl", Live: m.rapl != nil, Reason: reasonFor(m.raplErr, ReasonNoRAPL)},
 		{Name: "nvml", Live: m.gpu != nil, Reason: reasonFor(m.gpuErr, ReasonNoNVML)},
+	}, m.appleStates()...)
+}
+
+// appleShown reports whether the Apple Silicon counters are worth reporting: on macOS, or
+// when in use (a test's fakes).
+func (m *Meter) appleShown() bool {
+	return m.mac != nil || (runtime.GOOS == "darwin" && !errors.Is(m.macErr, errNotDarwin))
+}
+
+// appleStates are the Apple Silicon counters, "proc-energy" and "gpu-rail": none off macOS.
+func (m *Meter) appleStates() []CounterState {
+	if !m.appleShown() {
+		return nil
+	}
+	cpuErr, gpuErr := m.macErr, m.macErr
+	if m.mac != nil {
+		cpuErr, gpuErr = m.mac.cpuErr, m.mac.gpuErr
+	}
+	return []CounterState{
+		{Name: "proc-energy", Live: m.mac != nil && m.mac.cpu != nil, Reason: reasonFor(cpuErr, ReasonNoProcEnergy), err: cpuErr},
+		{Name: "gpu-rail", Live: m.mac != nil && m.mac.gpu != nil, Reason: reasonFor(gpuErr, ReasonNoGPURail), err: gpuErr},
 	}
 }
 

@@ -1,6 +1,7 @@
 package meter
 
 import (
+	"cmp"
 	"errors"
 	"io/fs"
 	"strings"
@@ -18,6 +19,8 @@ const (
 	MethodCPUTimeModel = "cpu-time-model"
 	MethodGPUModel     = "gpu-model"
 	MethodTokenModel   = "token-model"
+	MethodProcEnergy   = "proc-energy" // macOS: the tree's own CPU energy, proc_pid_rusage ri_energy_nj
+	MethodIOReport     = "ioreport"    // macOS: the GPU rail, IOReport Energy Model / GPU Energy
 )
 
 // Reasons say, in a stable machine-readable word, why a figure is not measured, or why its
@@ -37,6 +40,8 @@ const (
 	ReasonCounterError    = "counter-error"        // any other failed read
 	ReasonRemoteBackend   = "remote-backend"       // the backend runs elsewhere: no process here
 	ReasonNoProcess       = "no-process"           // a local backend whose processes were not found
+	ReasonNoProcEnergy    = "no-proc-energy"       // macOS: the per-process CPU energy cannot be read
+	ReasonNoGPURail       = "no-gpu-rail"          // macOS: the tree used the GPU but the rail cannot be read
 )
 
 // Thresholds. The honesty rules rest on these numbers; each is named once, here.
@@ -99,9 +104,15 @@ type spanSample struct {
 	// CPU power model, W per busy core.
 	CPUWatts float64
 
-	// RAPL: the delta over the span, or why there is none (ErrNoData: no RAPL here).
+	// RAPL: the delta over the span, or why there is none (ErrNoData: no RAPL here). With
+	// PerProcess, the same two carry the tree's own CPU energy (Apple's proc_pid_rusage): no
+	// host-wide counter, so no 99% rule, but a short tree count is never a figure.
 	RAPLJoules float64
 	RAPLErr    error
+	PerProcess bool
+	// GPUNoData names a missing GPU counter's reason ("": no-nvml); GPUMethod names the GPU
+	// counter ("": nvml).
+	GPUNoData, GPUMethod string
 
 	// GPU. GPUUsed: the tree had GPU time (NVML lists one of its PIDs; without NVML, one of
 	// its processes holds a GPU device open). GPUErr: why the NVML delta is unusable
@@ -124,8 +135,11 @@ type spanSample struct {
 //     plus the proxy had ≥ 99% of the host's busy CPU time. Otherwise the tree's CPU time ×
 //     W per core, or the token model when the tree's CPU time is short (a process vanished).
 //     A shared counter is never split by time share.
+//   - CPU on macOS (PerProcess): the tree's own energy needs no 99% rule, but an overlap, or a
+//     process that vanished (its energy went with it), makes it an estimate.
 //   - GPU: a tree with no GPU time has a GPU figure of exactly 0, measured. A tree that had
-//     ≥ 99% of the used GPUs' process time, with no overlap, gets the NVML delta. A shared GPU,
+//     ≥ 99% of the used GPUs' process time (on macOS: of all IOAccelerator clients' GPU time),
+//     with no overlap, gets the NVML delta (on macOS: the IOReport rail's). A shared GPU,
 //     or a GPU process that vanished mid-span, gives no GPU figure: coverage is partial.
 //     Without a usable NVML delta the GPU power model estimates.
 //
@@ -143,16 +157,23 @@ func attribute(s spanSample) energy.Figure {
 
 	f := energy.Figure{Coverage: energy.CoverageWhole}
 	cpuMeasured := false
+	cpuNoData, cpuMethod := ReasonNoRAPL, MethodRAPL
+	if s.PerProcess {
+		cpuNoData, cpuMethod = ReasonNoProcEnergy, MethodProcEnergy
+	}
 	switch {
 	case s.RAPLErr != nil:
-		rs.add(reasonFor(s.RAPLErr, ReasonNoRAPL))
+		rs.add(reasonFor(s.RAPLErr, cpuNoData))
 	default:
 		cpuMeasured = true
 		if s.Overlap {
 			cpuMeasured = false
 			rs.add(ReasonSpanOverlap)
 		}
-		if s.HostErr != nil {
+		if s.PerProcess {
+			// The tree's own counters: a process that vanished took its energy with it.
+			cpuMeasured = cpuMeasured && !s.TreeShort
+		} else if s.HostErr != nil {
 			cpuMeasured = false
 			rs.add(reasonFor(s.HostErr, ReasonCounterError))
 		} else if !dominant(s.TreeCPU+s.ProxyCPU, s.HostBusy) {
@@ -160,7 +181,6 @@ func attribute(s spanSample) energy.Figure {
 			rs.add(ReasonHostShared)
 		}
 	}
-	cpuMethod := MethodRAPL
 	switch {
 	case cpuMeasured:
 		f.CPUJoules = s.RAPLJoules
@@ -186,13 +206,13 @@ func attribute(s spanSample) energy.Figure {
 			busy = 1
 		}
 		f.GPUJoules = s.GPUWatts * s.Wall.Seconds() * busy
-		rs.add(reasonFor(s.GPUErr, ReasonNoNVML))
+		rs.add(reasonFor(s.GPUErr, cmp.Or(s.GPUNoData, ReasonNoNVML)))
 	case s.Overlap || s.GPUShare < dominantShare:
 		f.Coverage = energy.CoveragePartial
 		rs.add(ReasonGPUShared)
 	default:
 		f.GPUJoules = s.GPUJoules
-		gpuMethod = MethodNVML
+		gpuMethod = cmp.Or(s.GPUMethod, MethodNVML)
 	}
 
 	f.Joules = f.CPUJoules + f.GPUJoules

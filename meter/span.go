@@ -29,6 +29,7 @@ type Span struct {
 	ended   bool
 	fig     energy.Figure
 	treeErr error         // why the backend has no process to meter
+	mac     *appleSpan    // a local span's readings on macOS
 	c       *spanCounters // a local span's readings; nil for a remote one or one with no process
 }
 
@@ -82,6 +83,11 @@ func (m *Meter) Begin(backend string) *Span {
 	s.overlap = m.active > 1
 	m.mu.Unlock()
 
+	if m.mac != nil {
+		s.mac = m.mac.begin(m, s.b)
+		s.start = time.Now()
+		return s
+	}
 	if s.treeErr = s.b.noProcess(); s.treeErr != nil {
 		return s // priced by tokens: nothing to read
 	}
@@ -130,6 +136,13 @@ func (s *Span) End(w Work) energy.Figure {
 	if s.treeErr != nil {
 		m.closeSpan(s)
 		s.fig = attribute(in) // no tree: priced by tokens, reason no-process
+		return s.fig
+	}
+	if s.mac != nil {
+		m.mac.end(m, s.b, s.mac, &in)
+		in.Overlap = m.closeSpan(s)
+		s.fig = attribute(in)
+		s.logSpan(&in)
 		return s.fig
 	}
 

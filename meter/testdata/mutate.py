@@ -41,6 +41,23 @@ muts = [
  ("another namespace's /proc trusted for the last PID", "meter.go", "err == nil && self != strconv.Itoa(m.selfPID)", "err == nil && self != strconv.Itoa(m.selfPID) && false"),
  ("host and RAPL read under overlap", "span.go", "if m.rapl != nil && !s.overlap {", "if m.rapl != nil {"),
  ("in-process upstream looked up at every span", "backend.go", "case b.inProcess && time.Since(b.lastTry) < inProcessRecheck:", "case false:"),
+ # Apple Silicon (issue 17): the rules are pure Go, so their mutants run on any OS.
+ ("thread-leave: processes read though the thread's count did not rise", "apple_rules.go", "\t\tif after > before {", "\t\tif after >= before {"),
+ ("thread-leave: a stayed thread accepted", "apple_rules.go", "\treturn errThreadStayed\n}", "\treturn nil\n}"),
+ ("thread-leave: skipped before reading the processes", "apple.go", "if s.cpuErr = leaveCore(a.cpu.ThreadEnergy, a.sleep); s.cpuErr != nil {", "if false {"),
+ ("thread counts: any size accepted", "apple_layout.go", "if n != threadCountsSize || len(b) < threadCountsSize {", "if len(b) < threadCountsSize {"),
+ ("rusage_info_v6: a longer layout accepted", "apple_layout.go", "if len(b) != rusageV6Size {", "if len(b) < rusageV6Size {"),
+ ("rail read without waiting for its next change", "apple_rules.go", "\t\tif v != first {", "\t\tif v >= first {"),
+ ("rail held 1 s under load trusted", "apple_rules.go", "\t\t\t\treturn 0, errRailStale", "\t\t\t\treturn v, nil"),
+ ("exact zero: rail used without GPU time", "apple_rules.go", "\tif tree == 0 && !r.Vanished {\n\t\treturn r // no GPU time: exactly 0\n\t}\n", ""),
+ ("sole user: share taken as whole", "apple_rules.go", "\t\tr.Share = float64(tree) / float64(all)", "\t\tr.Share = 1"),
+ ("sole user: 98% accepted", "rules.go", "const dominantShare = 0.99", "const dominantShare = 0.98"),
+ ("vanished GPU client of the tree ignored", "apple_rules.go", "\t\tif !found {\n\t\t\tif inTree(x.pid) {\n\t\t\t\tr.Vanished = true\n", "\t\tif !found {\n\t\t\tif inTree(x.pid) {\n\t\t\t\tr.Vanished = false\n"),
+ ("vanished GPU client of another process ignored", "apple_rules.go", "\t\t\t\tr.Vanished = true\n\t\t\t} else {\n\t\t\t\tothersGone = true\n\t\t\t}\n\t\t}\n\t}\n", "\t\t\t\tr.Vanished = true\n\t\t\t}\n\t\t}\n\t}\n"),
+ ("rail split by GPU time share", "rules.go", "\t\tf.Coverage = energy.CoveragePartial\n\t\trs.add(ReasonGPUShared)", "\t\tf.GPUJoules = s.GPUJoules * s.GPUShare"),
+ ("frozen rail used anyway", "apple.go", "a.gpu, a.gpuErr = nil, fmt.Errorf(\"gpu-rail: %w: %s\", errCounterDead, res.Detail)", "_ = res"),
+ ("GPU assumed unused without the clients", "apple.go", "in.GPUUsed, in.GPUErr = true, a.gpuErr", "in.GPUErr = a.gpuErr"),
+ ("per-process energy measured though a process vanished", "rules.go", "cpuMeasured = cpuMeasured && !s.TreeShort", "_ = s.TreeShort"),
 ]
 only = sys.argv[1:]
 tally = {"CAUGHT": 0, "MISSED": 0, "BUILD": 0, "MISSING": 0}
