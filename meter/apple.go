@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"time"
 )
 
@@ -67,6 +68,7 @@ type appleSnap struct {
 // appleSpan is what a span on macOS read at Begin; the rail's reading at its next change
 // arrives on railA while the call runs.
 type appleSpan struct {
+	pids    []int // the tree at Begin
 	pidsErr error
 	a       appleSnap
 	railA   chan railReading
@@ -153,12 +155,11 @@ func (a *apple) railNext() (uint64, error) {
 // at its next change, in the background.
 func (a *apple) begin(m *Meter, b *backendState) *appleSpan {
 	sp := &appleSpan{}
-	var pids []int
-	pids, sp.pidsErr = a.tree(m, b, nil)
+	sp.pids, sp.pidsErr = a.tree(m, b, nil)
 	if sp.pidsErr != nil {
 		return sp
 	}
-	a.snap(pids, &sp.a)
+	a.snap(sp.pids, &sp.a)
 	if a.gpu != nil {
 		sp.railA = make(chan railReading, 1)
 		go func() {
@@ -193,9 +194,15 @@ func (a *apple) end(m *Meter, b *backendState, sp *appleSpan, in *spanSample) {
 	var e appleSnap
 	a.snap(pids, &e)
 	in.TreeFound = true
-	never := func(int) bool { return false } // a process born mid-span makes the counts short
+	a.endCPU(sp, &e, in)
+	inTree := func(pid int) bool { return slices.Contains(pids, pid) || slices.Contains(sp.pids, pid) }
+	a.endGPU(sp, &e, inTree, in)
+}
 
-	// CPU: the tree's own energy, and its CPU time for the estimate.
+// endCPU puts the tree's own CPU energy, and its CPU time for the estimate, into in. A process
+// born mid-span makes the counts short, like one that vanished.
+func (a *apple) endCPU(sp *appleSpan, e *appleSnap, in *spanSample) {
+	never := func(int) bool { return false }
 	ns, short := treeDelta(sp.a.cpu, e.cpu, never)
 	in.TreeCPU, in.TreeShort = time.Duration(ns), short
 	switch {
@@ -208,9 +215,11 @@ func (a *apple) end(m *Meter, b *backendState, sp *appleSpan, in *spanSample) {
 		nj, _ := treeDelta(sp.a.procs, e.procs, never)
 		in.RAPLJoules = float64(nj) / 1e9
 	}
+}
 
-	// GPU: the clients' GPU time, and, only when the tree had some, the rail at its next
-	// change after the span.
+// endGPU puts the GPU side into in: the clients' GPU time, and, only when the tree had some,
+// the rail at its next change after the span.
+func (a *apple) endGPU(sp *appleSpan, e *appleSnap, inTree func(int) bool, in *spanSample) {
 	if a.gpu == nil {
 		// Without the clients the tree's GPU time is unknown: an Apple Silicon GPU is always
 		// there, so the figure assumes it was used and estimates it.
@@ -220,19 +229,6 @@ func (a *apple) end(m *Meter, b *backendState, sp *appleSpan, in *spanSample) {
 	if sp.a.gpuErr != nil || e.gpuErr != nil {
 		in.GPUUsed, in.GPUErr = true, errors.Join(sp.a.gpuErr, e.gpuErr)
 		return
-	}
-	inTree := func(pid int) bool {
-		for _, p := range pids {
-			if p == pid {
-				return true
-			}
-		}
-		for _, p := range sp.a.cpu {
-			if p.pid == pid {
-				return true
-			}
-		}
-		return false
 	}
 	if r := appleGPU(sp.a.clients, e.clients, inTree, 0, 0, nil); !r.Used {
 		return // no GPU time: exactly 0, no rail needed

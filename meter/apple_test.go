@@ -520,3 +520,28 @@ func TestAppleStatus(t *testing.T) {
 		t.Fatalf("backends: %+v", rep.Backends)
 	}
 }
+
+// TestAppleSwitch: "on" without the counters refuses to start; "off" never opens them.
+func TestAppleSwitch(t *testing.T) {
+	dir := t.TempDir()
+	opened := false
+	base := Options{RAPL: "off", NVML: "off", SkipProbe: true, ProcRoot: dir, SysfsRoot: dir, DevRoot: dir,
+		apple: func() (*apple, error) { opened = true; return nil, errNotDarwin }}
+	o := base
+	o.Apple = "on"
+	if m, err := New(o); err == nil || !errors.Is(err, ErrNoData) {
+		m.Close()
+		t.Fatalf("apple on without counters: err = %v", err)
+	}
+	o, opened = base, false
+	o.Apple = "off"
+	m, err := New(o)
+	if err != nil || opened {
+		t.Fatalf("apple off: err = %v, opened = %v", err, opened)
+	}
+	m.Close()
+	o.Apple = "maybe"
+	if _, err := New(o); err == nil {
+		t.Fatal("apple maybe: no error")
+	}
+}

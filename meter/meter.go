@@ -218,17 +218,8 @@ func (m *Meter) detectCounters() error {
 	if !o.SkipProbe {
 		m.probeAtStart()
 	}
-	if m.mac != nil && m.mac.cpu == nil && m.mac.gpu == nil {
-		m.macErr = errors.Join(m.mac.cpuErr, m.mac.gpuErr)
-		m.mac.close()
-		m.mac = nil
-	}
-	if o.Apple == "on" && m.macErr != nil {
-		m.gpu.close()
-		if m.rapl != nil {
-			m.rapl.close()
-		}
-		return fmt.Errorf("meter: apple is on but unusable: %w", m.macErr)
+	if err := m.keepApple(); err != nil {
+		return err
 	}
 	if detected != nil && m.rapl == nil {
 		detected.close() // dead: its files need not stay open
@@ -245,6 +236,24 @@ func (m *Meter) detectCounters() error {
 		}
 		m.mac.close()
 		return fmt.Errorf("meter: nvml is on but unusable: %w", m.gpuErr)
+	}
+	return nil
+}
+
+// keepApple drops the Apple Silicon meter when neither of its counters survived detection
+// and the probes, and fails, releasing the other counters, when it was switched "on".
+func (m *Meter) keepApple() error {
+	if m.mac != nil && m.mac.cpu == nil && m.mac.gpu == nil {
+		m.macErr = errors.Join(m.mac.cpuErr, m.mac.gpuErr)
+		m.mac.close()
+		m.mac = nil
+	}
+	if m.opts.Apple == "on" && m.macErr != nil {
+		m.gpu.close()
+		if m.rapl != nil {
+			m.rapl.close()
+		}
+		return fmt.Errorf("meter: apple is on but unusable: %w", m.macErr)
 	}
 	return nil
 }
