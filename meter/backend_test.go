@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 // helperEnv makes the test binary act as a stand-in backend ("backend", "idle-backend") or as
@@ -174,14 +176,14 @@ func TestRealBackendDiscoveryAndCPU(t *testing.T) {
 	if limit := time.Since(s.start).Seconds() * float64(runtime.NumCPU()) * DefaultCPUWattsPerCore; f.CPUJoules > limit {
 		t.Fatalf("CPU energy %v J is more than all cores could draw (%v J)", f.CPUJoules, limit)
 	}
-	if f.GPUJoules != 0 || f.Coverage != CoverageWhole {
+	if f.GPUJoules != 0 || f.Coverage != energy.CoverageWhole {
 		t.Fatalf("no GPU here, yet %+v", f)
 	}
 	if m.rapl == nil {
-		if f.Grade != GradeEstimated || f.Method != MethodCPUTimeModel || f.Reason != ReasonNoRAPL {
+		if f.Grade != energy.Estimated || f.Method != MethodCPUTimeModel || f.Reason != ReasonNoRAPL {
 			t.Fatalf("without RAPL the figure is %+v; want a cpu-time-model estimate with reason no-rapl", f)
 		}
-	} else if f.Grade == GradeEstimated && f.Reason == "" {
+	} else if f.Grade == energy.Estimated && f.Reason == "" {
 		t.Fatalf("estimated without a reason: %+v", f)
 	}
 

@@ -11,10 +11,6 @@ import (
 // so its reading would be short.
 var ErrCounterStale = errors.New("meter: counter did not update after the span ended")
 
-// DefaultNVMLWait bounds how long End waits for NVML's energy counter to update after a span.
-// NVML refreshes it about every 100 ms (less on recent parts); 250 ms allows for two periods.
-const DefaultNVMLWait = 250 * time.Millisecond
-
 // gpuDevice is what the meter needs from one GPU. nvml.go implements it over go-nvml.
 type gpuDevice interface {
 	Name() string
@@ -80,8 +76,22 @@ type gpuResult struct {
 // energy counter to update after the span ended, so the delta is not short.
 func (g *gpus) attribute(begin, end *gpuSnap, inTree func(uint32) bool, start time.Time) gpuResult {
 	r := gpuResult{Share: 1}
-	var used [64]int
-	nUsed := 0
+	var buf [64]int
+	used, vanished := g.usedDevices(begin, end, inTree, buf[:0])
+	r.Vanished = vanished
+	if len(used) == 0 {
+		return r
+	}
+	r.Used = true
+	// Shares and utilisation first: they do not depend on the wait.
+	r.Share, r.Busy = g.shares(begin, end, used, inTree, start)
+	r.Joules, r.Err = g.joules(begin, end, used)
+	return r
+}
+
+// usedDevices appends to dst the devices on which a process of the tree ran at either end of
+// the span, and reports whether a process of the tree listed at the start was gone at the end.
+func (g *gpus) usedDevices(begin, end *gpuSnap, inTree func(uint32) bool, dst []int) (used []int, vanished bool) {
 	for i := range g.devs {
 		if i >= len(begin.pids) || i >= len(end.pids) {
 			break
@@ -91,7 +101,7 @@ func (g *gpus) attribute(begin, end *gpuSnap, inTree func(uint32) bool, start ti
 			if inTree(p) {
 				onBegin = true
 				if !slices.Contains(end.pids[i], p) {
-					r.Vanished = true
+					vanished = true
 				}
 			}
 		}
@@ -100,20 +110,21 @@ func (g *gpus) attribute(begin, end *gpuSnap, inTree func(uint32) bool, start ti
 				onEnd = true
 			}
 		}
-		if (onBegin || onEnd) && nUsed < len(used) {
-			used[nUsed] = i
-			nUsed++
+		if (onBegin || onEnd) && len(dst) < cap(dst) {
+			dst = append(dst, i)
 		}
 	}
-	if nUsed == 0 {
-		return r
-	}
-	r.Used = true
+	return dst, vanished
+}
 
-	// Shares and utilisation first: they do not depend on the wait.
+// shares returns the tree's smallest share of a used device's process time (1 when no other
+// process was listed on it) and how many GPUs' worth it kept busy, from NVML's per-process
+// utilisation since start (0 when unknown).
+func (g *gpus) shares(begin, end *gpuSnap, used []int, inTree func(uint32) bool, start time.Time) (share, busy float64) {
 	since := uint64(start.UnixMicro())
+	share = 1
 	busyKnown := true
-	for _, i := range used[:nUsed] {
+	for _, i := range used {
 		others := false
 		for _, ps := range [][]uint32{begin.pids[i], end.pids[i]} {
 			for _, p := range ps {
@@ -135,42 +146,43 @@ func (g *gpus) attribute(begin, end *gpuSnap, inTree func(uint32) bool, start ti
 		if err != nil || len(stamps) == 0 {
 			busyKnown = false
 		} else {
-			r.Busy += float64(tree) / 100 / float64(len(stamps))
+			busy += float64(tree) / 100 / float64(len(stamps))
 		}
-		share := 1.0
+		devShare := 1.0
 		if others {
-			share = 0
+			devShare = 0
 			if err == nil && all > 0 {
-				share = float64(tree) / float64(all)
+				devShare = float64(tree) / float64(all)
 			}
 		}
-		r.Share = min(r.Share, share)
+		share = min(share, devShare)
 	}
 	if !busyKnown {
-		r.Busy = 0
+		busy = 0
 	}
+	return share, busy
+}
 
-	// Energy: wait until every used counter has moved past its reading at the span's end.
-	final := make([]uint64, nUsed)
-	done := make([]bool, nUsed)
-	for k, i := range used[:nUsed] {
+// joules returns the used devices' energy over the span, in J. It waits, bounded by g.wait,
+// until every used counter has moved past its reading at the span's end.
+func (g *gpus) joules(begin, end *gpuSnap, used []int) (float64, error) {
+	final := make([]uint64, len(used))
+	done := make([]bool, len(used))
+	for _, i := range used {
 		if begin.eerr[i] != nil || end.eerr[i] != nil {
-			r.Err = fmt.Errorf("gpu %d %s: %w", i, g.devs[i].Name(), errors.Join(begin.eerr[i], end.eerr[i]))
-			return r
+			return 0, fmt.Errorf("gpu %d %s: %w", i, g.devs[i].Name(), errors.Join(begin.eerr[i], end.eerr[i]))
 		}
-		done[k] = false
 	}
 	deadline := time.Now().Add(g.wait)
 	for {
 		all := true
-		for k, i := range used[:nUsed] {
+		for k, i := range used {
 			if done[k] {
 				continue
 			}
 			e, err := g.devs[i].EnergyMJ()
 			if err != nil {
-				r.Err = fmt.Errorf("gpu %d %s: %w", i, g.devs[i].Name(), err)
-				return r
+				return 0, fmt.Errorf("gpu %d %s: %w", i, g.devs[i].Name(), err)
 			}
 			if e != end.energy[i] {
 				final[k], done[k] = e, true
@@ -182,19 +194,18 @@ func (g *gpus) attribute(begin, end *gpuSnap, inTree func(uint32) bool, start ti
 			break
 		}
 		if !time.Now().Before(deadline) {
-			r.Err = fmt.Errorf("nvml: %w within %v", ErrCounterStale, g.wait)
-			return r
+			return 0, fmt.Errorf("nvml: %w within %v", ErrCounterStale, g.wait)
 		}
 		g.sleep(g.poll)
 	}
-	for k, i := range used[:nUsed] {
+	var joules float64
+	for k, i := range used {
 		if final[k] < begin.energy[i] {
-			r.Err = fmt.Errorf("gpu %d %s: energy went backwards", i, g.devs[i].Name())
-			return r
+			return 0, fmt.Errorf("gpu %d %s: energy went backwards", i, g.devs[i].Name())
 		}
-		r.Joules += float64(final[k]-begin.energy[i]) / 1000
+		joules += float64(final[k]-begin.energy[i]) / 1000
 	}
-	return r
+	return joules, nil
 }
 
 func (g *gpus) close() error {

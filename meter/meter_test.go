@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 func noGPU() (*gpus, error) { return nil, fmt.Errorf("%w: test", ErrNoData) }
@@ -66,17 +68,17 @@ func TestEstimates(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := m.Begin(tc.backend).End(tc.work)
-			if f.Grade != GradeEstimated || f.Method != MethodTokenModel || f.Reason != tc.reason ||
+			if f.Grade != energy.Estimated || f.Method != MethodTokenModel || f.Reason != tc.reason ||
 				f.Joules < tc.joules-1e-9 || f.Joules > tc.joules+1e-9 {
 				t.Fatalf("figure = %+v, want %v J", f, tc.joules)
 			}
 		})
 	}
 	var nilm *Meter
-	if f := nilm.Begin("x").End(Work{CompletionTokens: 1}); f.Joules != DefaultRemoteJPerCompletion || f.Grade != GradeEstimated {
+	if f := nilm.Begin("x").End(Work{CompletionTokens: 1}); f.Joules != DefaultRemoteJPerCompletion || f.Grade != energy.Estimated {
 		t.Fatalf("nil meter figure = %+v", f)
 	}
-	if nilm.StageWatts() != DefaultCPUWattsPerCore || nilm.Close() != nil {
+	if nilm.Close() != nil {
 		t.Fatal("nil meter")
 	}
 }
@@ -98,7 +100,7 @@ func TestFixtureMeasured(t *testing.T) {
 	m, _ := cpuFixtureMeter(t, nil)
 	f := m.Begin("ollama").End(Work{})
 	// The fixture's RAPL and host counters stand still: 0 J, but measured, and no GPU.
-	if f.Grade != GradeMeasured || f.Method != MethodRAPL || f.Coverage != CoverageWhole || f.Reason != "" || f.Joules != 0 {
+	if f.Grade != energy.Measured || f.Method != MethodRAPL || f.Coverage != energy.CoverageWhole || f.Reason != "" || f.Joules != 0 {
 		t.Fatalf("figure = %+v", f)
 	}
 }
@@ -126,7 +128,7 @@ func TestOverlap(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			spans := map[string]*Span{}
-			figs := map[string]Figure{}
+			figs := map[string]energy.Figure{}
 			for _, st := range tc.steps {
 				backend := "ollama"
 				if st.span == "r" {
@@ -182,7 +184,7 @@ func TestPermissionOnce(t *testing.T) {
 	before := rfs.refused.Load()
 	for range 3 {
 		f := m.Begin("ollama").End(Work{})
-		if f.Reason != ReasonPermission || f.Grade != GradeEstimated || f.Method != MethodCPUTimeModel {
+		if f.Reason != ReasonPermission || f.Grade != energy.Estimated || f.Method != MethodCPUTimeModel {
 			t.Fatalf("figure = %+v", f)
 		}
 	}

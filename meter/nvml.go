@@ -27,7 +27,7 @@ func openNVML(lib nvml.Interface) (*gpus, error) {
 		}
 		return nil, fmt.Errorf("%w: nvml: no GPU", ErrNoData)
 	}
-	g := &gpus{wait: DefaultNVMLWait, poll: 5 * time.Millisecond, sleep: time.Sleep,
+	g := &gpus{wait: defaultNVMLWait, poll: 5 * time.Millisecond, sleep: time.Sleep,
 		closeFn: func() error {
 			if ret := lib.Shutdown(); ret != nvml.SUCCESS {
 				return errors.New(nvml.ErrorString(ret))

@@ -15,6 +15,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 // gpuScript drives one mock device: its energy counter, which advances by step on every read,
@@ -84,7 +85,7 @@ func fixtureMeter(t *testing.T, gpu func() (*gpus, error)) (*Meter, string) {
 	procRoot, _ := procFixture(t)
 	m, err := New(Options{
 		SysfsRoot: sysFixture(t, "sys-one-socket.txtar"), ProcRoot: procRoot, DevRoot: t.TempDir(),
-		SkipProbe: true, NVMLWait: 40 * time.Millisecond, nvml: gpu,
+		SkipProbe: true, nvmlWait: 40 * time.Millisecond, nvml: gpu,
 		Backends: []BackendInfo{{Name: "ollama", URL: "http://127.0.0.1:11434"}},
 	})
 	if err != nil {
@@ -122,25 +123,25 @@ func TestNVMLSpans(t *testing.T) {
 		name   string
 		script *gpuScript
 		vanish bool // the runner's GPU worker (102) exits mid-span
-		want   Figure
+		want   energy.Figure
 	}{
 		{name: "sole user",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }},
-			want:   Figure{Joules: 100, Grade: GradeMeasured, Coverage: CoverageWhole, Method: "rapl+nvml", GPUJoules: 100}},
+			want:   energy.Figure{Joules: 100, Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl+nvml", GPUJoules: 100}},
 		{name: "shared GPU",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102, 4242} },
 				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 40}, {Pid: 4242, SmUtil: 40}}},
-			want: Figure{Joules: 0, Grade: GradeMeasured, Coverage: CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
+			want: energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
 		{name: "shared GPU, no utilisation samples",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102, 4242} }},
-			want:   Figure{Joules: 0, Grade: GradeMeasured, Coverage: CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
+			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
 		{name: "other process present but idle: ≥ 99% of process time",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102, 4242} },
 				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 97}, {Pid: 4242, SmUtil: 0}}},
-			want: Figure{Joules: 100, Grade: GradeMeasured, Coverage: CoverageWhole, Method: "rapl+nvml", GPUJoules: 100}},
+			want: energy.Figure{Joules: 100, Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl+nvml", GPUJoules: 100}},
 		{name: "no GPU time: exactly 0 though the rail moves",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{4242} }},
-			want:   Figure{Joules: 0, Grade: GradeMeasured, Coverage: CoverageWhole, Method: "rapl", GPUJoules: 0}},
+			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl", GPUJoules: 0}},
 		{name: "GPU process vanished mid-span",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(call int) []uint32 {
 				if call == 1 {
@@ -149,11 +150,11 @@ func TestNVMLSpans(t *testing.T) {
 				return nil
 			}},
 			vanish: true,
-			want:   Figure{Joules: 0, Grade: GradeMeasured, Coverage: CoveragePartial, Method: "rapl", Reason: ReasonGPUVanished}},
+			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUVanished}},
 		{name: "counter did not update after the span",
 			script: &gpuScript{energy: 5_000_000, step: 0, pids: func(int) []uint32 { return []uint32{102} },
 				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 50}, {Pid: 102, SmUtil: 50}}},
-			want: Figure{Grade: GradeEstimated, Coverage: CoverageWhole, Method: "rapl+gpu-model", Reason: ReasonCounterStale}},
+			want: energy.Figure{Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "rapl+gpu-model", Reason: ReasonCounterStale}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

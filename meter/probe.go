@@ -12,14 +12,6 @@ import (
 	"time"
 )
 
-// Liveness probe: under load, a counter must advance at least probeAdvances times in at least
-// probeQuorum of the intervals of a window of at least probeWindow.
-const (
-	probeAdvances = 5
-	probeQuorum   = 0.8
-	probeWindow   = 300 * time.Millisecond
-)
-
 // probeTarget is one counter to probe: a monotone reading and how often it updates.
 type probeTarget struct {
 	name     string
@@ -226,6 +218,24 @@ func (m *Meter) Status(ctx context.Context, powerWindow time.Duration) Report {
 	} else {
 		add(probeTarget{name: "nvml"}, m.gpuErr, ReasonNoNVML, true, 1e-3)
 	}
+	if m.appleShown() {
+		switch {
+		case m.mac == nil:
+			add(probeTarget{name: "proc-energy"}, m.macErr, ReasonNoProcEnergy, true, 1e-9)
+			add(probeTarget{name: "gpu-rail"}, m.macErr, ReasonNoGPURail, true, 1e-9)
+		default:
+			if m.mac.cpu != nil {
+				add(m.mac.cpuTarget(m.selfPID), nil, ReasonNoProcEnergy, false, 0) // this process's own energy: no host power
+			} else {
+				add(probeTarget{name: "proc-energy"}, m.mac.cpuErr, ReasonNoProcEnergy, false, 0)
+			}
+			if m.mac.gpu != nil {
+				add(m.mac.railTarget(), nil, ReasonNoGPURail, true, 1e-9)
+			} else {
+				add(probeTarget{name: "gpu-rail"}, m.mac.gpuErr, ReasonNoGPURail, true, 1e-9)
+			}
+		}
+	}
 	add(m.procTarget(), nil, ReasonCounterError, false, 0)
 	add(m.proxyTarget(), nil, ReasonCounterError, false, 0)
 	add(m.hostTarget(), nil, ReasonCounterError, false, 0)
@@ -284,6 +294,9 @@ func (m *Meter) backendStatus(b *backendState) BackendStatus {
 		bs.Source = "pid_file:" + b.info.PIDFile
 	default:
 		bs.Source = fmt.Sprintf("listen:%d", b.port)
+	}
+	if m.mac != nil {
+		return m.mac.backendStatus(m, b, bs)
 	}
 	pids, err := m.treePIDs(b, nil)
 	if err != nil {

@@ -11,11 +11,6 @@ import (
 	"time"
 )
 
-// DefaultRAPLMaxWatts is the most power one RAPL zone is assumed able to draw. It bounds how
-// long a counter can go unread before it might have wrapped twice: the largest server CPUs are
-// rated about 500 W, so 1000 W leaves a margin and errs towards distrust.
-const DefaultRAPLMaxWatts = 1000.0
-
 // ErrCounterWrap says a RAPL counter went unread long enough to have wrapped more than once,
 // or jumped by more than its zone could draw: the reading cannot be trusted.
 var ErrCounterWrap = errors.New("meter: counter may have wrapped more than once")
@@ -61,7 +56,7 @@ type raplReading struct {
 // fs.ErrPermission when energy_uj is root-only (Linux ≥ 5.10, CVE-2020-8694).
 func detectRAPL(fsys fileSystem, sysfsRoot string, now func() time.Time, maxWatts float64) (*rapl, error) {
 	if maxWatts <= 0 {
-		maxWatts = DefaultRAPLMaxWatts
+		maxWatts = raplMaxWatts
 	}
 	base := filepath.Join(sysfsRoot, "class", "powercap")
 	names, err := fsys.ReadDirNames(base)

@@ -1,15 +1,85 @@
 package meter
 
 import (
+	"cmp"
 	"errors"
 	"io/fs"
 	"strings"
 	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
+
+// Methods name how a figure was obtained. A figure made of a CPU part and a GPU part joins
+// their methods with "+" (for example "rapl+nvml"); a GPU part that is exactly zero because the
+// backend used no GPU adds nothing ("rapl" with coverage whole).
+const (
+	MethodRAPL         = "rapl"
+	MethodNVML         = "nvml"
+	MethodCPUTimeModel = "cpu-time-model"
+	MethodGPUModel     = "gpu-model"
+	MethodTokenModel   = "token-model"
+	MethodProcEnergy   = "proc-energy" // macOS: the tree's own CPU energy, proc_pid_rusage ri_energy_nj
+	MethodIOReport     = "ioreport"    // macOS: the GPU rail, IOReport Energy Model / GPU Energy
+)
+
+// Reasons say, in a stable machine-readable word, why a figure is not measured, or why its
+// coverage is partial. Several are joined with ";".
+const (
+	ReasonNoRAPL          = "no-rapl"              // no usable RAPL counter on this host
+	ReasonNoNVML          = "no-nvml"              // the tree used a GPU but NVML cannot measure it
+	ReasonSpanOverlap     = "span-overlap"         // another local span of this proxy overlapped
+	ReasonHostShared      = "host-shared"          // tree + proxy had < 99% of the host's busy CPU time
+	ReasonGPUShared       = "gpu-shared"           // the tree had < 99% of the GPU's process time
+	ReasonGPUVanished     = "gpu-process-vanished" // a GPU process of the tree left mid-span
+	ReasonProcessVanished = "process-vanished"     // a process of the tree ended mid-span: its CPU time is short
+	ReasonCounterStale    = "counter-stale"        // NVML's counter did not update after the span ended
+	ReasonCounterWrap     = "counter-wrap"         // a RAPL counter may have wrapped more than once
+	ReasonCounterDead     = "counter-dead"         // the counter failed its liveness probe at start
+	ReasonPermission      = "permission-denied"    // the counter is not readable by this user
+	ReasonCounterError    = "counter-error"        // any other failed read
+	ReasonRemoteBackend   = "remote-backend"       // the backend runs elsewhere: no process here
+	ReasonNoProcess       = "no-process"           // a local backend whose processes were not found
+	ReasonNoProcEnergy    = "no-proc-energy"       // macOS: the per-process CPU energy cannot be read
+	ReasonNoGPURail       = "no-gpu-rail"          // macOS: the tree used the GPU but the rail cannot be read
+)
+
+// Thresholds. The honesty rules rest on these numbers; each is named once, here.
 
 // dominantShare is how much of a shared resource a tree must have had for the resource's
 // counter to be its measured figure.
 const dominantShare = 0.99
+
+// raplMaxWatts is the most power one RAPL zone is assumed able to draw. It bounds how
+// long a counter can go unread before it might have wrapped twice: the largest server CPUs are
+// rated about 500 W, so 1000 W leaves a margin and errs towards distrust.
+const raplMaxWatts = 1000.0
+
+// defaultNVMLWait bounds how long End waits for NVML's energy counter to update after a span.
+// NVML refreshes it about every 100 ms (less on recent parts); 250 ms allows for two periods.
+const defaultNVMLWait = 250 * time.Millisecond
+
+// Liveness probe: under load, a counter must advance at least probeAdvances times in at least
+// probeQuorum of the intervals of a window of at least probeWindow.
+const (
+	probeAdvances = 5
+	probeQuorum   = 0.8
+	probeWindow   = 300 * time.Millisecond
+)
+
+// treeTTL is how long Begin trusts the tree last known complete (walked, or confirmed by an
+// End) without reading the last PID: a child born just before Begin and missed then is found
+// by End, which never trusts a tree walked before the last PID moved, and makes the count
+// short rather than wrong.
+const treeTTL = time.Second
+
+// rediscoverEvery limits how often a backend whose process was not found is looked for again:
+// discovery by port scans every process's descriptors.
+const rediscoverEvery = time.Second
+
+// inProcessRecheck is how often a backend found listening in this process is checked again:
+// /proc/net/tcp must still show the same listening socket.
+const inProcessRecheck = 30 * time.Second
 
 // spanSample is everything the attribution rules need about one closed span. Span.End gathers
 // it from the counters; attribute turns it into a Figure. Keeping the rules a pure function of
@@ -34,9 +104,15 @@ type spanSample struct {
 	// CPU power model, W per busy core.
 	CPUWatts float64
 
-	// RAPL: the delta over the span, or why there is none (ErrNoData: no RAPL here).
+	// RAPL: the delta over the span, or why there is none (ErrNoData: no RAPL here). With
+	// PerProcess, the same two carry the tree's own CPU energy (Apple's proc_pid_rusage): no
+	// host-wide counter, so no 99% rule, but a short tree count is never a figure.
 	RAPLJoules float64
 	RAPLErr    error
+	PerProcess bool
+	// GPUNoData names a missing GPU counter's reason ("": no-nvml); GPUMethod names the GPU
+	// counter ("": nvml).
+	GPUNoData, GPUMethod string
 
 	// GPU. GPUUsed: the tree had GPU time (NVML lists one of its PIDs; without NVML, one of
 	// its processes holds a GPU device open). GPUErr: why the NVML delta is unusable
@@ -59,13 +135,16 @@ type spanSample struct {
 //     plus the proxy had ≥ 99% of the host's busy CPU time. Otherwise the tree's CPU time ×
 //     W per core, or the token model when the tree's CPU time is short (a process vanished).
 //     A shared counter is never split by time share.
+//   - CPU on macOS (PerProcess): the tree's own energy needs no 99% rule, but an overlap, or a
+//     process that vanished (its energy went with it), makes it an estimate.
 //   - GPU: a tree with no GPU time has a GPU figure of exactly 0, measured. A tree that had
-//     ≥ 99% of the used GPUs' process time, with no overlap, gets the NVML delta. A shared GPU,
+//     ≥ 99% of the used GPUs' process time (on macOS: of all IOAccelerator clients' GPU time),
+//     with no overlap, gets the NVML delta (on macOS: the IOReport rail's). A shared GPU,
 //     or a GPU process that vanished mid-span, gives no GPU figure: coverage is partial.
 //     Without a usable NVML delta the GPU power model estimates.
 //
 // Reason is "" only for a measured figure of whole coverage.
-func attribute(s spanSample) Figure {
+func attribute(s spanSample) energy.Figure {
 	var rs reasons
 	if !s.Local {
 		rs.add(ReasonRemoteBackend)
@@ -76,18 +155,25 @@ func attribute(s spanSample) Figure {
 		return tokenFigure(s, rs)
 	}
 
-	f := Figure{Coverage: CoverageWhole}
+	f := energy.Figure{Coverage: energy.CoverageWhole}
 	cpuMeasured := false
+	cpuNoData, cpuMethod := ReasonNoRAPL, MethodRAPL
+	if s.PerProcess {
+		cpuNoData, cpuMethod = ReasonNoProcEnergy, MethodProcEnergy
+	}
 	switch {
 	case s.RAPLErr != nil:
-		rs.add(reasonFor(s.RAPLErr, ReasonNoRAPL))
+		rs.add(reasonFor(s.RAPLErr, cpuNoData))
 	default:
 		cpuMeasured = true
 		if s.Overlap {
 			cpuMeasured = false
 			rs.add(ReasonSpanOverlap)
 		}
-		if s.HostErr != nil {
+		if s.PerProcess {
+			// The tree's own counters: a process that vanished took its energy with it.
+			cpuMeasured = cpuMeasured && !s.TreeShort
+		} else if s.HostErr != nil {
 			cpuMeasured = false
 			rs.add(reasonFor(s.HostErr, ReasonCounterError))
 		} else if !dominant(s.TreeCPU+s.ProxyCPU, s.HostBusy) {
@@ -95,7 +181,6 @@ func attribute(s spanSample) Figure {
 			rs.add(ReasonHostShared)
 		}
 	}
-	cpuMethod := MethodRAPL
 	switch {
 	case cpuMeasured:
 		f.CPUJoules = s.RAPLJoules
@@ -112,7 +197,7 @@ func attribute(s spanSample) Figure {
 	case !s.GPUUsed:
 		f.GPUJoules = 0 // exactly: no GPU time, no rail needed
 	case s.GPUVanished:
-		f.Coverage = CoveragePartial
+		f.Coverage = energy.CoveragePartial
 		rs.add(ReasonGPUVanished)
 	case s.GPUErr != nil:
 		gpuMeasured, gpuMethod = false, MethodGPUModel
@@ -121,19 +206,19 @@ func attribute(s spanSample) Figure {
 			busy = 1
 		}
 		f.GPUJoules = s.GPUWatts * s.Wall.Seconds() * busy
-		rs.add(reasonFor(s.GPUErr, ReasonNoNVML))
+		rs.add(reasonFor(s.GPUErr, cmp.Or(s.GPUNoData, ReasonNoNVML)))
 	case s.Overlap || s.GPUShare < dominantShare:
-		f.Coverage = CoveragePartial
+		f.Coverage = energy.CoveragePartial
 		rs.add(ReasonGPUShared)
 	default:
 		f.GPUJoules = s.GPUJoules
-		gpuMethod = MethodNVML
+		gpuMethod = cmp.Or(s.GPUMethod, MethodNVML)
 	}
 
 	f.Joules = f.CPUJoules + f.GPUJoules
-	f.Grade = GradeEstimated
+	f.Grade = energy.Estimated
 	if cpuMeasured && gpuMeasured {
-		f.Grade = GradeMeasured
+		f.Grade = energy.Measured
 	}
 	f.Method = cpuMethod
 	if gpuMethod != "" {
@@ -149,9 +234,9 @@ func dominant(part, whole time.Duration) bool {
 }
 
 // tokenFigure prices the call's tokens.
-func tokenFigure(s spanSample, rs reasons) Figure {
+func tokenFigure(s spanSample, rs reasons) energy.Figure {
 	j := float64(s.PromptTokens)*s.JPerPrompt + float64(s.CompletionTokens)*s.JPerCompletion
-	return Figure{Joules: j, Grade: GradeEstimated, Coverage: CoverageWhole, Method: MethodTokenModel,
+	return energy.Figure{Joules: j, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: MethodTokenModel,
 		Reason: rs.String()}
 }
 

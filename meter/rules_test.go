@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"testing"
 	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 // good is a local span where every rule allows a measured, whole figure: RAPL read cleanly, no
@@ -27,57 +29,57 @@ func TestAttribute(t *testing.T) {
 	tests := []struct {
 		name string
 		edit func(*spanSample)
-		want Figure
+		want energy.Figure
 	}{
 		{name: "measured: sole user of CPU and GPU", edit: func(*spanSample) {},
-			want: Figure{Joules: 520, Grade: GradeMeasured, Coverage: CoverageWhole, Method: "rapl+nvml", CPUJoules: 120, GPUJoules: 400}},
+			want: energy.Figure{Joules: 520, Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl+nvml", CPUJoules: 120, GPUJoules: 400}},
 		{name: "remote backend is priced by tokens", edit: func(s *spanSample) { s.Local = false },
-			want: Figure{Joules: tokens, Grade: GradeEstimated, Coverage: CoverageWhole, Method: MethodTokenModel, Reason: ReasonRemoteBackend}},
+			want: energy.Figure{Joules: tokens, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: MethodTokenModel, Reason: ReasonRemoteBackend}},
 		{name: "local backend without processes is priced by tokens", edit: func(s *spanSample) { s.TreeFound = false },
-			want: Figure{Joules: tokens, Grade: GradeEstimated, Coverage: CoverageWhole, Method: MethodTokenModel, Reason: ReasonNoProcess}},
+			want: energy.Figure{Joules: tokens, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: MethodTokenModel, Reason: ReasonNoProcess}},
 		{name: "no RAPL: CPU time model", edit: func(s *spanSample) { s.RAPLErr = fmt.Errorf("%w: no powercap", ErrNoData) },
-			want: Figure{Joules: 430, Grade: GradeEstimated, Coverage: CoverageWhole, Method: "cpu-time-model+nvml", Reason: ReasonNoRAPL, CPUJoules: 30, GPUJoules: 400}},
+			want: energy.Figure{Joules: 430, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "cpu-time-model+nvml", Reason: ReasonNoRAPL, CPUJoules: 30, GPUJoules: 400}},
 		{name: "refused RAPL read", edit: func(s *spanSample) {
 			s.RAPLErr = &fs.PathError{Op: "open", Path: "energy_uj", Err: fs.ErrPermission}
 		},
-			want: Figure{Joules: 430, Grade: GradeEstimated, Coverage: CoverageWhole, Method: "cpu-time-model+nvml", Reason: ReasonPermission, CPUJoules: 30, GPUJoules: 400}},
+			want: energy.Figure{Joules: 430, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "cpu-time-model+nvml", Reason: ReasonPermission, CPUJoules: 30, GPUJoules: 400}},
 		{name: "RAPL may have wrapped twice", edit: func(s *spanSample) { s.RAPLErr = fmt.Errorf("rapl: %w", ErrCounterWrap) },
-			want: Figure{Joules: 430, Grade: GradeEstimated, Coverage: CoverageWhole, Method: "cpu-time-model+nvml", Reason: ReasonCounterWrap, CPUJoules: 30, GPUJoules: 400}},
+			want: energy.Figure{Joules: 430, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "cpu-time-model+nvml", Reason: ReasonCounterWrap, CPUJoules: 30, GPUJoules: 400}},
 		{name: "dead RAPL", edit: func(s *spanSample) { s.RAPLErr = errCounterDead },
-			want: Figure{Joules: 430, Grade: GradeEstimated, Coverage: CoverageWhole, Method: "cpu-time-model+nvml", Reason: ReasonCounterDead, CPUJoules: 30, GPUJoules: 400}},
+			want: energy.Figure{Joules: 430, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "cpu-time-model+nvml", Reason: ReasonCounterDead, CPUJoules: 30, GPUJoules: 400}},
 		{name: "overlap: CPU estimated and no GPU figure", edit: func(s *spanSample) { s.Overlap = true },
-			want: Figure{Joules: 30, Grade: GradeEstimated, Coverage: CoveragePartial, Method: MethodCPUTimeModel, Reason: "span-overlap;gpu-shared", CPUJoules: 30}},
+			want: energy.Figure{Joules: 30, Grade: energy.Estimated, Coverage: energy.CoveragePartial, Method: MethodCPUTimeModel, Reason: "span-overlap;gpu-shared", CPUJoules: 30}},
 		{name: "host shared: 98.9% of busy time", edit: func(s *spanSample) { s.HostBusy = time.Duration(float64(s.TreeCPU+s.ProxyCPU) / 0.989) },
-			want: Figure{Joules: 430, Grade: GradeEstimated, Coverage: CoverageWhole, Method: "cpu-time-model+nvml", Reason: ReasonHostShared, CPUJoules: 30, GPUJoules: 400}},
+			want: energy.Figure{Joules: 430, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "cpu-time-model+nvml", Reason: ReasonHostShared, CPUJoules: 30, GPUJoules: 400}},
 		{name: "host exactly 99%: measured", edit: func(s *spanSample) { s.HostBusy = time.Duration(float64(s.TreeCPU+s.ProxyCPU) / 0.99) },
-			want: Figure{Joules: 520, Grade: GradeMeasured, Coverage: CoverageWhole, Method: "rapl+nvml", CPUJoules: 120, GPUJoules: 400}},
+			want: energy.Figure{Joules: 520, Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl+nvml", CPUJoules: 120, GPUJoules: 400}},
 		{name: "the proxy's time counts with the tree's", edit: func(s *spanSample) { s.HostBusy = s.TreeCPU + s.ProxyCPU; s.ProxyCPU = 0 },
-			want: Figure{Joules: 430, Grade: GradeEstimated, Coverage: CoverageWhole, Method: "cpu-time-model+nvml", Reason: ReasonHostShared, CPUJoules: 30, GPUJoules: 400}},
+			want: energy.Figure{Joules: 430, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "cpu-time-model+nvml", Reason: ReasonHostShared, CPUJoules: 30, GPUJoules: 400}},
 		{name: "host time unreadable", edit: func(s *spanSample) { s.HostErr = errors.New("boom") },
-			want: Figure{Joules: 430, Grade: GradeEstimated, Coverage: CoverageWhole, Method: "cpu-time-model+nvml", Reason: ReasonCounterError, CPUJoules: 30, GPUJoules: 400}},
+			want: energy.Figure{Joules: 430, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "cpu-time-model+nvml", Reason: ReasonCounterError, CPUJoules: 30, GPUJoules: 400}},
 		{name: "vanished CPU process: short count is never a figure", edit: func(s *spanSample) { s.TreeShort = true; s.Overlap = true },
-			want: Figure{Joules: tokens, Grade: GradeEstimated, Coverage: CoverageWhole, Method: MethodTokenModel, Reason: "span-overlap;process-vanished"}},
+			want: energy.Figure{Joules: tokens, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: MethodTokenModel, Reason: "span-overlap;process-vanished"}},
 		{name: "vanished CPU process with RAPL sole user: still measured", edit: func(s *spanSample) { s.TreeShort = true },
-			want: Figure{Joules: 520, Grade: GradeMeasured, Coverage: CoverageWhole, Method: "rapl+nvml", CPUJoules: 120, GPUJoules: 400}},
+			want: energy.Figure{Joules: 520, Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl+nvml", CPUJoules: 120, GPUJoules: 400}},
 		{name: "no GPU time: exactly zero, no rail read", edit: func(s *spanSample) { s.GPUUsed = false; s.GPUErr = errors.New("rail unreadable") },
-			want: Figure{Joules: 120, Grade: GradeMeasured, Coverage: CoverageWhole, Method: MethodRAPL, CPUJoules: 120, GPUJoules: 0}},
+			want: energy.Figure{Joules: 120, Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: MethodRAPL, CPUJoules: 120, GPUJoules: 0}},
 		{name: "no GPU time without NVML", edit: func(s *spanSample) { s.GPUUsed = false; s.GPUErr = ErrNoData; s.RAPLErr = ErrNoData },
-			want: Figure{Joules: 30, Grade: GradeEstimated, Coverage: CoverageWhole, Method: MethodCPUTimeModel, Reason: ReasonNoRAPL, CPUJoules: 30}},
+			want: energy.Figure{Joules: 30, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: MethodCPUTimeModel, Reason: ReasonNoRAPL, CPUJoules: 30}},
 		{name: "GPU shared: 98% of process time", edit: func(s *spanSample) { s.GPUShare = 0.98 },
-			want: Figure{Joules: 120, Grade: GradeMeasured, Coverage: CoveragePartial, Method: MethodRAPL, Reason: ReasonGPUShared, CPUJoules: 120}},
+			want: energy.Figure{Joules: 120, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: MethodRAPL, Reason: ReasonGPUShared, CPUJoules: 120}},
 		{name: "GPU exactly 99%", edit: func(s *spanSample) { s.GPUShare = 0.99 },
-			want: Figure{Joules: 520, Grade: GradeMeasured, Coverage: CoverageWhole, Method: "rapl+nvml", CPUJoules: 120, GPUJoules: 400}},
+			want: energy.Figure{Joules: 520, Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl+nvml", CPUJoules: 120, GPUJoules: 400}},
 		{name: "GPU process vanished mid-span", edit: func(s *spanSample) { s.GPUVanished = true },
-			want: Figure{Joules: 120, Grade: GradeMeasured, Coverage: CoveragePartial, Method: MethodRAPL, Reason: ReasonGPUVanished, CPUJoules: 120}},
+			want: energy.Figure{Joules: 120, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: MethodRAPL, Reason: ReasonGPUVanished, CPUJoules: 120}},
 		{name: "GPU used without NVML: power model", edit: func(s *spanSample) { s.GPUErr = fmt.Errorf("%w: no library", ErrNoData); s.GPUBusy = 0 },
-			want: Figure{Joules: 720, Grade: GradeEstimated, Coverage: CoverageWhole, Method: "rapl+gpu-model", Reason: ReasonNoNVML, CPUJoules: 120, GPUJoules: 600}},
+			want: energy.Figure{Joules: 720, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "rapl+gpu-model", Reason: ReasonNoNVML, CPUJoules: 120, GPUJoules: 600}},
 		{name: "stale NVML counter: power model at the tree's utilisation", edit: func(s *spanSample) { s.GPUErr = fmt.Errorf("nvml: %w", ErrCounterStale) },
-			want: Figure{Joules: 420, Grade: GradeEstimated, Coverage: CoverageWhole, Method: "rapl+gpu-model", Reason: ReasonCounterStale, CPUJoules: 120, GPUJoules: 300}},
+			want: energy.Figure{Joules: 420, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "rapl+gpu-model", Reason: ReasonCounterStale, CPUJoules: 120, GPUJoules: 300}},
 		{name: "everything wrong at once", edit: func(s *spanSample) {
 			s.RAPLErr = ErrNoData
 			s.GPUVanished = true
 		},
-			want: Figure{Joules: 30, Grade: GradeEstimated, Coverage: CoveragePartial, Method: MethodCPUTimeModel, Reason: "no-rapl;gpu-process-vanished", CPUJoules: 30}},
+			want: energy.Figure{Joules: 30, Grade: energy.Estimated, Coverage: energy.CoveragePartial, Method: MethodCPUTimeModel, Reason: "no-rapl;gpu-process-vanished", CPUJoules: 30}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -87,14 +89,14 @@ func TestAttribute(t *testing.T) {
 			if !closeFigure(got, tc.want) {
 				t.Fatalf("attribute =\n %+v\nwant\n %+v", got, tc.want)
 			}
-			if (got.Reason == "") != (got.Grade == GradeMeasured && got.Coverage == CoverageWhole) {
+			if (got.Reason == "") != (got.Grade == energy.Measured && got.Coverage == energy.CoverageWhole) {
 				t.Fatalf("reason %q with grade %s and coverage %s", got.Reason, got.Grade, got.Coverage)
 			}
 		})
 	}
 }
 
-func closeFigure(a, b Figure) bool {
+func closeFigure(a, b energy.Figure) bool {
 	near := func(x, y float64) bool { d := x - y; return d < 1e-9 && d > -1e-9 }
 	return near(a.Joules, b.Joules) && near(a.CPUJoules, b.CPUJoules) && near(a.GPUJoules, b.GPUJoules) &&
 		a.Grade == b.Grade && a.Coverage == b.Coverage && a.Method == b.Method && a.Reason == b.Reason
@@ -105,7 +107,7 @@ func TestZeroGPUIsExact(t *testing.T) {
 	s := good()
 	s.GPUUsed = false
 	s.GPUJoules = 123.456 // what a rail read would have said
-	if f := attribute(s); f.GPUJoules != 0 || f.Joules != s.RAPLJoules || f.Grade != GradeMeasured {
+	if f := attribute(s); f.GPUJoules != 0 || f.Joules != s.RAPLJoules || f.Grade != energy.Measured {
 		t.Fatalf("no GPU time gave %+v", f)
 	}
 }

@@ -225,13 +225,12 @@ func openLedger(cfg *config.Config, log zerolog.Logger, a *app) (func(proxy.Call
 
 func meterOptions(cfg *config.Config, log zerolog.Logger) meter.Options {
 	o := meter.Options{
-		RAPL:              cfg.Meter.RAPL.Enabled,
-		NVML:              cfg.Meter.NVML.Enabled,
-		SysfsRoot:         cfg.Meter.RAPL.SysfsRoot,
-		CPUWattsPerCore:   cfg.Meter.CPUWattsPerCore,
-		GPUWatts:          cfg.Meter.GPUWatts,
-		StageWattsPerCore: cfg.Meter.StageWattsPerCore,
-		Logger:            log,
+		RAPL:            cfg.Meter.RAPL.Enabled,
+		NVML:            cfg.Meter.NVML.Enabled,
+		SysfsRoot:       cfg.Meter.RAPL.SysfsRoot,
+		CPUWattsPerCore: cfg.Meter.CPUWattsPerCore,
+		GPUWatts:        cfg.Meter.GPUWatts,
+		Logger:          log,
 	}
 	for _, tm := range cfg.Meter.TokenModels {
 		o.TokenModels = append(o.TokenModels, meter.TokenModel{Patterns: tm.Models, JPerPrompt: tm.JoulesPerPromptToken, JPerCompletion: tm.JoulesPerCompletionToken})

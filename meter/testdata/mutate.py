@@ -1,54 +1,90 @@
-# Mutation check for the attribution rules and counters: applies each mutation, runs
-# `go test .` in meter/, and reverts. Every line must say CAUGHT. Run from meter/:
+# Mutation check for the energy-honesty rules and the counters: applies each mutation, runs
+# `go test -count=1 .` in meter/, and reverts. Each mutation is reported as
+#   CAUGHT   a test failed
+#   MISSED   the tests passed: the rule is not guarded
+#   BUILD    the mutant did not compile (or vet refused it): that proves nothing, so it is not
+#            caught; rewrite the mutation so that it compiles
+#   MISSING  the pattern is not in the file exactly once: update it to the code as it is now
+# and the script exits 1 unless every mutation is CAUGHT. Run from meter/:
 #   python3 testdata/mutate.py [name substring ...]
 import subprocess, sys
 muts = [
- ("always measured", "rules.go", "\tf.Grade = GradeEstimated\n\tif cpuMeasured && gpuMeasured {", "\tf.Grade = GradeMeasured\n\tif cpuMeasured && gpuMeasured {"),
- ("always measured (token path too)", "rules.go", "Grade: GradeEstimated, Coverage: CoverageWhole, Method: MethodTokenModel", "Grade: GradeMeasured, Coverage: CoverageWhole, Method: MethodTokenModel"),
+ ("always measured", "rules.go", "\tf.Grade = energy.Estimated\n\tif cpuMeasured && gpuMeasured {", "\tf.Grade = energy.Measured\n\tif cpuMeasured && gpuMeasured {"),
+ ("always measured (token path too)", "rules.go", "Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: MethodTokenModel", "Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: MethodTokenModel"),
  ("overlap ignored in rules", "rules.go", "\t\tif s.Overlap {\n\t\t\tcpuMeasured = false", "\t\tif false {\n\t\t\tcpuMeasured = false"),
  ("overlap ignored for GPU", "rules.go", "case s.Overlap || s.GPUShare < dominantShare:", "case s.GPUShare < dominantShare:"),
- ("overlap only checked at Begin", "meter.go", "overlap = s.overlap || m.begins != s.seq", "overlap = s.overlap"),
+ ("overlap only checked at Begin", "span.go", "overlap = s.overlap || m.begins != s.seq", "overlap = s.overlap"),
  ("99% check removed", "rules.go", "} else if !dominant(s.TreeCPU+s.ProxyCPU, s.HostBusy) {", "} else if false {"),
  ("99% check without the proxy", "rules.go", "!dominant(s.TreeCPU+s.ProxyCPU, s.HostBusy)", "!dominant(s.TreeCPU, s.HostBusy)"),
  ("GPU share check removed", "rules.go", "case s.Overlap || s.GPUShare < dominantShare:", "case s.Overlap:"),
  ("exact zero replaced by rail read", "rules.go", "f.GPUJoules = 0 // exactly", "f.GPUJoules = s.GPUJoules // exactly"),
- ("vanished GPU process ignored (rules)", "rules.go", "\tcase s.GPUVanished:\n\t\tf.Coverage = CoveragePartial\n\t\trs.add(ReasonGPUVanished)\n", ""),
- ("vanished GPU process ignored (detection)", "gpu.go", "\t\t\t\t\tr.Vanished = true\n", ""),
- ("vanished CPU process ignored", "meter.go", "\t\tif !found {\n\t\t\tshort = true\n\t\t}\n\t}\n\treturn ns, short", "\t\t_ = found\n\t}\n\treturn ns, short"),
+ ("vanished GPU process ignored (rules)", "rules.go", "\tcase s.GPUVanished:\n\t\tf.Coverage = energy.CoveragePartial\n\t\trs.add(ReasonGPUVanished)\n", ""),
+ ("vanished GPU process ignored (detection)", "gpu.go", "\t\t\t\t\tvanished = true\n", ""),
+ ("vanished CPU process ignored", "tree.go", "\t\tif !found {\n\t\t\tshort = true\n\t\t}\n\t}\n\treturn ns, short", "\t\t_ = found\n\t}\n\treturn ns, short"),
  ("short CPU count reported as a figure", "rules.go", "\tcase s.TreeShort:\n\t\trs.add(ReasonProcessVanished)\n\t\treturn tokenFigure(s, rs)\n", ""),
  ("wrap ignored (no extension)", "rapl.go", "step = z.maxRange - z.last + v", "step = 0"),
  ("double wrap ignored (gap check)", "rapl.go", "if gap > z.window || float64(step)", "if float64(step)"),
  ("implausible step ignored", "rapl.go", "if gap > z.window || float64(step) > r.maxWatts*(gap+2*time.Millisecond).Seconds()*1e6 {", "if gap > z.window {"),
  ("wrap epoch ignored", "rapl.go", "if a.epoch != b.epoch {", "if false {"),
- ("stale NVML accepted", "gpu.go", "\t\t\tr.Err = fmt.Errorf(\"nvml: %w within %v\", ErrCounterStale, g.wait)\n\t\t\treturn r\n", "\t\t\tfor k, i := range used[:nUsed] {\n\t\t\t\tif !done[k] {\n\t\t\t\t\tfinal[k], done[k] = end.energy[i], true\n\t\t\t\t}\n\t\t\t}\n\t\t\tbreak\n"),
+ ("stale NVML accepted", "gpu.go", "\t\t\treturn 0, fmt.Errorf(\"nvml: %w within %v\", ErrCounterStale, g.wait)\n", "\t\t\tfor k, i := range used {\n\t\t\t\tif !done[k] {\n\t\t\t\t\tfinal[k], done[k] = end.energy[i], true\n\t\t\t\t}\n\t\t\t}\n\t\t\tbreak\n"),
  ("no wait for NVML update", "gpu.go", "\t\t\tif e != end.energy[i] {", "\t\t\tif true {\n\t\t\t\te = end.energy[i]"),
  ("psys added to packages", "rapl.go", "\tzones := psys\n\tif len(zones) == 0 {\n\t\tzones = append(pkgs, drams...)\n\t}", "\tzones := append(append(psys, pkgs...), drams...)"),
  ("core zones added", "rapl.go", "\t\tcase zn == \"dram\":", "\t\tcase zn == \"dram\" || zn == \"core\":"),
  ("decimal-only zone names", "rapl.go", "c >= '0' && c <= '9' || c >= 'a' && c <= 'f'", "c >= '0' && c <= '9'"),
  ("permission error not sticky: ignored at start", "rapl.go", "\t\tz.last, err = readUint(fsys, filepath.Join(z.dir, \"energy_uj\"))\n\t\tif err != nil {", "\t\tz.last, err = readUint(fsys, filepath.Join(z.dir, \"energy_uj\"))\n\t\tif err != nil && false {"),
  ("dead counter used anyway", "meter.go", "m.rapl, m.raplErr = nil, fmt.Errorf(\"rapl: %w: %s\", errCounterDead, res.Detail)", "_ = res"),
- ("new child not counted", "meter.go", "\t\t\tif started(e.pid) {\n\t\t\t\tns += e.cpu", "\t\t\tif started(e.pid) {\n\t\t\t\tns += 0"),
+ ("new child not counted", "tree.go", "\t\t\tif started(e.pid) {\n\t\t\t\tns += e.cpu", "\t\t\tif started(e.pid) {\n\t\t\t\tns += 0"),
  # The cost work: a cheaper span must not be a less honest one.
- ("cached tree trusted though a PID was handed out", "meter.go", "if b.tree != nil && b.treeRoot == b.pid && curOK && b.treeCurOK && cur == b.treeCur {", "if b.tree != nil && b.treeRoot == b.pid {"),
- ("root not checked alive at End", "meter.go", "if !atEnd || b.aliveLocked(m.proc) {", "if true {"),
+ ("cached tree trusted though a PID was handed out", "tree.go", "if b.tree != nil && b.treeRoot == b.pid && curOK && b.treeCurOK && cur == b.treeCur {", "if b.tree != nil && b.treeRoot == b.pid {"),
+ ("root not checked alive at End", "tree.go", "if !atEnd || b.aliveLocked(m.proc) {", "if true {"),
  ("pidfd exit ignored", "clock_linux.go", "return n > 0, nil", "return n < 0, nil"),
  ("another namespace's /proc trusted for the last PID", "meter.go", "err == nil && self != strconv.Itoa(m.selfPID)", "err == nil && self != strconv.Itoa(m.selfPID) && false"),
- ("host and RAPL read under overlap", "meter.go", "if m.rapl != nil && !s.overlap {", "if m.rapl != nil {"),
- ("in-process upstream looked up at every span", "meter.go", "case b.inProcess && time.Since(b.lastTry) < inProcessRecheck:", "case false:"),
+ ("host and RAPL read under overlap", "span.go", "if m.rapl != nil && !s.overlap {", "if m.rapl != nil {"),
+ ("in-process upstream looked up at every span", "backend.go", "case b.inProcess && time.Since(b.lastTry) < inProcessRecheck:", "case false:"),
+ # Apple Silicon (issue 17): the rules are pure Go, so their mutants run on any OS.
+ ("thread-leave: processes read though the thread's count did not rise", "apple_rules.go", "\t\tif after > before {", "\t\tif after >= before {"),
+ ("thread-leave: a stayed thread accepted", "apple_rules.go", "\treturn errThreadStayed\n}", "\treturn nil\n}"),
+ ("thread-leave: skipped before reading the processes", "apple.go", "if s.cpuErr = leaveCore(a.cpu.ThreadEnergy, a.sleep); s.cpuErr != nil {", "if false {"),
+ ("thread counts: any size accepted", "apple_layout.go", "if n != threadCountsSize || len(b) < threadCountsSize {", "if len(b) < threadCountsSize {"),
+ ("rusage_info_v6: a longer layout accepted", "apple_layout.go", "if len(b) != rusageV6Size {", "if len(b) < rusageV6Size {"),
+ ("rail read without waiting for its next change", "apple_rules.go", "\t\tif v != first {", "\t\tif v >= first {"),
+ ("rail held 1 s under load trusted", "apple_rules.go", "\t\t\t\treturn 0, errRailStale", "\t\t\t\treturn v, nil"),
+ ("exact zero: rail used without GPU time", "apple_rules.go", "\tif tree == 0 && !r.Vanished {\n\t\treturn r // no GPU time: exactly 0\n\t}\n", ""),
+ ("sole user: share taken as whole", "apple_rules.go", "\t\tr.Share = float64(tree) / float64(all)", "\t\tr.Share = 1"),
+ ("sole user: 98% accepted", "rules.go", "const dominantShare = 0.99", "const dominantShare = 0.98"),
+ ("vanished GPU client of the tree ignored", "apple_rules.go", "\t\tif !found {\n\t\t\tif inTree(x.pid) {\n\t\t\t\tr.Vanished = true\n", "\t\tif !found {\n\t\t\tif inTree(x.pid) {\n\t\t\t\tr.Vanished = false\n"),
+ ("vanished GPU client of another process ignored", "apple_rules.go", "\t\t\t\tr.Vanished = true\n\t\t\t} else {\n\t\t\t\tothersGone = true\n\t\t\t}\n\t\t}\n\t}\n", "\t\t\t\tr.Vanished = true\n\t\t\t}\n\t\t}\n\t}\n"),
+ ("rail split by GPU time share", "rules.go", "\t\tf.Coverage = energy.CoveragePartial\n\t\trs.add(ReasonGPUShared)", "\t\tf.GPUJoules = s.GPUJoules * s.GPUShare"),
+ ("frozen rail used anyway", "apple.go", "a.gpu, a.gpuErr = nil, fmt.Errorf(\"gpu-rail: %w: %s\", errCounterDead, res.Detail)", "_ = res"),
+ ("GPU assumed unused without the clients", "apple.go", "in.GPUUsed, in.GPUErr = true, a.gpuErr", "in.GPUErr = a.gpuErr"),
+ ("per-process energy measured though a process vanished", "rules.go", "cpuMeasured = cpuMeasured && !s.TreeShort", "_ = s.TreeShort"),
 ]
 only = sys.argv[1:]
+tally = {"CAUGHT": 0, "MISSED": 0, "BUILD": 0, "MISSING": 0}
 for name, f, old, new in muts:
     if only and not any(o in name for o in only): continue
     src = open(f).read()
     if src.count(old) != 1:
-        print(f"!! {name}: pattern found {src.count(old)} times"); continue
+        tally["MISSING"] += 1
+        print(f"{'MISSING':8} {name}: pattern found {src.count(old)} times in {f}", flush=True)
+        continue
     open(f, "w").write(src.replace(old, new))
     try:
-        r = subprocess.run(["go", "test", "-count=1", "."], capture_output=True, text=True, timeout=300)
+        r = subprocess.run(["go", "test", "-count=1", "."], capture_output=True, text=True, timeout=600)
+        out = r.stdout + r.stderr
         fails = sorted({l.split()[2] for l in r.stdout.splitlines() if l.strip().startswith("--- FAIL")})
-        status = "CAUGHT" if r.returncode != 0 else "SURVIVED"
-        if r.returncode != 0 and not fails:
-            fails = [l for l in (r.stdout + r.stderr).splitlines() if "error" in l.lower() or ".go:" in l][:2]
-        print(f"{status:9} {name}: {', '.join(fails)[:400]}")
+        if r.returncode == 0:
+            status = "MISSED"
+        elif "[build failed]" in out or "[setup failed]" in out:
+            status = "BUILD"
+            fails = [l for l in out.splitlines() if ".go:" in l][:2]
+        else:
+            status = "CAUGHT"
+            if not fails:  # a panic or a timeout fails the run without a --- FAIL line
+                fails = [l for l in out.splitlines() if l.startswith("panic:") or "FAIL" in l][:2]
+        tally[status] += 1
+        print(f"{status:8} {name}: {', '.join(fails)[:400]}", flush=True)
     finally:
         open(f, "w").write(src)
+print(" ".join(f"{k}={v}" for k, v in tally.items()))
+sys.exit(0 if tally["CAUGHT"] > 0 and tally["CAUGHT"] == sum(tally.values()) else 1)

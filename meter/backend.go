@@ -1,0 +1,262 @@
+package meter
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// backendState is a backend, its cached root process and its last walked tree. It is safe for
+// concurrent use.
+type backendState struct {
+	info   BackendInfo
+	local  bool
+	port   int
+	cgroup string
+
+	mu      sync.Mutex
+	pid     int
+	start   uint64 // the cached PID's starttime, to notice a reused PID without a pidfd
+	pidfd   int    // a pidfd for pid; -1 without one
+	lastTry time.Time
+	lastErr error
+	// inProcess: the backend listens in this process (a test fake), found at lastTry on the
+	// sockets inodes; re-checked every inProcessRecheck.
+	inProcess bool
+	inodes    []uint64
+
+	tree       []int // the last tree walked from treeRoot; read-only once stored
+	treeRoot   int
+	treeCur    uint64 // the last PID when that walk began
+	treeCurOK  bool
+	treeSeen   time.Time // when the tree was last known complete
+	walks      uint64    // trees walked, for tests
+	gpuHolders []int     // processes of tree seen holding a GPU device open
+
+	cpuStat sampleFile // the cgroup's cpu.stat kept open
+}
+
+func newBackendState(b BackendInfo, sysfsRoot string) *backendState {
+	st := &backendState{info: b, pidfd: -1}
+	st.port, st.local = loopbackPort(b.URL)
+	if b.PIDFile != "" {
+		st.local = true
+	}
+	if b.Cgroup != "" {
+		st.local = true
+		st.cgroup = b.Cgroup
+		if !filepath.IsAbs(st.cgroup) {
+			st.cgroup = filepath.Join(sysfsRoot, "fs", "cgroup", st.cgroup)
+		}
+	}
+	return st
+}
+
+// close releases the pidfd and the files kept open. The state stays usable: it checks its
+// root by /proc/<pid>/stat from here on.
+func (b *backendState) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pidfd >= 0 {
+		closeFD(b.pidfd)
+		b.pidfd = -1
+	}
+	if b.cpuStat != nil {
+		b.cpuStat.Close()
+	}
+}
+
+// rootPID returns the backend's main process: the cached one while it lives, else the pid
+// file's, else the one listening on the URL's port. A backend listening in this process gives
+// errInProcess, decided once and re-checked every inProcessRecheck.
+func (b *backendState) rootPID(p *procfs, fsys fileSystem) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.inProcess {
+		if time.Since(b.lastTry) < inProcessRecheck {
+			return 0, errInProcess
+		}
+		b.lastTry = time.Now()
+		if b.inodes != nil {
+			if in, err := p.listeners(b.port); err == nil && slices.Equal(in, b.inodes) {
+				return 0, errInProcess // the same socket: still ours
+			}
+		}
+		b.inProcess, b.inodes, b.lastErr = false, nil, nil
+	}
+	if b.pid != 0 {
+		if b.aliveLocked(p) {
+			return b.pid, nil
+		}
+		b.dropLocked()
+	}
+	if b.lastErr != nil && time.Since(b.lastTry) < rediscoverEvery {
+		return 0, b.lastErr
+	}
+	b.lastTry = time.Now()
+	pid, inodes, err := b.discover(p, fsys)
+	if err == nil && pid == p.self {
+		// An in-process upstream (a test fake): its work cannot be told from the proxy's.
+		b.inProcess, b.inodes, b.lastErr = true, inodes, nil
+		return 0, errInProcess
+	}
+	if err == nil {
+		var st procStat
+		if st, err = p.stat(pid); err == nil {
+			b.pid, b.start = pid, st.starttime
+			b.pidfd = p.openPidfd(pid, st.starttime)
+		}
+	}
+	b.lastErr = err
+	if err != nil {
+		return 0, err
+	}
+	return pid, nil
+}
+
+// noProcess returns rootPID's error without any read while it is known that the backend has
+// no process to meter: it listens in this process, or it was looked for less than
+// rediscoverEvery ago and not found.
+func (b *backendState) noProcess() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.noProcessLocked()
+}
+
+func (b *backendState) noProcessLocked() error {
+	switch {
+	case b.inProcess && time.Since(b.lastTry) < inProcessRecheck:
+		return errInProcess
+	case b.pid == 0 && b.lastErr != nil && time.Since(b.lastTry) < rediscoverEvery:
+		return b.lastErr
+	}
+	return nil
+}
+
+// aliveLocked reports whether the cached root process still runs: its pidfd has not polled
+// readable (one system call; a pidfd never refers to a reused PID), or, without one, its
+// /proc/<pid>/stat has the same start time and it is not a zombie.
+func (b *backendState) aliveLocked(p *procfs) bool {
+	if b.pidfd >= 0 {
+		if exited, err := pidfdExited(b.pidfd); err == nil {
+			return !exited
+		}
+	}
+	st, err := p.stat(b.pid)
+	return err == nil && st.starttime == b.start && st.state != 'Z'
+}
+
+// dropLocked forgets the root process and its tree.
+func (b *backendState) dropLocked() {
+	if b.pidfd >= 0 {
+		closeFD(b.pidfd)
+		b.pidfd = -1
+	}
+	b.pid, b.tree, b.gpuHolders = 0, nil, nil
+}
+
+// forgetTree drops the cached tree if it is still pids, so that the next span walks again.
+func (b *backendState) forgetTree(pids []int) {
+	b.mu.Lock()
+	if len(b.tree) > 0 && len(pids) > 0 && &b.tree[0] == &pids[0] {
+		b.tree = nil
+	}
+	b.mu.Unlock()
+}
+
+// usesGPU reports whether pid holds a GPU device open. A process seen holding one is
+// remembered while the tree it belongs to is the cached one: without a new PID it is the same
+// process, and a process keeps its device open while it runs. One seen without is scanned again
+// every time, since it may open one at any moment.
+func (b *backendState) usesGPU(p *procfs, pid int) bool {
+	b.mu.Lock()
+	held := slices.Contains(b.gpuHolders, pid)
+	b.mu.Unlock()
+	if held {
+		return true
+	}
+	used, _ := p.usesGPU(pid)
+	if used {
+		b.mu.Lock()
+		if slices.Contains(b.tree, pid) {
+			b.gpuHolders = append(b.gpuHolders, pid)
+		}
+		b.mu.Unlock()
+	}
+	return used
+}
+
+// cgroupUsage reads the cgroup's CPU time, from its cpu.stat kept open. A cgroup removed and
+// made again (a service restart) fails the read: the file is opened afresh next time.
+func (b *backendState) cgroupUsage(fsys fileSystem) (uint64, error) {
+	name := filepath.Join(b.cgroup, "cpu.stat")
+	b.mu.Lock()
+	f := b.cpuStat
+	if f == nil {
+		var err error
+		if f, err = fsys.Open(name); err != nil {
+			b.mu.Unlock()
+			return 0, err
+		}
+		b.cpuStat = f
+	}
+	b.mu.Unlock()
+	v, err := cgroupUsageFile(f, name)
+	if err != nil {
+		b.mu.Lock()
+		if b.cpuStat == f {
+			b.cpuStat = nil
+			f.Close()
+		}
+		b.mu.Unlock()
+	}
+	return v, err
+}
+
+func (b *backendState) discover(p *procfs, fsys fileSystem) (int, []uint64, error) {
+	if b.info.PIDFile != "" {
+		pid, err := readPIDFile(fsys, b.info.PIDFile)
+		return pid, nil, err
+	}
+	if b.port == 0 {
+		return 0, nil, fmt.Errorf("%w: %s is not a loopback URL", ErrNoData, b.info.URL)
+	}
+	inodes, err := p.listeners(b.port)
+	if err != nil {
+		return 0, nil, err
+	}
+	pid, err := p.socketOwner(inodes)
+	return pid, inodes, err
+}
+
+// loopbackPort returns the TCP port of a loopback http(s) URL.
+func loopbackPort(raw string) (int, bool) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return 0, false
+	}
+	host := u.Hostname()
+	if !strings.EqualFold(host, "localhost") {
+		ip := net.ParseIP(host)
+		if ip == nil || !ip.IsLoopback() {
+			return 0, false
+		}
+	}
+	p := u.Port()
+	if p == "" {
+		if u.Scheme == "https" {
+			return 443, true
+		}
+		return 80, true
+	}
+	n, ok := parseUint([]byte(p))
+	if !ok || n == 0 || n > 65535 {
+		return 0, false
+	}
+	return int(n), true
+}

@@ -1,0 +1,295 @@
+package meter
+
+import (
+	"errors"
+	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
+)
+
+// Work is what the backend reported about a call, passed to Span.End.
+// The zero value is usable: no tokens, not failed.
+type Work struct {
+	Model            string
+	PromptTokens     int
+	CompletionTokens int
+	// Failed is true when the call did not complete; the energy spent is still metered.
+	Failed bool
+}
+
+// Span is one upstream call being metered, from Meter.Begin; the zero Span is not usable. End
+// it once, after the last byte; later calls return the same Figure. A Span is not safe for
+// concurrent use, but spans of one Meter may be used from different goroutines.
+type Span struct {
+	m       *Meter
+	b       *backendState
+	start   time.Time
+	seq     uint64
+	overlap bool
+	ended   bool
+	fig     energy.Figure
+	treeErr error         // why the backend has no process to meter
+	mac     *appleSpan    // a local span's readings on macOS
+	c       *spanCounters // a local span's readings; nil for a remote one or one with no process
+}
+
+// spanCounters is what a local span read at Begin, and room for what End reads.
+type spanCounters struct {
+	hostRead bool // RAPL, host and proxy CPU time were read at Begin
+	raplA    raplReading
+	raplErr  error
+	hostA    hostCPU
+	hostErr  error
+	selfA    uint64
+	selfErr  error
+	procsA   []procSample
+	cgA      uint64
+	gpuA     gpuSnap
+	gpuB     gpuSnap
+
+	// Room for the samples of a small tree (Ollama and a runner or two) without allocating.
+	bufA, bufB [8]procSample
+}
+
+// procSample is one process's CPU time at one end of a span.
+type procSample struct {
+	pid int
+	cpu uint64 // ns
+}
+
+// Begin opens a span right before the upstream request to backend (a BackendInfo name). An
+// unknown name is metered as a remote backend.
+//
+// It reads only what the figure can use. A remote backend, and a local one with no processes
+// to meter (not found, or listening in this process), read nothing: their figure is priced by
+// tokens. A local one reads the CPU clock of each process of its tree, which is walked again
+// only after a new PID was handed out on the host (End reads the last PID from /proc/loadavg,
+// and polls the root's pidfd). The host's CPU time, the proxy's and RAPL are read only when a
+// measured CPU figure is possible: RAPL live and no other local span open. NVML is read only
+// when live.
+func (m *Meter) Begin(backend string) *Span {
+	s := &Span{m: m, start: time.Now()}
+	if m == nil {
+		return s
+	}
+	s.b = m.backends[backend]
+	if s.b == nil || !s.b.local {
+		return s
+	}
+	m.mu.Lock()
+	m.active++
+	m.begins++
+	s.seq = m.begins
+	s.overlap = m.active > 1
+	m.mu.Unlock()
+
+	if m.mac != nil {
+		s.mac = m.mac.begin(m, s.b)
+		s.start = time.Now()
+		return s
+	}
+	if s.treeErr = s.b.noProcess(); s.treeErr != nil {
+		return s // priced by tokens: nothing to read
+	}
+	c := &spanCounters{}
+	c.procsA, c.cgA, s.treeErr = m.sampleTree(s.b, c.bufA[:0], false)
+	if s.treeErr != nil {
+		return s
+	}
+	s.c = c
+	if m.gpu != nil {
+		m.gpu.snapshot(&c.gpuA)
+	}
+	if m.rapl != nil && !s.overlap {
+		c.hostRead = true
+		c.selfA, c.selfErr = m.selfCPU()
+		c.hostA, c.hostErr = m.proc.hostTimes()
+		c.raplA, c.raplErr = m.rapl.read()
+	}
+	s.start = time.Now()
+	return s
+}
+
+// End closes the span after the last byte of the response and returns its Figure. It costs a
+// few system calls for a local backend whose process tree did not change (more when it did:
+// the tree is walked again) and no I/O for a remote one, except that when the backend used a
+// GPU it waits, at most defaultNVMLWait (250 ms), for NVML's counter to update
+// after the span, so a non-streaming response's headers or a stream's trailers carry a figure
+// that is not short.
+func (s *Span) End(w Work) energy.Figure {
+	if s.ended {
+		return s.fig
+	}
+	s.ended = true
+	in := spanSample{PromptTokens: w.PromptTokens, CompletionTokens: w.CompletionTokens}
+	m := s.m
+	local := s.b != nil && s.b.local
+	in.JPerPrompt, in.JPerCompletion = priceTokens(m, s.b, w.Model, local)
+	if !local {
+		s.fig = attribute(in)
+		return s.fig
+	}
+	in.Local = true
+	end := time.Now()
+	in.Wall = end.Sub(s.start)
+	in.CPUWatts, in.GPUWatts = m.opts.CPUWattsPerCore, m.opts.GPUWatts
+	if s.treeErr != nil {
+		m.closeSpan(s)
+		s.fig = attribute(in) // no tree: priced by tokens, reason no-process
+		return s.fig
+	}
+	if s.mac != nil {
+		m.mac.end(m, s.b, s.mac, &in)
+		in.Overlap = m.closeSpan(s)
+		s.fig = attribute(in)
+		s.logSpan(&in)
+		return s.fig
+	}
+
+	var e endReadings
+	s.readEnd(&e)
+	in.Overlap = m.closeSpan(s)
+	s.addCPU(&in, &e)
+	s.addTree(&in, &e)
+	s.addGPU(&in, &e)
+	s.fig = attribute(in)
+	s.logSpan(&in)
+	return s.fig
+}
+
+// endReadings is what End reads at a local span's end.
+type endReadings struct {
+	measureCPU bool // RAPL, host and proxy CPU time were read at both ends
+	rapl       raplReading
+	raplErr    error
+	host       hostCPU
+	hostErr    error
+	self       uint64
+	selfErr    error
+	procs      []procSample // in the span's bufB
+	cg         uint64
+	treeErr    error
+}
+
+// readEnd reads the span's end: host-wide counters first, tightest around the span; then the
+// tree. A span that began since this one did makes the CPU part an estimate whatever RAPL
+// says: not read.
+func (s *Span) readEnd(e *endReadings) {
+	m, c := s.m, s.c
+	e.measureCPU = c.hostRead && !m.begunSince(s)
+	if e.measureCPU {
+		e.rapl, e.raplErr = m.rapl.read()
+		e.host, e.hostErr = m.proc.hostTimes()
+		e.self, e.selfErr = m.selfCPU()
+	}
+	if m.gpu != nil {
+		m.gpu.snapshot(&c.gpuB)
+	}
+	e.procs, e.cg, e.treeErr = m.sampleTree(s.b, c.bufB[:0], true)
+}
+
+// addCPU puts the RAPL delta, or why there is none, into in, and the host's and the proxy's CPU
+// time for the 99% rule.
+func (s *Span) addCPU(in *spanSample, e *endReadings) {
+	m, c := s.m, s.c
+	switch {
+	case m.rapl == nil:
+		in.RAPLErr = m.raplErr
+	case !e.measureCPU:
+		// Overlapped (in.Overlap is set): the RAPL delta could not have been this span's.
+	case c.raplErr != nil:
+		in.RAPLErr = c.raplErr
+	case e.raplErr != nil:
+		in.RAPLErr = e.raplErr
+	default:
+		in.RAPLJoules, in.RAPLErr = m.rapl.joules(c.raplA, e.rapl)
+	}
+	if !e.measureCPU {
+		return
+	}
+	in.HostErr = errors.Join(c.hostErr, e.hostErr)
+	if in.HostErr == nil {
+		in.HostBusy = time.Duration(e.host.busy - min(e.host.busy, c.hostA.busy))
+	}
+	if c.selfErr == nil && e.selfErr == nil && e.self >= c.selfA {
+		in.ProxyCPU = time.Duration(e.self - c.selfA)
+	} else if in.HostErr == nil {
+		in.HostErr = errors.Join(c.selfErr, e.selfErr, errors.New("proxy CPU time went backwards"))
+	}
+}
+
+// addTree puts the tree's CPU time over the span into in: the cgroup's delta, or the sum of its
+// processes' (short when one vanished).
+func (s *Span) addTree(in *spanSample, e *endReadings) {
+	if e.treeErr != nil {
+		return
+	}
+	c := s.c
+	in.TreeFound = true
+	if s.b.cgroup != "" {
+		in.TreeCPU = time.Duration(e.cg - min(e.cg, c.cgA))
+		return
+	}
+	st := spanStart{m: s.m, start: s.start}
+	ns, short := treeDelta(c.procsA, e.procs, st.started)
+	in.TreeCPU, in.TreeShort = time.Duration(ns), short
+}
+
+// addGPU puts the GPU side into in: NVML's attribution when live, else whether a process of
+// the tree holds a GPU device open.
+func (s *Span) addGPU(in *spanSample, e *endReadings) {
+	m, c := s.m, s.c
+	switch {
+	case !in.TreeFound:
+	case m.gpu != nil:
+		inTree := func(pid uint32) bool {
+			for _, ps := range [2][]procSample{c.procsA, e.procs} {
+				for _, p := range ps {
+					if uint32(p.pid) == pid {
+						return true
+					}
+				}
+			}
+			return false
+		}
+		r := m.gpu.attribute(&c.gpuA, &c.gpuB, inTree, s.start)
+		in.GPUUsed, in.GPUErr, in.GPUJoules, in.GPUShare = r.Used, r.Err, r.Joules, r.Share
+		in.GPUVanished, in.GPUBusy = r.Vanished, r.Busy
+	case m.hostGPU:
+		// No NVML: a process that holds no GPU device open had no GPU time.
+		for _, p := range e.procs {
+			if s.b.usesGPU(m.proc, p.pid) {
+				in.GPUUsed = true
+				in.GPUErr = m.gpuErr
+				break
+			}
+		}
+	}
+}
+
+// logSpan logs what a local span's figure was made of, at debug level.
+func (s *Span) logSpan(in *spanSample) {
+	if e := s.m.log.Debug(); e.Enabled() {
+		e.Str("backend", s.b.info.Name).Dur("wall", in.Wall).Dur("tree_cpu", in.TreeCPU).
+			Dur("proxy_cpu", in.ProxyCPU).Dur("host_busy", in.HostBusy).Bool("overlap", in.Overlap).
+			Float64("joules", s.fig.Joules).Str("grade", string(s.fig.Grade)).Str("reason", s.fig.Reason).
+			Msg("meter: span")
+	}
+}
+
+// begunSince reports whether another local span began after s.
+func (m *Meter) begunSince(s *Span) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.begins != s.seq
+}
+
+// closeSpan takes s off the open local spans and reports whether another local span overlapped
+// it: open when it began, or begun since.
+func (m *Meter) closeSpan(s *Span) (overlap bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	overlap = s.overlap || m.begins != s.seq
+	m.active--
+	return overlap
+}
