@@ -1,0 +1,72 @@
+package eocproxy
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/eoc-proxy/eoc-proxy"
+
+// modelClients are the HTTP client and the model servers' SDKs: only backends dials a model, so
+// every model call goes through a backend and a meter span.
+var modelClients = []string{"net/http", "github.com/ollama/ollama/api", "github.com/sashabaranov/go-openai", "github.com/openai/openai-go"}
+
+// TestLayers keeps the house's boundaries (ARCHITECTURE.md, "Never"): for each directory, the
+// imports its non-test files may not have. Tests may import what they like.
+func TestLayers(t *testing.T) {
+	inModule := func(p string) bool { return p == module || strings.HasPrefix(p, module+"/") }
+	under := func(pkgs ...string) func(string) bool {
+		return func(p string) bool {
+			for _, q := range pkgs {
+				if p == q || strings.HasPrefix(p, q+"/") {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	for _, rule := range []struct {
+		dir, why string
+		forbid   func(path string) bool
+	}{
+		{"cascade", "only backends talks to model servers", under(modelClients...)},
+		{"cascade", "the cascade knows no HTTP edge, and stages take their own Options", under(module+"/proxy", module+"/config")},
+		{"proxy", "the edge reaches models only through the cascade, and records through an interface", under(module+"/backends", module+"/ledger", module+"/meter")},
+		{"meter", "the meter knows no stages and no HTTP edge", under(module+"/cascade", module+"/proxy")},
+		{"config", "config is a leaf", inModule},
+		{"energy", "energy is a leaf", inModule},
+		{"ledger", "the ledger stores figures, it makes none", under(module+"/cascade", module+"/proxy", module+"/meter")},
+	} {
+		n := 0
+		err := filepath.WalkDir(rule.dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() && d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return nil
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+			if err != nil {
+				return err
+			}
+			n++
+			for _, imp := range f.Imports {
+				if p, _ := strconv.Unquote(imp.Path.Value); rule.forbid(p) {
+					t.Errorf("%s imports %s: %s", path, p, rule.why)
+				}
+			}
+			return nil
+		})
+		if err != nil || n == 0 {
+			t.Fatalf("%s: %d files read, %v", rule.dir, n, err)
+		}
+	}
+}
