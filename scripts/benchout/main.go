@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command benchout measures eoc-proxy from outside, the way users run it (issue 12).
 //
 // It builds eoc-proxy and starts, each as its own process on loopback: a fake upstream speaking
