@@ -61,8 +61,6 @@ type appleSnap struct {
 	cpuErr  error
 	clients []gpuClient
 	gpuErr  error
-	rail    uint64
-	railErr error
 }
 
 // appleSpan is what a span on macOS read at Begin; the rail's reading at its next change

@@ -57,7 +57,7 @@ var _ appleCPU = (*darwinCPU)(nil)
 func newDarwinCPU() (*darwinCPU, error) {
 	lib, err := purego.Dlopen(libSystem, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNoData, err)
+		return nil, fmt.Errorf("%w: %w", ErrNoData, err)
 	}
 	c := &darwinCPU{self: int32(os.Getpid())}
 	for name, f := range map[string]any{
@@ -68,7 +68,7 @@ func newDarwinCPU() (*darwinCPU, error) {
 		"mach_timebase_info":  &c.machTimebaseInfo,
 	} {
 		if err := bind(lib, name, f); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrNoData, err)
+			return nil, fmt.Errorf("%w: %w", ErrNoData, err)
 		}
 	}
 	var tb [2]uint32
@@ -188,11 +188,11 @@ func newDarwinGPU() (*darwinGPU, error) {
 	for path, syms := range libs {
 		lib, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrNoData, err)
+			return nil, fmt.Errorf("%w: %w", ErrNoData, err)
 		}
 		for name, f := range syms {
 			if err := bind(lib, name, f); err != nil {
-				return nil, fmt.Errorf("%w: %v", ErrNoData, err)
+				return nil, fmt.Errorf("%w: %w", ErrNoData, err)
 			}
 		}
 	}

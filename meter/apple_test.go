@@ -355,7 +355,7 @@ func TestAppleProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	defer closeOK(t, m)
 	got := map[string]CounterState{}
 	for _, c := range m.Counters() {
 		got[c.Name] = c
@@ -400,7 +400,7 @@ func TestAppleSpan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	defer closeOK(t, m)
 	work := Work{PromptTokens: 10, CompletionTokens: 10}
 	span := func(during func(f *fakeMac)) energy.Figure {
 		var reads int
@@ -476,7 +476,7 @@ func TestAppleNoGPUReader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	defer closeOK(t, m)
 	s := m.Begin("ollama")
 	f.set(func(f *fakeMac) { f.procs[10] = rusageV6{energyNJ: 2_000_000_000} })
 	fig := s.End(Work{})
@@ -504,7 +504,7 @@ func TestAppleStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	defer closeOK(t, m)
 	rep := m.Status(t.Context(), 10*time.Millisecond)
 	got := map[string]CounterStatus{}
 	for _, c := range rep.Counters {
@@ -530,7 +530,7 @@ func TestAppleSwitch(t *testing.T) {
 	o := base
 	o.Apple = "on"
 	if m, err := New(o); err == nil || !errors.Is(err, ErrNoData) {
-		m.Close()
+		_ = m.Close() // failing anyway
 		t.Fatalf("apple on without counters: err = %v", err)
 	}
 	o, opened = base, false
@@ -539,7 +539,7 @@ func TestAppleSwitch(t *testing.T) {
 	if err != nil || opened {
 		t.Fatalf("apple off: err = %v, opened = %v", err, opened)
 	}
-	m.Close()
+	closeOK(t, m)
 	o.Apple = "maybe"
 	if _, err := New(o); err == nil {
 		t.Fatal("apple maybe: no error")

@@ -67,7 +67,7 @@ func (b *backendState) close() {
 		b.pidfd = -1
 	}
 	if b.cpuStat != nil {
-		b.cpuStat.Close()
+		_ = b.cpuStat.Close() // read-only
 	}
 }
 
@@ -211,7 +211,7 @@ func (b *backendState) cgroupUsage(fsys fileSystem) (uint64, error) {
 		b.mu.Lock()
 		if b.cpuStat == f {
 			b.cpuStat = nil
-			f.Close()
+			_ = f.Close() // read-only, and already failing
 		}
 		b.mu.Unlock()
 	}

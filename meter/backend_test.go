@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 		return
 	case "burner":
 		stop := burn(1)
-		io.Copy(io.Discard, os.Stdin) // until the parent goes away
+		_, _ = io.Copy(io.Discard, os.Stdin) // until the parent goes away
 		stop()
 		return
 	}
@@ -75,12 +75,13 @@ func helperBackend(busy bool) {
 		runners = append(runners, r)
 		fmt.Println(r.Process.Pid)
 	}
-	childIn.Close()
-	child.Process.Kill()
-	child.Wait()
+	// Tearing down test children: a child already gone is fine.
+	_ = childIn.Close()
+	_ = child.Process.Kill()
+	_ = child.Wait()
 	for _, r := range runners {
-		r.Process.Kill()
-		r.Wait()
+		_ = r.Process.Kill()
+		_ = r.Wait()
 	}
 }
 
@@ -114,13 +115,13 @@ func startSpawningBackend(t testing.TB, busy bool) (port, pid, childPID int, spa
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		in.Close()
+		_ = in.Close() // the child exits on EOF; its status is not the test's
 		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
+		go func() { _ = cmd.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
+			_ = cmd.Process.Kill()
 		}
 	})
 	rd := bufio.NewReader(out)
@@ -154,7 +155,7 @@ func TestRealBackendDiscoveryAndCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	defer closeOK(t, m)
 
 	tree, err := m.treePIDs(m.backends["local"], nil)
 	if err != nil {
@@ -208,13 +209,15 @@ func TestRealBackendVanishes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	defer closeOK(t, m)
 	b := m.backends["local"]
 	if got, err := b.rootPID(m.proc, m.fs); err != nil || got != pid {
 		t.Fatalf("rootPID = %d, %v; want %d", got, err, pid)
 	}
 	p, _ := os.FindProcess(pid)
-	p.Kill()
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		_, err := b.rootPID(m.proc, m.fs)
@@ -239,14 +242,14 @@ func TestInProcessBackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }() // a test listener: nothing to lose
 	m, err := New(Options{SkipProbe: true, nvml: noGPU, SysfsRoot: t.TempDir(), Backends: []BackendInfo{
 		{Name: "fake", URL: fmt.Sprintf("http://%s", ln.Addr())},
 	}, TokenModels: []TokenModel{{Patterns: []string{"fake-*"}, JPerPrompt: 1, JPerCompletion: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	defer closeOK(t, m)
 	f := m.Begin("fake").End(Work{Model: "fake-1", PromptTokens: 12, CompletionTokens: 4})
 	if f.Method != MethodTokenModel || f.Reason != ReasonNoProcess || f.Joules != 16 {
 		t.Fatalf("figure = %+v", f)

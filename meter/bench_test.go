@@ -26,7 +26,7 @@ func BenchmarkBeginEnd(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { m.Close() })
+		b.Cleanup(func() { closeOK(b, m) })
 		return m
 	}
 	b.Run("remote", func(b *testing.B) {
@@ -39,7 +39,7 @@ func BenchmarkBeginEnd(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer ln.Close()
+		defer func() { _ = ln.Close() }() // a test listener: nothing to lose
 		m := meter(b, b.TempDir(), BackendInfo{Name: "fake", URL: fmt.Sprintf("http://%s", ln.Addr())})
 		span(b, m, "fake")
 	})
@@ -146,13 +146,13 @@ func BenchmarkRead(b *testing.B) {
 	b.Run("children", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			live.children(pid, nil)
+			_, _ = live.children(pid, nil)
 		}
 	})
 	b.Run("gpu-fd-scan", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			live.usesGPU(pid)
+			_, _ = live.usesGPU(pid)
 		}
 	})
 	// Discovery by port: the uncached cost, paid once per backend (and again when it vanishes).

@@ -51,4 +51,5 @@ func pidfdExited(fd int) (bool, error) {
 	return n > 0, nil
 }
 
-func closeFD(fd int) { unix.Close(fd) }
+// closeFD closes a pidfd or a read-only descriptor: a failed close loses nothing.
+func closeFD(fd int) { _ = unix.Close(fd) }

@@ -126,7 +126,7 @@ func TestRemoteAndNoProcessReadNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }() // a test listener: nothing to lose
 	cfs := newCountingFS()
 	m, err := New(Options{SkipProbe: true, nvml: noGPU, SysfsRoot: sysFixture(t, "sys-one-socket.txtar"),
 		DevRoot: t.TempDir(), fs: cfs, Backends: []BackendInfo{
@@ -137,7 +137,7 @@ func TestRemoteAndNoProcessReadNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	defer closeOK(t, m)
 	clk := countClocks(m, map[int]uint64{})
 	for _, b := range []string{"fake", "nothing"} {
 		if f := m.Begin(b).End(Work{CompletionTokens: 1}); f.Reason != ReasonNoProcess {
@@ -194,7 +194,7 @@ func localFixtureMeter(t *testing.T, edit func(o *Options, procRoot string)) (*M
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { m.Close() })
+	t.Cleanup(func() { closeOK(t, m) })
 	clk := countClocks(m, map[int]uint64{100: 1e9, 101: 2e9, 102: 3e9})
 	return m, cfs, clk, procRoot
 }
@@ -369,7 +369,7 @@ func TestRunnerStartedDuringSpan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	defer closeOK(t, m)
 	b := m.backends["local"]
 	m.Begin("local").End(Work{})
 	if b.pid != pid {

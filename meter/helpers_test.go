@@ -125,3 +125,12 @@ func writeFile(t testing.TB, p, s string) {
 		t.Fatal(err)
 	}
 }
+
+// closeOK closes c and fails the test when that fails: a Meter's Close releases NVML, whose
+// shutdown error is real.
+func closeOK(t testing.TB, c interface{ Close() error }) {
+	t.Helper()
+	if err := c.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+}

@@ -225,35 +225,32 @@ func (m *Meter) detectCounters() error {
 		detected.close() // dead: its files need not stay open
 	}
 	if o.RAPL == "on" && m.raplErr != nil {
-		m.gpu.close()
-		m.mac.close()
-		return fmt.Errorf("meter: rapl is on but unusable: %w", m.raplErr)
+		return errors.Join(fmt.Errorf("meter: rapl is on but unusable: %w", m.raplErr), m.releaseCounters())
 	}
 	if o.NVML == "on" && m.gpuErr != nil {
-		m.gpu.close()
-		if m.rapl != nil {
-			m.rapl.close()
-		}
-		m.mac.close()
-		return fmt.Errorf("meter: nvml is on but unusable: %w", m.gpuErr)
+		return errors.Join(fmt.Errorf("meter: nvml is on but unusable: %w", m.gpuErr), m.releaseCounters())
 	}
 	return nil
+}
+
+// releaseCounters releases every counter New opened, when New fails after all; it returns
+// what failed to close (NVML's shutdown, Apple's readers).
+func (m *Meter) releaseCounters() error {
+	if m.rapl != nil {
+		m.rapl.close()
+	}
+	return errors.Join(m.gpu.close(), m.mac.close())
 }
 
 // keepApple drops the Apple Silicon meter when neither of its counters survived detection
 // and the probes, and fails, releasing the other counters, when it was switched "on".
 func (m *Meter) keepApple() error {
 	if m.mac != nil && m.mac.cpu == nil && m.mac.gpu == nil {
-		m.macErr = errors.Join(m.mac.cpuErr, m.mac.gpuErr)
-		m.mac.close()
+		m.macErr = errors.Join(m.mac.cpuErr, m.mac.gpuErr, m.mac.close())
 		m.mac = nil
 	}
 	if m.opts.Apple == "on" && m.macErr != nil {
-		m.gpu.close()
-		if m.rapl != nil {
-			m.rapl.close()
-		}
-		return fmt.Errorf("meter: apple is on but unusable: %w", m.macErr)
+		return errors.Join(fmt.Errorf("meter: apple is on but unusable: %w", m.macErr), m.releaseCounters())
 	}
 	return nil
 }
@@ -269,7 +266,7 @@ func (m *Meter) openProcFiles() {
 		// /proc/self names this process by its PID in the mount's namespace, so a mismatch
 		// tells. (A fixture /proc has no self.)
 		if self, err := m.fs.Readlink(filepath.Join(root, "self")); err == nil && self != strconv.Itoa(m.selfPID) {
-			f.Close()
+			_ = f.Close() // read-only
 			m.log.Info().Str("proc", root).Msg("meter: /proc is another PID namespace's; process trees are walked at every span")
 		} else {
 			m.proc.loadavg = f
@@ -295,8 +292,8 @@ func (m *Meter) probeAtStart() {
 	if m.gpu != nil {
 		wg.Go(func() {
 			if res := runProbe(m.nvmlTarget(), false); !res.Live {
-				m.gpu.close()
-				m.gpu, m.gpuErr = nil, fmt.Errorf("nvml: %w: %s", errCounterDead, res.Detail)
+				m.gpuErr = errors.Join(fmt.Errorf("nvml: %w: %s", errCounterDead, res.Detail), m.gpu.close())
+				m.gpu = nil
 			}
 		})
 	}

@@ -37,7 +37,7 @@ func cpuFixtureMeter(t *testing.T, edit func(*Options)) (*Meter, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { m.Close() })
+	t.Cleanup(func() { closeOK(t, m) })
 	return m, procRoot
 }
 
@@ -51,7 +51,7 @@ func TestEstimates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	defer closeOK(t, m)
 	tests := []struct {
 		name    string
 		backend string

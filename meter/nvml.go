@@ -21,11 +21,14 @@ func openNVML(lib nvml.Interface) (*gpus, error) {
 	}
 	n, ret := lib.DeviceGetCount()
 	if ret != nvml.SUCCESS || n == 0 {
-		lib.Shutdown()
+		err := fmt.Errorf("%w: nvml: no GPU", ErrNoData)
 		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("nvml: device count: %v", nvml.ErrorString(ret))
+			err = fmt.Errorf("nvml: device count: %v", nvml.ErrorString(ret))
 		}
-		return nil, fmt.Errorf("%w: nvml: no GPU", ErrNoData)
+		if ret := lib.Shutdown(); ret != nvml.SUCCESS {
+			err = errors.Join(err, fmt.Errorf("nvml: shutdown: %v", nvml.ErrorString(ret)))
+		}
+		return nil, err
 	}
 	g := &gpus{wait: defaultNVMLWait, poll: 5 * time.Millisecond, sleep: time.Sleep,
 		closeFn: func() error {
@@ -37,8 +40,7 @@ func openNVML(lib nvml.Interface) (*gpus, error) {
 	for i := range n {
 		d, ret := lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
-			g.close()
-			return nil, fmt.Errorf("nvml: device %d: %v", i, nvml.ErrorString(ret))
+			return nil, errors.Join(fmt.Errorf("nvml: device %d: %v", i, nvml.ErrorString(ret)), g.close())
 		}
 		name, ret := d.GetName()
 		if ret != nvml.SUCCESS {

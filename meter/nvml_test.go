@@ -91,14 +91,14 @@ func fixtureMeter(t *testing.T, gpu func() (*gpus, error)) (*Meter, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { m.Close() })
+	t.Cleanup(func() { closeOK(t, m) })
 	return m, procRoot
 }
 
 func TestNVMLNoLibrary(t *testing.T) {
 	g, err := openNVML(nvml.New())
 	if err == nil {
-		g.close()
+		closeOK(t, closerFunc(g.close))
 		t.Skip("this host has libnvidia-ml")
 	}
 	if !errors.Is(err, ErrNoData) || !strings.Contains(err.Error(), "LIBRARY_NOT_FOUND") {
@@ -109,7 +109,7 @@ func TestNVMLNoLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	defer closeOK(t, m)
 	if m.gpu != nil || reasonFor(m.gpuErr, ReasonNoNVML) != ReasonNoNVML {
 		t.Fatalf("gpu = %v, err = %v", m.gpu, m.gpuErr)
 	}
@@ -213,3 +213,8 @@ func (d *stepDevice) EnergyMJ() (uint64, error) {
 }
 func (d *stepDevice) PIDs(dst []uint32) ([]uint32, error)    { return append(dst, 7), nil }
 func (d *stepDevice) Utilization(uint64) ([]procUtil, error) { return nil, nil }
+
+// closerFunc makes a close function an io.Closer.
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }

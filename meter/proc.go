@@ -374,7 +374,7 @@ func parseListeners(b []byte, port int, dst []uint64) []uint64 {
 func (p *procfs) close() {
 	for _, f := range []sampleFile{p.loadavg, p.hostStat} {
 		if f != nil {
-			f.Close()
+			_ = f.Close() // read-only
 		}
 	}
 }

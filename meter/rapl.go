@@ -125,7 +125,7 @@ func detectRAPL(fsys fileSystem, sysfsRoot string, now func() time.Time, maxWatt
 func (r *rapl) close() {
 	for _, z := range r.zones {
 		if z.f != nil {
-			z.f.Close()
+			_ = z.f.Close() // read-only
 		}
 	}
 }
@@ -155,7 +155,7 @@ func isRAPLZoneName(n string) bool {
 			return false
 		}
 		for _, c := range p {
-			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 				return false
 			}
 		}

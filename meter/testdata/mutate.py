@@ -30,7 +30,7 @@ muts = [
  ("no wait for NVML update", "gpu.go", "\t\t\tif e != end.energy[i] {", "\t\t\tif true {\n\t\t\t\te = end.energy[i]"),
  ("psys added to packages", "rapl.go", "\tzones := psys\n\tif len(zones) == 0 {\n\t\tzones = append(pkgs, drams...)\n\t}", "\tzones := append(append(psys, pkgs...), drams...)"),
  ("core zones added", "rapl.go", "\t\tcase zn == \"dram\":", "\t\tcase zn == \"dram\" || zn == \"core\":"),
- ("decimal-only zone names", "rapl.go", "c >= '0' && c <= '9' || c >= 'a' && c <= 'f'", "c >= '0' && c <= '9'"),
+ ("decimal-only zone names", "rapl.go", "(c < '0' || c > '9') && (c < 'a' || c > 'f')", "(c < '0' || c > '9')"),
  ("permission error not sticky: ignored at start", "rapl.go", "\t\tz.last, err = readUint(fsys, filepath.Join(z.dir, \"energy_uj\"))\n\t\tif err != nil {", "\t\tz.last, err = readUint(fsys, filepath.Join(z.dir, \"energy_uj\"))\n\t\tif err != nil && false {"),
  ("dead counter used anyway", "meter.go", "m.rapl, m.raplErr = nil, fmt.Errorf(\"rapl: %w: %s\", errCounterDead, res.Detail)", "_ = res"),
  ("new child not counted", "tree.go", "\t\t\tif started(e.pid) {\n\t\t\t\tns += e.cpu", "\t\t\tif started(e.pid) {\n\t\t\t\tns += 0"),
