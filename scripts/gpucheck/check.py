@@ -3,7 +3,6 @@
 
   check.py free-port                 print a free loopback TCP port
   check.py wait URL SECONDS          wait until GET URL answers 200
-  check.py gpu-uuid STANDIN_LOG      (unused by the shell; kept small)
   check.py run --proxy URL ...       the cases, the table, the verdict (exit 0 pass, 1 fail)
   check.py dry --proxy URL ...       no GPU: one CPU call through the proxy, its headers
 
@@ -67,8 +66,27 @@ def wait_ok(url, seconds):
 
 # ---------------------------------------------------------------- the NVML reference
 
+def merge(intervals):
+    out = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def overlap(a, b, busy):
+    """Seconds of [a, b] inside the merged intervals busy."""
+    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in busy)
+
+
 class Reference:
-    """Polls one GPU's total-energy counter and keeps each update as (monotonic s, mJ)."""
+    """Polls one GPU's total-energy counter and keeps each update as (monotonic s, mJ).
+
+    An update's time is the midpoint between the poll that saw it and the poll before, so it is
+    off by half a poll at most (plus whatever delay NVML itself has in publishing, which no
+    reader can see)."""
 
     def __init__(self, pynvml, handle, poll_s=0.001):
         self.nv, self.h, self.poll_s = pynvml, handle, poll_s
@@ -80,7 +98,7 @@ class Reference:
         self.thread.start()
 
     def _loop(self):
-        last = None
+        last, prev_t = None, None
         try:
             while not self.stop.is_set():
                 e = self.nv.nvmlDeviceGetTotalEnergyConsumption(self.h)
@@ -89,8 +107,9 @@ class Reference:
                     if last is not None and e < last:
                         raise RuntimeError("NVML energy went backwards: %d -> %d mJ" % (last, e))
                     with self.lock:
-                        self.points.append((t, e))
+                        self.points.append(((t + prev_t) / 2 if prev_t else t, e))
                     last = e
+                prev_t = t
                 time.sleep(self.poll_s)
         except Exception as ex:  # reported by the reads that need the thread
             self.err = ex
@@ -113,28 +132,51 @@ class Reference:
             with self.lock:
                 if self.points and self.points[-1][0] > t:
                     return
-            time.sleep(0.002)
+            time.sleep(0.001)
         raise RuntimeError("NVML's counter did not update within %.1fs after the span" % timeout)
 
-    def span(self, t0, t1):
-        """(interp J, lo J, hi J) of the counter over [t0, t1]."""
+    def span(self, t0, t1, busy=()):
+        """The counter over [t0, t1]: {"ref", "linear", "lo", "hi", "idle_w"}, in J and W.
+
+        linear interpolates each end between the two updates that bracket it. That is biased
+        low whenever an end's bracket holds both busy and idle time (NVML updates every few tens
+        of ms, as long as a short call), so ref splits such a bracket by the GPU's busy
+        intervals (from the stand-in's replies): idle time at the idle power of the last
+        all-idle brackets before the span, busy time at whatever power makes up the bracket's
+        energy. lo is the energy between the first and last update inside the span, hi between
+        the last update before it and the first after: the span's energy lies between them."""
         self.wait_update_after(t1)
         with self.lock:
             pts = list(self.points)
-        if not pts or pts[0][0] > t0:
+        if len(pts) < 2 or pts[0][0] > t0:
             raise RuntimeError("the reference has no update before the span began")
+        busy = merge(busy)
+        segs = list(zip(pts, pts[1:]))
+        idle = [(eb - ea) / (tb - ta) for (ta, ea), (tb, eb) in segs
+                if t0 - 2.0 <= ta and tb <= t0 and overlap(ta, tb, busy) == 0 and tb > ta]
+        idle_w = statistics.median(idle[-20:]) / 1000 if idle else float("nan")
 
-        def at(t):
-            for (ta, ea), (tb, eb) in zip(pts, pts[1:]):
+        def at(t, model):
+            for (ta, ea), (tb, eb) in segs:
                 if ta <= t <= tb:
-                    return ea + (eb - ea) * (t - ta) / (tb - ta)
+                    d, de = tb - ta, (eb - ea) / 1000
+                    lin = ea / 1000 + de * (t - ta) / d
+                    b = overlap(ta, tb, busy)
+                    if not model or b <= 0 or b >= d or idle_w != idle_w:
+                        return lin
+                    busy_w = (de - idle_w * (d - b)) / b
+                    if busy_w < idle_w:  # the bracket does not look busy: no better than linear
+                        return lin
+                    bt = overlap(ta, t, busy)
+                    return ea / 1000 + busy_w * bt + idle_w * ((t - ta) - bt)
             raise RuntimeError("no counter updates bracket t=%.3f" % t)
 
         before = max(e for t, e in pts if t <= t0)
         after = min(e for t, e in pts if t >= t1)
         inside = [e for t, e in pts if t0 <= t <= t1]
-        lo = (max(inside) - min(inside)) if inside else 0
-        return (at(t1) - at(t0)) / 1000, lo / 1000, (after - before) / 1000
+        lo = (max(inside) - min(inside)) / 1000 if inside else 0.0
+        return {"ref": at(t1, True) - at(t0, True), "linear": at(t1, False) - at(t0, False),
+                "lo": lo, "hi": (after - before) / 1000, "idle_w": idle_w}
 
 
 # ---------------------------------------------------------------- calls through the proxy
@@ -211,50 +253,67 @@ def prompt_for(case, work):
 
 # ---------------------------------------------------------------- the table
 
+COLS = ["case", "wall ms", "gpu ms", "figure J", "reference J", "[lo, hi] J", "error %", "method",
+        "grade/coverage/reason", "result"]
+
+
 def fmt(x, spec="%.3f"):
     return "-" if x is None or x != x else spec % x
 
 
 def print_table(rows):
-    cols = ["case", "wall ms", "gpu ms", "figure J", "reference J", "[lo, hi] J", "error %",
-            "method", "grade/coverage/reason", "result"]
-    table = [cols] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(cols))]
+    table = [COLS] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(COLS))]
     for i, r in enumerate(table):
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
         if i == 0:
             print("  ".join("-" * w for w in widths))
 
 
-def solo_row(c, ref, cpu_w):
+def figure_cell(c, cpu_w):
+    part = c.gpu_part()
+    cell = fmt(c.gpu_joules(cpu_w)) if part == "figure" else ("0 (exact)" if part == "zero" else "none")
+    lo, hi = c.h("X-EOC-Joules-Low"), c.h("X-EOC-Joules-High")
+    if lo or hi:  # the total's bounds, when the proxy sends them
+        cell += " (total %s..%s)" % (lo or "?", hi or "?")
+    return cell
+
+
+def row(c, cpu_w, ref, err, verdict):
     if c.error:
-        return [c.case, "-", "-", "-", "-", "-", "-", "-", c.error[:60], "FAIL (call)"], False
-    fig = c.gpu_joules(cpu_w)
-    r, lo, hi = ref
-    err = (fig - r) / r * 100 if r > 0 else float("nan")
-    ok = c.gpu_part() == "figure" and abs(err) <= SOLO_TOLERANCE * 100
-    why = "" if ok else (" (no GPU figure)" if c.gpu_part() != "figure" else " (>5%)")
+        return [c.case, "-", "-", "-", "-", "-", "-", "-", c.error[:70], "FAIL (call failed)"]
     return [c.case, fmt((c.t1 - c.t0) * 1000, "%.1f"), fmt(c.work.get("gpu_ms_done"), "%.1f"),
-            fmt(fig), fmt(r), "[%s, %s]" % (fmt(lo), fmt(hi)), fmt(err, "%+.1f"),
-            c.h("X-EOC-Energy-Method"), c.label(), ("PASS" if ok else "FAIL") + why], ok
+            figure_cell(c, cpu_w), fmt(ref["ref"]) if ref else "-",
+            "[%s, %s]" % (fmt(ref["lo"]), fmt(ref["hi"])) if ref else "-", fmt(err, "%+.1f"),
+            c.h("X-EOC-Energy-Method"), c.label(), verdict]
 
 
-def cpu_row(c, ref, cpu_w, nproc):
-    if c.error:
-        return [c.case, "-", "-", "-", "-", "-", "-", "-", c.error[:60], "FAIL (call)"], False
-    wall = c.t1 - c.t0
-    # The CPU estimate can be at most every core busy for the whole span.
-    cpu_cap = cpu_w * wall * nproc
-    ok = c.gpu_part() == "zero" and c.joules() <= cpu_cap
-    why = ""
+def verdict(fails):
+    return "PASS" if not fails else "FAIL (%s)" % "; ".join(fails)
+
+
+def judge_solo(c, ref, cpu_w, limit_w):
+    fig = c.gpu_joules(cpu_w)
+    err = (fig - ref["ref"]) / ref["ref"] * 100 if ref["ref"] > 0 else float("nan")
+    fails = []
+    if c.gpu_part() != "figure":
+        fails.append("no GPU figure")
+    elif not abs(err) <= SOLO_TOLERANCE * 100:
+        fails.append("off by more than %d%%" % (SOLO_TOLERANCE * 100))
+    if limit_w == limit_w and fig > limit_w * (c.t1 - c.t0):
+        fails.append("above the power limit x wall")
+    return err, fails
+
+
+def judge_cpu(c, cpu_w, nproc):
+    # A CPU estimate is at most every core busy for the whole span.
+    cap = cpu_w * (c.t1 - c.t0) * nproc
+    fails = []
     if c.gpu_part() != "zero":
-        why = " (GPU part %s, want exactly 0)" % c.gpu_part()
-    elif c.joules() > cpu_cap:
-        why = " (%.4f J is more than any CPU estimate, %.4f J)" % (c.joules(), cpu_cap)
-    r = ref[0] if ref else float("nan")
-    return [c.case, fmt(wall * 1000, "%.1f"), "0", "0 (exact)" if c.gpu_part() == "zero" else
-            fmt(c.gpu_joules(cpu_w)), fmt(r) + (" idle" if ref else " (no NVML)"), "-", "-",
-            c.h("X-EOC-Energy-Method"), c.label(), ("PASS" if ok else "FAIL") + why], ok
+        fails.append("GPU part %s, want exactly 0" % c.gpu_part())
+    elif not c.joules() <= cap:
+        fails.append("%.4f J is more than any CPU estimate (%.4f J)" % (c.joules(), cap))
+    return fails
 
 
 # ---------------------------------------------------------------- run (GPU) and dry (no GPU)
@@ -294,10 +353,79 @@ def open_reference(standin_pid, uuid):
     return pynvml, h, info
 
 
-def settle(ref, seconds):
-    """Lets the GPU and the counter settle between cases."""
-    time.sleep(seconds)
-    ref.wait_update_after(time.monotonic())
+def busy_of(*calls):
+    return [(c.work["g0"], c.work["g1"]) for c in calls if "g0" in c.work]
+
+
+class Runner:
+    def __init__(self, a, ref, info):
+        self.a, self.ref, self.info = a, ref, info
+        self.rows, self.calls, self.ok = [], [], True
+
+    def settle(self):
+        """Rests between cases, then starts the next call just after a counter update, so the
+        span's first bracket is (nearly) all idle."""
+        time.sleep(self.a.gap)
+        self.ref.wait_update_after(time.monotonic())
+
+    def add(self, c, ref, err, fails):
+        self.rows.append(row(c, self.a.cpu_w, ref, err, verdict(fails)))
+        self.calls.append({"case": c.case, "t0": c.t0, "t1": c.t1, "headers": c.headers, "work": c.work,
+                           "error": c.error, "reference": ref})
+        self.ok &= not fails
+
+    def solo(self, ms, rep):
+        self.settle()
+        c = Call("solo %dms #%d" % (ms, rep), "gpu-standin", "")
+        c.prompt = prompt_for(c.case, "gpu_ms=%d" % ms)
+        c.do(self.a.proxy)
+        if c.error:
+            self.add(c, None, None, ["call failed"])
+            return
+        ref = self.ref.span(c.t0, c.t1, busy_of(c))
+        err, fails = judge_solo(c, ref, self.a.cpu_w, self.info["power_limit_w"])
+        self.add(c, ref, err, fails)
+
+    def overlapping(self, ms):
+        """Two calls of ms each; B starts a third of the way into A."""
+        self.settle()
+        ca = Call("overlap A", "gpu-standin", prompt_for("overlap-A", "gpu_ms=%d" % ms))
+        cb = Call("overlap B", "gpu-standin", prompt_for("overlap-B", "gpu_ms=%d" % ms))
+        ta = threading.Thread(target=ca.do, args=(self.a.proxy,))
+        ta.start()
+        time.sleep(ms / 1000 / 3)
+        cb.do(self.a.proxy)
+        ta.join()
+        for c in (ca, cb):
+            fails = ["call failed"] if c.error else []
+            if not c.error and "span-overlap" not in c.h("X-EOC-Energy-Reason").split(";"):
+                fails.append("not labelled span-overlap")
+            if not c.error and c.h("X-EOC-Energy") == "measured":
+                fails.append("graded measured")
+            ref = None if c.error else self.ref.span(c.t0, c.t1, busy_of(ca, cb))
+            self.add(c, ref, None, fails)
+        if ca.error or cb.error:
+            return
+        u = Call("overlap A+B", "", "")
+        u.t0, u.t1 = min(ca.t0, cb.t0), max(ca.t1, cb.t1)
+        ref = self.ref.span(u.t0, u.t1, busy_of(ca, cb))
+        total = ca.gpu_joules(self.a.cpu_w) + cb.gpu_joules(self.a.cpu_w)
+        fails = [] if total <= ref["hi"] else ["the sum is above the reference's upper bound"]
+        self.rows.append(["overlap A+B", fmt((u.t1 - u.t0) * 1000, "%.1f"), "-", fmt(total), fmt(ref["ref"]),
+                          "[%s, %s]" % (fmt(ref["lo"]), fmt(ref["hi"])),
+                          fmt((total - ref["ref"]) / ref["ref"] * 100 if ref["ref"] > 0 else float("nan"), "%+.1f"),
+                          "-", "sum of A's and B's GPU figures, union of spans", verdict(fails)])
+        self.calls.append({"case": "overlap A+B", "t0": u.t0, "t1": u.t1, "reference": ref, "sum": total})
+        self.ok &= not fails
+
+    def cpu_only(self, ms):
+        self.settle()
+        c = Call("cpu-only %dms" % ms, "cpu-standin", prompt_for("cpu-only", "cpu_ms=%d" % ms)).do(self.a.proxy)
+        if c.error:
+            self.add(c, None, None, ["call failed"])
+            return
+        ref = self.ref.span(c.t0, c.t1)  # the GPU's idle energy: what a time share would bill
+        self.add(c, ref, None, judge_cpu(c, self.a.cpu_w, os.cpu_count() or 1))
 
 
 def cmd_run(a):
@@ -309,86 +437,41 @@ def cmd_run(a):
     nv, h, info = open_reference(standin_pid, warm.work.get("device_uuid", ""))
     ref = Reference(nv, h)
     time.sleep(0.5)
-    print("reference: GPU %d of %d, %s (%s); enforced power limit %.0f W; counter update period "
-          "%.1f ms (median, polled every ~1 ms)" % (info["index"], info["devices"], info["name"],
-                                                   info["why"], info["power_limit_w"], ref.period_ms()))
+    print("reference: GPU %d of %d, %s (%s); enforced power limit %.0f W; NVML energy counter "
+          "updates every %.1f ms (median; polled every ~1 ms)" % (info["index"], info["devices"], info["name"],
+                                                                  info["why"], info["power_limit_w"], ref.period_ms()))
     if not info["standin_pid_listed"]:
         print("NOTE: NVML's process list %s does not hold the stand-in's PID %d: NVML reports another "
               "PID namespace's PIDs (a container?), so the meter cannot see the stand-in on the GPU."
               % (info["nvml_pids"], standin_pid))
-    print("warm-up through the proxy: %s" % " ".join("%s: %s" % kv for kv in sorted(warm.headers.items())))
+    print("warm-up call through the proxy: %s" % "  ".join("%s: %s" % kv for kv in sorted(warm.headers.items())))
     print()
 
-    rows, results, ok_all = [], [], True
-    for ms in a.solo_ms:
-        for rep in range(1, a.repeat + 1):
-            settle(ref, a.gap)
-            c = Call("solo %dms #%d" % (ms, rep), "gpu-standin", "")
-            c.prompt = prompt_for(c.case, "gpu_ms=%d" % ms)
-            c.do(a.proxy)
-            r = ref.span(c.t0, c.t1) if not c.error else (float("nan"),) * 3
-            row, ok = solo_row(c, r, a.cpu_w)
-            rows.append(row)
-            results.append((c, r, ok))
-            ok_all &= ok
+    r = Runner(a, ref, info)
+    try:
+        for ms in a.solo_ms:
+            for rep in range(1, a.repeat + 1):
+                r.solo(ms, rep)
+        r.overlapping(a.overlap_ms)
+        r.cpu_only(200)
+    finally:
+        ref.close()
+    info["period_ms"] = ref.period_ms()
 
-    # Two overlapping calls: B starts while A's GPU work runs.
-    settle(ref, a.gap)
-    ca = Call("overlap A", "gpu-standin", prompt_for("overlap-A", "gpu_ms=%d" % a.overlap_ms))
-    cb = Call("overlap B", "gpu-standin", prompt_for("overlap-B", "gpu_ms=%d" % a.overlap_ms))
-    ta = threading.Thread(target=ca.do, args=(a.proxy,))
-    ta.start()
-    time.sleep(a.overlap_ms / 1000 / 3)
-    cb.do(a.proxy)
-    ta.join()
-    good = not ca.error and not cb.error
-    u0, u1 = min(ca.t0, cb.t0), max(ca.t1, cb.t1)
-    ur, ulo, uhi = ref.span(u0, u1) if good else (float("nan"),) * 3
-    total = ca.gpu_joules(a.cpu_w) + cb.gpu_joules(a.cpu_w)
-    for c in (ca, cb):
-        labelled = "span-overlap" in c.h("X-EOC-Energy-Reason").split(";")
-        measured = c.h("X-EOC-Energy") == "measured"
-        ok = not c.error and labelled and not measured
-        why = "" if ok else (" (%s)" % c.error[:50] if c.error else
-                             " (%s)" % ", ".join(w for w, bad in (("not labelled span-overlap", not labelled),
-                                                                  ("graded measured", measured)) if bad))
-        rows.append([c.case, fmt((c.t1 - c.t0) * 1000, "%.1f"), fmt(c.work.get("gpu_ms_done"), "%.1f"),
-                     fmt(c.gpu_joules(a.cpu_w)) + ("" if c.gpu_part() == "figure" else " (" + c.gpu_part() + ")"),
-                     "-", "-", "-", c.h("X-EOC-Energy-Method"), c.label(), ("PASS" if ok else "FAIL") + why])
-        ok_all &= ok
-    ok = good and total <= uhi
-    rows.append(["overlap A+B", fmt((u1 - u0) * 1000, "%.1f"), "-", fmt(total), fmt(ur),
-                 "[%s, %s]" % (fmt(ulo), fmt(uhi)), fmt((total - ur) / ur * 100 if ur > 0 else float("nan"), "%+.1f"),
-                 "-", "sum of the two GPU figures over the union",
-                 ("PASS" if ok else "FAIL") + ("" if ok else " (sum above the reference's upper bound)")])
-    ok_all &= ok
-
-    # CPU-only: a stand-in that never touched CUDA.
-    settle(ref, a.gap)
-    c = Call("cpu-only 200ms", "cpu-standin", prompt_for("cpu-only", "cpu_ms=200")).do(a.proxy)
-    r = ref.span(c.t0, c.t1) if not c.error else None
-    row, ok = cpu_row(c, r, a.cpu_w, os.cpu_count() or 1)
-    rows.append(row)
-    ok_all &= ok
-    ref.close()
-
-    print_table(rows)
+    print_table(r.rows)
     print()
-    print("figure J: X-EOC-Joules - cpu_watts_per_core (%g W) x the stand-in's CPU s, when the method has a "
-          "GPU part; reference J: this script's own NVML read over the client's span, interpolated "
-          "between the updates bracketing each end; [lo, hi]: between the updates inside / around it."
-          % a.cpu_w)
-    print("goals: solo within %d%% of the reference; overlapping calls labelled span-overlap, not "
-          "measured, summing to no more than the reference's upper bound; CPU-only exactly 0 J of GPU."
+    print("figure J: the call's GPU part, X-EOC-Joules less cpu_watts_per_core (%g W) x the stand-in's CPU "
+          "seconds, when X-EOC-Energy-Method has a GPU part (none: no GPU figure; 0 (exact): no GPU part). "
+          "reference J: this script's own NVML read over the client's span, each end split by the GPU's busy "
+          "time; [lo, hi]: the counter between the updates inside / around the span." % a.cpu_w)
+    print("goals: solo calls within %d%% of the reference; overlapping calls labelled span-overlap, not "
+          "measured, their sum at most the reference's upper bound; CPU-only exactly 0 J of GPU."
           % (SOLO_TOLERANCE * 100))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"reference": info, "period_ms": ref.period_ms(), "rows": rows,
-                       "calls": [{"case": x.case, "t0": x.t0, "t1": x.t1, "headers": x.headers,
-                                  "work": x.work, "error": x.error} for x in [r[0] for r in results] + [ca, cb, c]]},
-                      f, indent=1)
-    print("RESULT: %s" % ("PASS" if ok_all else "FAIL"))
-    return 0 if ok_all else 1
+            json.dump({"reference": info, "columns": COLS, "rows": r.rows, "calls": r.calls}, f, indent=1)
+    print("RESULT: %s" % ("PASS" if r.ok else "FAIL"))
+    return 0 if r.ok else 1
 
 
 def cmd_dry(a):
@@ -401,9 +484,9 @@ def cmd_dry(a):
         print("  %s: %s" % (k, v))
     print("stand-in reply: %s" % json.dumps(c.work))
     print()
-    row, ok = cpu_row(c, None, a.cpu_w, os.cpu_count() or 1)
-    print_table([row])
-    return 0 if ok else 1
+    fails = judge_cpu(c, a.cpu_w, os.cpu_count() or 1)
+    print_table([row(c, a.cpu_w, None, None, verdict(fails))])
+    return 0 if not fails else 1
 
 
 def main():

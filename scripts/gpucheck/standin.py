@@ -8,6 +8,7 @@ was done (the proxy passes it through to the client):
 
   {"gpu_ms": asked, "gpu_ms_done": CUDA-event time, "kernels": n, "cpu_s": this process's CPU
    seconds over the handler, "t0": CLOCK_MONOTONIC at the handler's start, "t1": at its end,
+   "g0", "g1": the GPU's busy interval on CLOCK_MONOTONIC (gpu calls only),
    "device_uuid": the GPU's UUID or ""}
 
 Modes:
@@ -53,16 +54,20 @@ class GPU:
         self.ms_per_kernel = samples[1]
 
     def _run(self, k):
-        """Launches k matmuls and waits for them without spinning the CPU."""
+        """Launches k matmuls on an idle stream and waits for them without spinning the CPU.
+        Returns the CUDA-event time in ms and the GPU's busy interval on CLOCK_MONOTONIC: from
+        the first launch to the wake-up after the last kernel (both within tens of µs)."""
         torch = self.torch
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True, blocking=True)
+        g0 = time.monotonic()
         start.record()
         for _ in range(k):
             torch.mm(self.a, self.b, out=self.c)
         end.record()
         end.synchronize()  # blocking event: the thread sleeps until the GPU is done
-        return start.elapsed_time(end), k
+        g1 = time.monotonic()
+        return start.elapsed_time(end), k, g0, g1
 
     def work(self, ms):
         k = max(1, round(ms / self.ms_per_kernel))
@@ -128,7 +133,7 @@ def make_handler(gpu, model_prefix):
                     self._json(400, {"error": {"message": "gpu_ms asked of a cpu-mode stand-in",
                                                "type": "invalid_request_error"}})
                     return
-                done["gpu_ms_done"], done["kernels"] = gpu.work(done["gpu_ms"])
+                done["gpu_ms_done"], done["kernels"], done["g0"], done["g1"] = gpu.work(done["gpu_ms"])
             if done["cpu_ms"] > 0:
                 spin_cpu(done["cpu_ms"])
             done.update(cpu_s=time.process_time() - c0, t0=t0, t1=time.monotonic(),
