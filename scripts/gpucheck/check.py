@@ -15,13 +15,16 @@ gpu-model). Without one the GPU part is exactly 0 (coverage whole) or absent (co
 partial: not measured).
 
 The reference is this process's own reading of the same GPU's total-energy counter
-(nvmlDeviceGetTotalEnergyConsumption), polled every millisecond or so in a thread that records
+(nvmlDeviceGetTotalEnergyConsumption), polled every quarter millisecond in a thread that records
 each update. A call's span is [just before the request is sent, just after the reply was
-read]; the counter is taken at both ends by linear interpolation between the updates that
-bracket each end, waiting for the first update after the span's end. ref_lo (between the first
-update inside the span and the last) and ref_hi (between the last update before and the first
-after) bound it. Only the standard library and pynvml; never torch (this process must hold no
-CUDA context, or it would be a foreign GPU process to the meter).
+read], started just after a counter update. Each end is read between the two updates that
+bracket it, waiting for the first update after the span's end; since NVML updates every few
+tens of ms, a bracket often holds both busy and idle time, so it is split by the GPU's busy
+intervals that the stand-in reports (Reference.span). lo (between the first and last update
+inside the span) and hi (between the last update before and the first after) bound it; unc is
+what the updates' own time uncertainty can move it by. Only the standard library and pynvml;
+never torch (this process must hold no CUDA context, or it would be a foreign GPU process to
+the meter).
 """
 
 import argparse
@@ -86,11 +89,12 @@ class Reference:
 
     An update's time is the midpoint between the poll that saw it and the poll before, so it is
     off by half a poll at most (plus whatever delay NVML itself has in publishing, which no
-    reader can see)."""
+    reader can see). A poll delayed by a busy host widens that: span() reports it as unc."""
 
-    def __init__(self, pynvml, handle, poll_s=0.001):
+    def __init__(self, pynvml, handle, poll_s=0.00025):
         self.nv, self.h, self.poll_s = pynvml, handle, poll_s
         self.points = []  # (t, mJ) at each observed change, and the first reading
+        self.halfgap = []  # each point's time uncertainty: half the gap between its poll and the one before
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.err = None
@@ -108,6 +112,7 @@ class Reference:
                         raise RuntimeError("NVML energy went backwards: %d -> %d mJ" % (last, e))
                     with self.lock:
                         self.points.append(((t + prev_t) / 2 if prev_t else t, e))
+                        self.halfgap.append((t - prev_t) / 2 if prev_t else 0.0)
                     last = e
                 prev_t = t
                 time.sleep(self.poll_s)
@@ -136,25 +141,34 @@ class Reference:
         raise RuntimeError("NVML's counter did not update within %.1fs after the span" % timeout)
 
     def span(self, t0, t1, busy=()):
-        """The counter over [t0, t1]: {"ref", "linear", "lo", "hi", "idle_w"}, in J and W.
+        """The counter over [t0, t1]: {"ref", "linear", "lo", "hi", "unc", "idle_w"}, in J and W.
 
         linear interpolates each end between the two updates that bracket it. That is biased
         low whenever an end's bracket holds both busy and idle time (NVML updates every few tens
         of ms, as long as a short call), so ref splits such a bracket by the GPU's busy
-        intervals (from the stand-in's replies): idle time at the idle power of the last
-        all-idle brackets before the span, busy time at whatever power makes up the bracket's
+        intervals (every GPU call's, from the stand-in's replies): idle time at the median power
+        of the all-idle brackets in the second before the span, busy time at whatever power makes up the bracket's
         energy. lo is the energy between the first and last update inside the span, hi between
-        the last update before it and the first after: the span's energy lies between them."""
+        the last update before it and the first after: the span's energy lies between them. unc
+        is what the updates' own time uncertainty (half a poll gap) can move ref by: each end's
+        bracket's power times the larger uncertainty of its two updates."""
         self.wait_update_after(t1)
         with self.lock:
             pts = list(self.points)
+            gaps = list(getattr(self, "halfgap", [])) or [0.0] * len(pts)
         if len(pts) < 2 or pts[0][0] > t0:
             raise RuntimeError("the reference has no update before the span began")
         busy = merge(busy)
         segs = list(zip(pts, pts[1:]))
         idle = [(eb - ea) / (tb - ta) for (ta, ea), (tb, eb) in segs
-                if t0 - 2.0 <= ta and tb <= t0 and overlap(ta, tb, busy) == 0 and tb > ta]
-        idle_w = statistics.median(idle[-20:]) / 1000 if idle else float("nan")
+                if t0 - 1.0 <= ta and tb <= t0 and overlap(ta, tb, busy) == 0 and tb > ta]
+        idle_w = statistics.median(idle) / 1000 if idle else float("nan")
+
+        def unc_at(t):
+            for k, ((ta, ea), (tb, eb)) in enumerate(segs):
+                if ta <= t <= tb:
+                    return max(gaps[k], gaps[k + 1]) * (eb - ea) / 1000 / (tb - ta)
+            return float("nan")
 
         def at(t, model):
             for (ta, ea), (tb, eb) in segs:
@@ -176,7 +190,7 @@ class Reference:
         inside = [e for t, e in pts if t0 <= t <= t1]
         lo = (max(inside) - min(inside)) / 1000 if inside else 0.0
         return {"ref": at(t1, True) - at(t0, True), "linear": at(t1, False) - at(t0, False),
-                "lo": lo, "hi": (after - before) / 1000, "idle_w": idle_w}
+                "lo": lo, "hi": (after - before) / 1000, "unc": unc_at(t0) + unc_at(t1), "idle_w": idle_w}
 
 
 # ---------------------------------------------------------------- calls through the proxy
@@ -283,9 +297,15 @@ def row(c, cpu_w, ref, err, verdict):
     if c.error:
         return [c.case, "-", "-", "-", "-", "-", "-", "-", c.error[:70], "FAIL (call failed)"]
     return [c.case, fmt((c.t1 - c.t0) * 1000, "%.1f"), fmt(c.work.get("gpu_ms_done"), "%.1f"),
-            figure_cell(c, cpu_w), fmt(ref["ref"]) if ref else "-",
+            figure_cell(c, cpu_w), ref_cell(ref),
             "[%s, %s]" % (fmt(ref["lo"]), fmt(ref["hi"])) if ref else "-", fmt(err, "%+.1f"),
             c.h("X-EOC-Energy-Method"), c.label(), verdict]
+
+
+def ref_cell(ref):
+    if not ref:
+        return "-"
+    return fmt(ref["ref"]) + ("" if ref["unc"] < 0.0005 else " ±" + fmt(ref["unc"]))
 
 
 def verdict(fails):
@@ -361,6 +381,11 @@ class Runner:
     def __init__(self, a, ref, info):
         self.a, self.ref, self.info = a, ref, info
         self.rows, self.calls, self.ok = [], [], True
+        self.busy = []  # every GPU call's busy interval so far, so no busy bracket counts as idle
+
+    def span(self, t0, t1, *calls):
+        self.busy += busy_of(*calls)
+        return self.ref.span(t0, t1, self.busy)
 
     def settle(self):
         """Rests between cases, then starts the next call just after a counter update, so the
@@ -382,7 +407,7 @@ class Runner:
         if c.error:
             self.add(c, None, None, ["call failed"])
             return
-        ref = self.ref.span(c.t0, c.t1, busy_of(c))
+        ref = self.span(c.t0, c.t1, c)
         err, fails = judge_solo(c, ref, self.a.cpu_w, self.info["power_limit_w"])
         self.add(c, ref, err, fails)
 
@@ -402,16 +427,16 @@ class Runner:
                 fails.append("not labelled span-overlap")
             if not c.error and c.h("X-EOC-Energy") == "measured":
                 fails.append("graded measured")
-            ref = None if c.error else self.ref.span(c.t0, c.t1, busy_of(ca, cb))
+            ref = None if c.error else self.span(c.t0, c.t1, ca, cb)
             self.add(c, ref, None, fails)
         if ca.error or cb.error:
             return
         u = Call("overlap A+B", "", "")
         u.t0, u.t1 = min(ca.t0, cb.t0), max(ca.t1, cb.t1)
-        ref = self.ref.span(u.t0, u.t1, busy_of(ca, cb))
+        ref = self.span(u.t0, u.t1)
         total = ca.gpu_joules(self.a.cpu_w) + cb.gpu_joules(self.a.cpu_w)
         fails = [] if total <= ref["hi"] else ["the sum is above the reference's upper bound"]
-        self.rows.append(["overlap A+B", fmt((u.t1 - u.t0) * 1000, "%.1f"), "-", fmt(total), fmt(ref["ref"]),
+        self.rows.append(["overlap A+B", fmt((u.t1 - u.t0) * 1000, "%.1f"), "-", fmt(total), ref_cell(ref),
                           "[%s, %s]" % (fmt(ref["lo"]), fmt(ref["hi"])),
                           fmt((total - ref["ref"]) / ref["ref"] * 100 if ref["ref"] > 0 else float("nan"), "%+.1f"),
                           "-", "sum of A's and B's GPU figures, union of spans", verdict(fails)])
@@ -424,7 +449,7 @@ class Runner:
         if c.error:
             self.add(c, None, None, ["call failed"])
             return
-        ref = self.ref.span(c.t0, c.t1)  # the GPU's idle energy: what a time share would bill
+        ref = self.span(c.t0, c.t1)  # the GPU's idle energy: what a time share would bill
         self.add(c, ref, None, judge_cpu(c, self.a.cpu_w, os.cpu_count() or 1))
 
 
@@ -435,11 +460,11 @@ def cmd_run(a):
         print("gpu-check: the warm-up call failed: %s" % warm.error, file=sys.stderr)
         return 2
     nv, h, info = open_reference(standin_pid, warm.work.get("device_uuid", ""))
-    ref = Reference(nv, h)
+    ref = Reference(nv, h, a.poll_ms / 1000)
     time.sleep(0.5)
     print("reference: GPU %d of %d, %s (%s); enforced power limit %.0f W; NVML energy counter "
-          "updates every %.1f ms (median; polled every ~1 ms)" % (info["index"], info["devices"], info["name"],
-                                                                  info["why"], info["power_limit_w"], ref.period_ms()))
+          "updates every %.1f ms (median; polled every %g ms)" % (info["index"], info["devices"], info["name"],
+                                                                  info["why"], info["power_limit_w"], ref.period_ms(), a.poll_ms))
     if not info["standin_pid_listed"]:
         print("NOTE: NVML's process list %s does not hold the stand-in's PID %d: NVML reports another "
               "PID namespace's PIDs (a container?), so the meter cannot see the stand-in on the GPU."
@@ -448,6 +473,7 @@ def cmd_run(a):
     print()
 
     r = Runner(a, ref, info)
+    r.busy += busy_of(warm)
     try:
         for ms in a.solo_ms:
             for rep in range(1, a.repeat + 1):
@@ -506,7 +532,8 @@ def main():
             p.add_argument("--solo-ms", type=int, nargs="+", default=[50, 200, 1000])
             p.add_argument("--repeat", type=int, default=3)
             p.add_argument("--overlap-ms", type=int, default=600)
-            p.add_argument("--gap", type=float, default=0.5, help="seconds of rest between cases")
+            p.add_argument("--gap", type=float, default=1.0, help="seconds of rest between cases")
+            p.add_argument("--poll-ms", type=float, default=0.25, help="the reference's poll interval")
     a = ap.parse_args()
     if a.cmd == "free-port":
         print(free_port())
