@@ -87,7 +87,7 @@ fi
 if ! t=$(python3 -c 'import torch; print(torch.__version__, torch.cuda.is_available())' 2>&1); then
 	gpu=0
 	why_not+=("python3 cannot import torch ($(tail -1 <<<"$t"))")
-elif [[ "$t" != *" True" ]]; then
+elif t=$(tail -1 <<<"$t") && [[ "$t" != *" True" ]]; then
 	gpu=0
 	why_not+=("torch ${t% *} sees no CUDA device")
 else
@@ -107,10 +107,11 @@ pids=()
 cleanup() {
 	local rc=$? p
 	trap - EXIT INT TERM
-	for p in "${pids[@]}"; do
+	((rc < 128)) || say "stopped by a signal (exit $rc); stopping the stand-ins and the proxy"
+	for p in ${pids[@]+"${pids[@]}"}; do
 		kill -TERM "$p" 2>/dev/null || true
 	done
-	for p in "${pids[@]}"; do
+	for p in ${pids[@]+"${pids[@]}"}; do
 		for _ in 1 2 3 4 5 6 7 8 9 10; do
 			kill -0 "$p" 2>/dev/null || break
 			sleep 0.3
@@ -198,10 +199,12 @@ grep -E '"meter: counter (live|unavailable)"' "$tmp/proxy.log" | sed 's/^/gpu-ch
 
 if ((!gpu)); then
 	rc=0
-	python3 "$here/check.py" dry --proxy "http://127.0.0.1:$proxy_port" --cpu-w "$cpu_w" || rc=$?
+	python3 "$here/check.py" dry --proxy "http://127.0.0.1:$proxy_port" --cpu-w "$cpu_w" --log "$tmp/table.txt" &
+	pids+=("$!")
+	wait "$!" || rc=$?
 	echo
 	say "NO GPU on this host, so no GPU case ran:"
-	for w in "${why_not[@]}"; do
+	for w in ${why_not[@]+"${why_not[@]}"}; do
 		say "  - $w"
 	done
 	if ((rc != 0)); then
@@ -215,8 +218,11 @@ fi
 rc=0
 case_timeout=$((budget - SECONDS))
 ((case_timeout >= 60)) || die "start-up took ${SECONDS}s: no time left for the cases"
+# In the background, so that a signal to this script is handled at once, not after the cases.
 timeout "$case_timeout" python3 -u "$here/check.py" run --proxy "http://127.0.0.1:$proxy_port" --cpu-w "$cpu_w" \
-	--gpu-pid-file "$tmp/gpu.pid" --repeat "$repeat" --json "$tmp/calls.json" | tee "$tmp/table.txt" || rc=$?
+	--gpu-pid-file "$tmp/gpu.pid" --repeat "$repeat" --json "$tmp/calls.json" --log "$tmp/table.txt" &
+pids+=("$!")
+wait "$!" || rc=$?
 if ((rc == 124)); then
 	die "the cases ran past ${case_timeout}s"
 fi

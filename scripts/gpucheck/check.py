@@ -474,17 +474,23 @@ def cmd_run(a):
 
     r = Runner(a, ref, info)
     r.busy += busy_of(warm)
+    broke = None
     try:
         for ms in a.solo_ms:
             for rep in range(1, a.repeat + 1):
                 r.solo(ms, rep)
         r.overlapping(a.overlap_ms)
         r.cpu_only(200)
+    except RuntimeError as e:  # the reference could not be read: say so under the rows so far
+        broke = e
     finally:
         ref.close()
     info["period_ms"] = ref.period_ms()
 
     print_table(r.rows)
+    if broke:
+        print("\ngpu-check: the check stopped: %s" % broke)
+        r.ok = False
     print()
     print("figure J: the call's GPU part, X-EOC-Joules less cpu_watts_per_core (%g W) x the stand-in's CPU "
           "seconds, when X-EOC-Energy-Method has a GPU part (none: no GPU figure; 0 (exact): no GPU part). "
@@ -497,7 +503,7 @@ def cmd_run(a):
         with open(a.json, "w") as f:
             json.dump({"reference": info, "columns": COLS, "rows": r.rows, "calls": r.calls}, f, indent=1)
     print("RESULT: %s" % ("PASS" if r.ok else "FAIL"))
-    return 0 if r.ok else 1
+    return 2 if broke else 0 if r.ok else 1
 
 
 def cmd_dry(a):
@@ -515,6 +521,20 @@ def cmd_dry(a):
     return 0 if not fails else 1
 
 
+class Tee:
+    def __init__(self, *files):
+        self.files = files
+
+    def write(self, text):
+        for f in self.files:
+            f.write(text)
+            f.flush()
+
+    def flush(self):
+        for f in self.files:
+            f.flush()
+
+
 def main():
     ap = argparse.ArgumentParser(description="gpu-check driver")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -527,6 +547,7 @@ def main():
         p.add_argument("--proxy", required=True)
         p.add_argument("--cpu-w", type=float, required=True, help="cpu_watts_per_core in eoc.yaml")
         p.add_argument("--json", default="", help="write the calls and the table here")
+        p.add_argument("--log", default="", help="also write what is printed here")
         if name == "run":
             p.add_argument("--gpu-pid-file", required=True)
             p.add_argument("--solo-ms", type=int, nargs="+", default=[50, 200, 1000])
@@ -535,6 +556,8 @@ def main():
             p.add_argument("--gap", type=float, default=1.0, help="seconds of rest between cases")
             p.add_argument("--poll-ms", type=float, default=0.25, help="the reference's poll interval")
     a = ap.parse_args()
+    if getattr(a, "log", ""):
+        sys.stdout = Tee(sys.stdout, open(a.log, "w"))
     if a.cmd == "free-port":
         print(free_port())
         return 0
