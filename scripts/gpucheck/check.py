@@ -373,6 +373,34 @@ def open_reference(standin_pid, uuid):
     return pynvml, h, info
 
 
+def probe_field_timestamp(nv, h, seconds=0.5):
+    """What NVML's own timestamp on the total-energy field means, for the meter's Begin alignment:
+    whether it moves only when the value does (the sample's time) or at every query, and how long
+    after it this process first saw a new value (a floor on the publication delay). A line of text."""
+    try:
+        fid = getattr(nv, "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 83)
+        rows, deadline = [], time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            v = nv.nvmlDeviceGetFieldValues(h, [fid])[0]
+            now = time.time()
+            if v.nvmlReturn != 0:
+                return "NVML's total-energy field: error %d" % v.nvmlReturn
+            rows.append((int(v.value.ullVal), int(v.timestamp), now))
+            time.sleep(0.0005)
+    except Exception as e:  # an old driver or binding: a diagnostic, never a failure
+        return "NVML's total-energy field timestamp: unavailable (%s: %s)" % (type(e).__name__, e)
+    values = {r[0] for r in rows}
+    stamps = {r[1] for r in rows}
+    lags = [(now - ts / 1e6) * 1000 for (e0, _, _), (e, ts, now) in zip(rows, rows[1:]) if e != e0]
+    alone = sum(1 for (e0, t0, _), (e, ts, _) in zip(rows, rows[1:]) if ts != t0 and e == e0)
+    kind = ("moves with the value (the sample's own time)" if alone <= 0.05 * len(rows)
+            else "moves without the value in %d of %d reads (the query's time?)" % (alone, len(rows) - 1))
+    lag = "first seen %.1f ms after it (median of %d updates)" % (statistics.median(lags), len(lags)) if lags else \
+        "no update seen"
+    return "NVML's total-energy field timestamp: %d values, %d timestamps in %d reads over %.1fs: it %s; %s" % (
+        len(values), len(stamps), len(rows), seconds, kind, lag)
+
+
 def busy_of(*calls):
     return [(c.work["g0"], c.work["g1"]) for c in calls if "g0" in c.work]
 
@@ -465,6 +493,8 @@ def cmd_run(a):
     print("reference: GPU %d of %d, %s (%s); enforced power limit %.0f W; NVML energy counter "
           "updates every %.1f ms (median; polled every %g ms)" % (info["index"], info["devices"], info["name"],
                                                                   info["why"], info["power_limit_w"], ref.period_ms(), a.poll_ms))
+    info["field_timestamp"] = probe_field_timestamp(nv, h)
+    print(info["field_timestamp"])
     if not info["standin_pid_listed"]:
         print("NOTE: NVML's process list %s does not hold the stand-in's PID %d: NVML reports another "
               "PID namespace's PIDs (a container?), so the meter cannot see the stand-in on the GPU."

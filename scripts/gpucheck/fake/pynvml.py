@@ -1,6 +1,12 @@
 """A fake nvidia-ml-py over fakegpu, for scripts/gpucheck/selftest.sh only."""
 
+import time
+from types import SimpleNamespace
+
 import fakegpu
+
+NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION = 83
+_WALL = time.time() - time.monotonic()
 
 
 class NVMLError(Exception):
@@ -49,3 +55,11 @@ def nvmlDeviceGetName(h):
 
 def nvmlDeviceGetEnforcedPowerLimit(h):
     return 700000
+
+
+def nvmlDeviceGetFieldValues(h, fields):
+    now = time.monotonic()
+    at = now - now % fakegpu.PERIOD_S
+    stamp = int((at + _WALL) * 1e6)  # the update's own time, on the wall clock
+    return [SimpleNamespace(nvmlReturn=0, timestamp=stamp, latencyUsec=0,
+                            value=SimpleNamespace(ullVal=fakegpu.published_mj(now)))]
