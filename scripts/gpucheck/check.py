@@ -341,12 +341,18 @@ def judge_cpu(c, cpu_w, nproc):
 def open_reference(standin_pid, uuid):
     import pynvml  # nvidia-ml-py
 
+    def compute_pids(h):
+        try:
+            return [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)]
+        except pynvml.NVMLError:
+            return []
+
     pynvml.nvmlInit()
     n = pynvml.nvmlDeviceGetCount()
     pick, why = None, ""
     for i in range(n):
         h = pynvml.nvmlDeviceGetHandleByIndex(i)
-        pids = [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)]
+        pids = compute_pids(h)
         if standin_pid in pids:
             pick, why = i, "lists the stand-in's PID %d" % standin_pid
             break
@@ -367,7 +373,7 @@ def open_reference(standin_pid, uuid):
         info["power_limit_w"] = pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000
     except pynvml.NVMLError:
         info["power_limit_w"] = float("nan")
-    pids = [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)]
+    pids = compute_pids(h)
     info["nvml_pids"] = pids
     info["standin_pid_listed"] = standin_pid in pids
     return pynvml, h, info
