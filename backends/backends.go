@@ -271,15 +271,13 @@ func (b *base) getJSON(ctx context.Context, u string, v any) error {
 // error is kept in the chain, so errors.Is finds context.Canceled or DeadlineExceeded even where
 // the transport reported something vaguer.
 //
-// A call cut by its own bounds (a timeoutError cause) keeps only the timeout in the chain: the
-// transport's context.Canceled would read as a client that went away.
+// A call cut by a deadline (its own bounds, or the caller's) keeps only the deadline in the
+// chain: the transport's context.Canceled would read as a client that went away.
 func (b *base) transportError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		cause := context.Cause(ctx)
-		var te *timeoutError
-		switch {
-		case errors.As(cause, &te):
-			err = fmt.Errorf("%w: %v", te, err)
+		switch cause := context.Cause(ctx); {
+		case errors.Is(cause, context.DeadlineExceeded):
+			err = fmt.Errorf("%w: %v", cause, err)
 		case !errors.Is(err, cause):
 			err = fmt.Errorf("%w: %w", cause, err)
 		}
