@@ -44,6 +44,7 @@ func NewRouterWith(routes []Route, o RoutingOptions) (*Router, error) {
 			return nil, fmt.Errorf("backend %s: %w", r.Name, err)
 		}
 	}
+	o.Policies = slices.Clone(o.Policies)
 	for i, p := range o.Policies {
 		if err := checkPatterns(p.Patterns); err != nil {
 			return nil, fmt.Errorf("routing[%d]: %w", i, err)
