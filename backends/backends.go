@@ -277,7 +277,7 @@ func (b *base) transportError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		switch cause := context.Cause(ctx); {
 		case errors.Is(cause, context.DeadlineExceeded):
-			err = fmt.Errorf("%w: %v", cause, err)
+			err = fmt.Errorf("%w: %v", cause, err) //nolint:errorlint // the transport's context.Canceled must leave the chain
 		case !errors.Is(err, cause):
 			err = fmt.Errorf("%w: %w", cause, err)
 		}

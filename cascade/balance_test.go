@@ -14,7 +14,9 @@ import (
 
 type stubBackend struct{}
 
-func (stubBackend) Chat(context.Context, *Request, Sink) (*Answer, error) { return nil, errors.New("stub") }
+func (stubBackend) Chat(context.Context, *Request, Sink) (*Answer, error) {
+	return nil, errors.New("stub")
+}
 
 // pingBackend answers its ping with err, counting the pings.
 type pingBackend struct {

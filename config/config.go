@@ -75,11 +75,11 @@ type Graph struct {
 
 // Backend is one upstream.
 type Backend struct {
-	Name    string   `yaml:"name"`
-	Type    string   `yaml:"type"` // one of Registry.BackendTypes
-	URL     string   `yaml:"url"`
-	APIKey  Secret   `yaml:"api_key"`
-	Models  []string `yaml:"models"`
+	Name   string   `yaml:"name"`
+	Type   string   `yaml:"type"` // one of Registry.BackendTypes
+	URL    string   `yaml:"url"`
+	APIKey Secret   `yaml:"api_key"`
+	Models []string `yaml:"models"`
 	// Timeout bounds each silence of the upstream: the wait for the first byte and each gap
 	// between chunks, never a stream that keeps flowing.
 	Timeout Duration `yaml:"timeout"`

@@ -42,7 +42,9 @@ func TestFallbackBeforeTheFirstByte(t *testing.T) {
 		first func(t *testing.T) string
 	}{
 		{"dead", func(*testing.T) string { return deadURL }},
-		{"503", func(t *testing.T) string { return fakes.NewOpenAI(t, fakes.Config{Status: http.StatusServiceUnavailable}).BaseURL() }},
+		{"503", func(t *testing.T) string {
+			return fakes.NewOpenAI(t, fakes.Config{Status: http.StatusServiceUnavailable}).BaseURL()
+		}},
 		{"silent past timeout", func(t *testing.T) string { return fakes.NewOpenAI(t, fakes.Config{Block: true}).BaseURL() }},
 	}
 	for _, tc := range tests {
@@ -216,4 +218,20 @@ func get(t *testing.T, url string) string {
 	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// TestCacheHitNamesNoBackend: X-EOC-Backend and X-EOC-Attempts are the neural stage's; a cache
+// hit of an answer that took two attempts names neither.
+func TestCacheHitNamesNoBackend(t *testing.T) {
+	failing := fakes.NewOpenAI(t, fakes.Config{Status: http.StatusServiceUnavailable})
+	second := fakes.NewOpenAI(t)
+	s := startStack(t, strings.Replace(twoBackends(failing.BaseURL(), second.BaseURL(), "2s", ""), "[neural]", "[cache, neural]", 1))
+	for i, want := range []string{"2", ""} {
+		resp := postChat(t, s.URL, okBody, nil)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if got := resp.Header.Get("X-EOC-Attempts"); got != want || (want == "") != (resp.Header.Get("X-EOC-Backend") == "") {
+			t.Fatalf("call %d (stage %s): attempts %q, backend %q", i, resp.Header.Get("X-EOC-Stage"), got, resp.Header.Get("X-EOC-Backend"))
+		}
+	}
 }
