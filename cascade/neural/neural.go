@@ -4,8 +4,6 @@ package neural
 import (
 	"context"
 	"errors"
-	"net"
-	"net/http"
 	"syscall"
 	"time"
 
@@ -55,6 +53,12 @@ func New(router *cascade.Router, m *meter.Meter, opts ...Option) *Stage {
 
 // Name is "neural".
 func (*Stage) Name() string { return "neural" }
+
+// HTTP statuses the stage reads in an UpstreamError (the cascade imports no HTTP package).
+const (
+	statusOK      = 200
+	statusTooMany = 429
+)
 
 // MaxRetryAfter is the longest Retry-After the stage waits out to call the last backend of a
 // group again after a 429; a longer one passes the 429 to the client.
@@ -149,7 +153,7 @@ func failed(ans *cascade.Answer, backend string, spent energy.Figure, tries []ca
 func retryable(err error) bool {
 	var up *cascade.UpstreamError
 	if errors.As(err, &up) {
-		return up.Status == http.StatusTooManyRequests || up.Status >= 500
+		return up.Status == statusTooMany || up.Status >= 500
 	}
 	var be *cascade.BackendError
 	return errors.As(err, &be)
@@ -165,7 +169,7 @@ func outcome(ctx context.Context, err error) cascade.Outcome {
 		return cascade.Neutral // the call ended on this side: the client left, or its time ran out
 	case errors.As(err, &up):
 		switch {
-		case up.Status == http.StatusTooManyRequests:
+		case up.Status == statusTooMany:
 			return cascade.Neutral
 		case up.Status >= 500:
 			return cascade.Failed
@@ -181,13 +185,13 @@ func outcome(ctx context.Context, err error) cascade.Outcome {
 
 // attemptOf describes one attempt for the ledger.
 func attemptOf(ctx context.Context, backend string, fig energy.Figure, err error) cascade.BackendAttempt {
-	a := cascade.BackendAttempt{Backend: backend, Outcome: "ok", Status: http.StatusOK, Energy: fig}
+	a := cascade.BackendAttempt{Backend: backend, Outcome: "ok", Status: statusOK, Energy: fig}
 	if err == nil {
 		return a
 	}
 	a.Status = 0
 	var up *cascade.UpstreamError
-	var ne net.Error
+	var ne interface{ Timeout() bool } // net.Error's test, without importing net
 	var be *cascade.BackendError
 	switch {
 	case errors.As(err, &up):
@@ -209,7 +213,7 @@ func attemptOf(ctx context.Context, backend string, fig energy.Figure, err error
 // retryAfter is a 429's Retry-After when it is short enough to wait.
 func retryAfter(err error) (time.Duration, bool) {
 	var up *cascade.UpstreamError
-	if !errors.As(err, &up) || up.Status != http.StatusTooManyRequests || up.RetryAfter <= 0 || up.RetryAfter > MaxRetryAfter {
+	if !errors.As(err, &up) || up.Status != statusTooMany || up.RetryAfter <= 0 || up.RetryAfter > MaxRetryAfter {
 		return 0, false
 	}
 	return up.RetryAfter, true
