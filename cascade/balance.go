@@ -69,7 +69,7 @@ type RoutingOptions struct {
 	// DefaultProbeTimeout).
 	ProbeTimeout time.Duration
 	// Now is the clock (nil: time.Now); Rand returns a number in [0, 1) (nil: math/rand/v2).
-	// Tests inject both.
+	// Both must be safe for concurrent use. Tests inject both.
 	Now  func() time.Time
 	Rand func() float64
 }

@@ -58,8 +58,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	// The request timeout bounds the wait for an answer: a stream that has begun is bounded by
 	// the backend's own timeouts instead, which cut it only when it stops flowing.
-	ctx, stopTimeout := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
-	defer stopTimeout()
+	ctx, stopTimeout, cancel := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
+	defer cancel()
 	if s.metrics != nil {
 		s.metrics.inFlight.Inc()
 		defer s.metrics.inFlight.Dec()
@@ -101,15 +101,15 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 // so the client is told 504.
 var errRequestTimeout = fmt.Errorf("request timeout: %w", context.DeadlineExceeded)
 
-// withRequestTimeout bounds ctx by d (none when d <= 0) until stop is called; stop is safe to
-// call more than once.
-func withRequestTimeout(ctx context.Context, d time.Duration) (context.Context, func()) {
+// withRequestTimeout bounds ctx by d (none when d <= 0) until stop is called; stop may be called
+// more than once. cancel releases the context when the call is over.
+func withRequestTimeout(ctx context.Context, d time.Duration) (_ context.Context, stop, cancel func()) {
 	if d <= 0 {
-		return ctx, func() {}
+		return ctx, func() {}, func() {}
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	t := time.AfterFunc(d, func() { cancel(errRequestTimeout) })
-	return ctx, func() { t.Stop() }
+	ctx, cancelCause := context.WithCancelCause(ctx)
+	t := time.AfterFunc(d, func() { cancelCause(errRequestTimeout) })
+	return ctx, func() { t.Stop() }, func() { t.Stop(); cancelCause(nil) }
 }
 
 // setBackendHeaders names the backend that answered and the number of attempts, when a

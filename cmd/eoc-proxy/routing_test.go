@@ -235,3 +235,18 @@ func TestCacheHitNamesNoBackend(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestTimeoutBoundsTheWait: limits.request_timeout still ends a call that has no answer
+// (504, not a client that left), and no other backend is tried once it has passed.
+func TestRequestTimeoutBoundsTheWait(t *testing.T) {
+	slow := fakes.NewOpenAI(t, fakes.Config{Delay: 10 * time.Second})
+	second := fakes.NewOpenAI(t)
+	s := startStack(t, twoBackends(slow.BaseURL(), second.BaseURL(), "30s", "limits: {request_timeout: 300ms}\n"))
+	status, msg, _ := errorOf(t, s.URL, okBody, nil)
+	if status != http.StatusGatewayTimeout || !strings.Contains(msg, "timed out") {
+		t.Fatalf("got %d %q, want 504", status, msg)
+	}
+	if second.Requests() != 0 {
+		t.Fatalf("the second backend was called after the request timeout")
+	}
+}
