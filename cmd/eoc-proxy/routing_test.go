@@ -250,3 +250,32 @@ func TestRequestTimeoutBoundsTheWait(t *testing.T) {
 		t.Fatalf("the second backend was called after the request timeout")
 	}
 }
+
+// TestLeastJoulesThroughTheStack: with routing strategy least-joules, each backend is tried
+// once while it has no figure, then the calls go to the one whose figures are cheaper (here
+// priced by joules_per_token, as the fakes run in this process). Exploration sends a few
+// elsewhere, so the bound is loose.
+func TestLeastJoulesThroughTheStack(t *testing.T) {
+	dear, cheap := fakes.NewOpenAI(t), fakes.NewOpenAI(t)
+	s := startStack(t, fmt.Sprintf(`
+log_level: error
+cascade: {stages: [neural]}
+routing: {groups: [{models: ["fake-*"], strategy: least-joules}]}
+backends:
+  - {name: dear, type: openai, url: %q, models: ["fake-*"], joules_per_token: 2}
+  - {name: cheap, type: openai, url: %q, models: ["fake-*"], joules_per_token: 0.2}
+`, dear.BaseURL(), cheap.BaseURL()))
+	var backends []string
+	for range 40 {
+		resp := postChat(t, s.URL, okBody, nil)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		backends = append(backends, resp.Header.Get("X-EOC-Backend"))
+	}
+	if dear.Requests() == 0 || cheap.Requests() < 30 {
+		t.Fatalf("dear %d calls, cheap %d: want each tried, then nearly all on cheap (%v)", dear.Requests(), cheap.Requests(), backends)
+	}
+}
