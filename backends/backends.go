@@ -35,9 +35,12 @@ type Options struct {
 	URL string
 	// APIKey, when set, is sent as "Authorization: Bearer <key>".
 	APIKey string
-	// Timeout bounds one whole upstream call, stream included; 0 means no limit beyond the
-	// caller's context.
+	// Timeout bounds each silence of the upstream: the wait for the reply's first byte and
+	// every gap between two reads of its body, never a reply that keeps flowing; 0 means no
+	// limit beyond the caller's context.
 	Timeout time.Duration
+	// MaxDuration, when positive, bounds one whole upstream call, stream included.
+	MaxDuration time.Duration
 	// Client replaces the backend's own tuned client (tests, custom TLS).
 	Client *http.Client
 }
@@ -90,6 +93,7 @@ type base struct {
 	auth    []string // the Authorization header value, nil without a key
 	key     string
 	timeout time.Duration
+	maxDur  time.Duration
 	client  *http.Client
 }
 
@@ -104,10 +108,10 @@ func newBase(o Options) (base, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return base{}, fmt.Errorf("backend %s: url %q: want http(s)://host[:port][/path]", o.Name, u.Redacted())
 	}
-	if o.Timeout < 0 {
-		return base{}, fmt.Errorf("backend %s: negative timeout %v", o.Name, o.Timeout)
+	if o.Timeout < 0 || o.MaxDuration < 0 {
+		return base{}, fmt.Errorf("backend %s: negative timeout %v or max duration %v", o.Name, o.Timeout, o.MaxDuration)
 	}
-	b := base{name: o.Name, url: strings.TrimRight(o.URL, "/"), key: o.APIKey, timeout: o.Timeout, client: o.Client}
+	b := base{name: o.Name, url: strings.TrimRight(o.URL, "/"), key: o.APIKey, timeout: o.Timeout, maxDur: o.MaxDuration, client: o.Client}
 	if o.APIKey != "" {
 		b.auth = []string{"Bearer " + o.APIKey}
 	}
@@ -145,12 +149,58 @@ func (b *base) Name() string { return b.name }
 // CloseIdleConnections closes the backend's idle upstream connections.
 func (b *base) CloseIdleConnections() { b.client.CloseIdleConnections() }
 
-// attempt bounds one upstream call by the backend's timeout.
+// attempt bounds one upstream call: by the backend's max duration as a whole, and by its
+// timeout for each silence of the upstream (a watchdog that do arms and the reply's body
+// re-arms at each read). Cancel it when the call is over.
 func (b *base) attempt(ctx context.Context) (context.Context, context.CancelFunc) {
-	if b.timeout > 0 {
-		return context.WithTimeout(ctx, b.timeout)
+	stopMax := context.CancelFunc(func() {})
+	if b.maxDur > 0 {
+		ctx, stopMax = context.WithTimeoutCause(ctx, b.maxDur, &timeoutError{what: "the call did not end", d: b.maxDur})
 	}
-	return context.WithCancel(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
+	if b.timeout <= 0 {
+		return ctx, func() { cancel(nil); stopMax() }
+	}
+	w := &watchdog{d: b.timeout}
+	w.t = time.AfterFunc(b.timeout, func() { cancel(&timeoutError{what: "the upstream sent nothing", d: b.timeout}) })
+	return context.WithValue(ctx, watchKey{}, w), func() { w.t.Stop(); cancel(nil); stopMax() }
+}
+
+// timeoutError is why a call was cut by its own bounds. It is a timeout (net.Error) and wraps
+// context.DeadlineExceeded, so the edge answers 504 and the neural stage tries the next backend.
+type timeoutError struct {
+	what string
+	d    time.Duration
+}
+
+func (e *timeoutError) Error() string   { return fmt.Sprintf("%s within %v", e.what, e.d) }
+func (e *timeoutError) Unwrap() error   { return context.DeadlineExceeded }
+func (e *timeoutError) Timeout() bool   { return true }
+func (e *timeoutError) Temporary() bool { return false }
+
+// watchdog cuts a call whose upstream stays silent for d. The timer runs while the call waits
+// on the upstream, not while the caller handles what it read (a slow client is not the
+// upstream's silence).
+type watchdog struct {
+	d time.Duration
+	t *time.Timer
+}
+
+type watchKey struct{}
+
+// watchedBody re-arms the call's watchdog at each read and stops it when bytes came.
+type watchedBody struct {
+	io.ReadCloser
+	w *watchdog
+}
+
+func (wb *watchedBody) Read(p []byte) (int, error) {
+	wb.w.t.Reset(wb.w.d)
+	n, err := wb.ReadCloser.Read(p)
+	if n > 0 || err != nil {
+		wb.w.t.Stop()
+	}
+	return n, err
 }
 
 var (
@@ -183,6 +233,9 @@ func (b *base) do(ctx context.Context, method, u string, body []byte, accept []s
 	resp, err := b.client.Do(req)
 	if err != nil {
 		return nil, b.transportError(ctx, err)
+	}
+	if w, ok := ctx.Value(watchKey{}).(*watchdog); ok {
+		resp.Body = &watchedBody{ReadCloser: resp.Body, w: w}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer func() { _ = resp.Body.Close() }()
@@ -217,9 +270,17 @@ func (b *base) getJSON(ctx context.Context, u string, v any) error {
 // transportError wraps a failure to talk to the upstream. When the call's context is done, its
 // error is kept in the chain, so errors.Is finds context.Canceled or DeadlineExceeded even where
 // the transport reported something vaguer.
+//
+// A call cut by a deadline (its own bounds, or the caller's) keeps only the deadline in the
+// chain: the transport's context.Canceled would read as a client that went away.
 func (b *base) transportError(ctx context.Context, err error) error {
-	if ce := ctx.Err(); ce != nil && !errors.Is(err, ce) {
-		err = fmt.Errorf("%w: %w", ce, err)
+	if ctx.Err() != nil {
+		switch cause := context.Cause(ctx); {
+		case errors.Is(cause, context.DeadlineExceeded):
+			err = fmt.Errorf("%w: %v", cause, err) //nolint:errorlint // the transport's context.Canceled must leave the chain
+		case !errors.Is(err, cause):
+			err = fmt.Errorf("%w: %w", cause, err)
+		}
 	}
 	return &cascade.BackendError{Backend: b.name, Err: err}
 }
@@ -227,13 +288,30 @@ func (b *base) transportError(ctx context.Context, err error) error {
 // upstreamError turns a non-2xx reply into an UpstreamError carrying the upstream's own message.
 func (b *base) upstreamError(resp *http.Response) *cascade.UpstreamError {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrBody))
-	e := &cascade.UpstreamError{Backend: b.name, Status: resp.StatusCode}
+	e := &cascade.UpstreamError{Backend: b.name, Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now())}
 	parseErrorBody(body, e)
 	if e.Message == "" {
 		e.Message = http.StatusText(resp.StatusCode)
 	}
 	e.Message = b.redact(e.Message)
 	return e
+}
+
+// retryAfter reads a Retry-After header: delay-seconds or an HTTP date; 0 when absent or bad.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+		if n < 0 {
+			return 0
+		}
+		return time.Duration(min(n, 86400)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
 }
 
 // midStreamError is an error the upstream reported inside a 200 stream.

@@ -3,6 +3,7 @@ package cascade
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/energy"
 )
@@ -19,6 +20,8 @@ type UpstreamError struct {
 	Type    string
 	Code    string
 	Param   string
+	// RetryAfter is the upstream's Retry-After (a 429 or 503), 0 when it sent none.
+	RetryAfter time.Duration
 }
 
 func (e *UpstreamError) Error() string {

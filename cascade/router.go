@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 // Route is a backend with the model patterns it serves.
@@ -15,35 +19,70 @@ type Route struct {
 	Type     string
 	Patterns []string // path.Match globs; "*" matches every model
 	Backend  Backend
+
+	st *routeState // set by NewRouter
 }
 
-// Router picks the first route whose patterns match a model. It is safe for concurrent use.
+// Router knows which backends serve which model. Every backend whose patterns match a model
+// is in the model's group, in config order; Candidates orders the group for one call by the
+// model's strategy, leaving ejected backends out. It is safe for concurrent use.
 type Router struct {
 	routes []Route
+	opts   RoutingOptions
+	costs  *energy.Tracker // running J per completion token, per backend and model
+	turns  []atomic.Uint64 // round-robin counters, one per policy and one for the rest
 }
 
-// NewRouter checks the patterns and returns a Router over routes in order.
-func NewRouter(routes []Route) (*Router, error) {
+// NewRouter checks the patterns and returns a Router over routes in order, with the default
+// RoutingOptions.
+func NewRouter(routes []Route) (*Router, error) { return NewRouterWith(routes, RoutingOptions{}) }
+
+// NewRouterWith checks the patterns and strategies and returns a Router over routes in order.
+func NewRouterWith(routes []Route, o RoutingOptions) (*Router, error) {
 	for _, r := range routes {
-		for _, p := range r.Patterns {
-			if _, err := path.Match(p, ""); err != nil {
-				return nil, fmt.Errorf("backend %s: bad model pattern %q: %w", r.Name, p, err)
-			}
+		if err := checkPatterns(r.Patterns); err != nil {
+			return nil, fmt.Errorf("backend %s: %w", r.Name, err)
 		}
 	}
-	return &Router{routes: routes}, nil
+	o.Policies = slices.Clone(o.Policies)
+	for i, p := range o.Policies {
+		if err := checkPatterns(p.Patterns); err != nil {
+			return nil, fmt.Errorf("routing[%d]: %w", i, err)
+		}
+		if p.Strategy == "" {
+			o.Policies[i].Strategy = Fallback
+		} else if !slices.Contains(Strategies(), string(p.Strategy)) {
+			return nil, fmt.Errorf("routing[%d]: unknown strategy %q", i, p.Strategy)
+		}
+	}
+	o.fill()
+	rs := slices.Clone(routes)
+	for i := range rs {
+		rs[i].st = &routeState{}
+	}
+	return &Router{routes: rs, opts: o, costs: energy.NewTracker(energy.DefaultTrackerWeight),
+		turns: make([]atomic.Uint64, len(o.Policies)+1)}, nil
 }
+
+func checkPatterns(ps []string) error {
+	for _, p := range ps {
+		if _, err := path.Match(p, ""); err != nil {
+			return fmt.Errorf("bad model pattern %q: %w", p, err)
+		}
+	}
+	return nil
+}
+
+func errModel(model string) error { return fmt.Errorf("%w: %q", ErrModelNotFound, model) }
 
 // Route returns the first route that serves model, or ErrModelNotFound.
 func (r *Router) Route(model string) (*Route, error) {
 	for i := range r.routes {
-		for _, p := range r.routes[i].Patterns {
-			if ok, _ := path.Match(p, model); ok {
-				return &r.routes[i], nil
-			}
+		if r.routes[i].serves(model) {
+			return &r.routes[i], nil
 		}
 	}
-	return nil, fmt.Errorf("%w: %q", ErrModelNotFound, model)
+	return nil, errModel(model)
 }
 
 // Model is one model a backend serves.
@@ -102,15 +141,24 @@ func (r *Router) Models(ctx context.Context) ([]Model, []error) {
 	return out, errs
 }
 
-// Ready reports nil when at least one backend answers its ping (a backend without Ping counts as
-// ready), else the joined errors.
+// Ready reports nil while every model group has a live backend: for each backend, one of the
+// backends serving its patterns is not ejected and answers its ping (a backend without Ping
+// counts when it is not ejected). Otherwise it returns the errors of the groups without one.
 func (r *Router) Ready(ctx context.Context) error {
+	if len(r.routes) == 0 {
+		return errors.New("no backends configured")
+	}
 	errs := make([]error, len(r.routes))
 	var wg sync.WaitGroup
-	for i, rt := range r.routes {
+	for i := range r.routes {
+		rt := &r.routes[i]
+		if !rt.st.live() {
+			errs[i] = fmt.Errorf("backend %s: ejected after failed calls", rt.Name)
+			continue
+		}
 		p, ok := rt.Backend.(Pinger)
 		if !ok {
-			return nil
+			continue
 		}
 		wg.Add(1)
 		go func() {
@@ -121,15 +169,36 @@ func (r *Router) Ready(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	for _, e := range errs {
-		if e == nil {
-			return nil
+	var down []error
+	for i := range r.routes {
+		if errs[i] == nil {
+			continue
+		}
+		live := false
+		for j := range r.routes {
+			if errs[j] == nil && r.routes[j].covers(&r.routes[i]) {
+				live = true
+				break
+			}
+		}
+		if !live {
+			down = append(down, errs[i])
 		}
 	}
-	if len(errs) == 0 {
-		return errors.New("no backends configured")
+	return errors.Join(down...)
+}
+
+// covers reports whether rt serves every model that one of o's patterns names: a pattern of rt
+// equal to, or matching, one of o's.
+func (rt *Route) covers(o *Route) bool {
+	for _, q := range rt.Patterns {
+		for _, p := range o.Patterns {
+			if ok, _ := path.Match(q, p); ok || q == p {
+				return true
+			}
+		}
 	}
-	return errors.Join(errs...)
+	return false
 }
 
 func literalPatterns(ps []string) []string {

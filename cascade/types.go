@@ -202,11 +202,26 @@ type Answer struct {
 	// Spent is energy an in-process stage spent outside this process to find the answer (an
 	// embedding call). The walk adds it to Energy, after the stage's own estimate, and clears it.
 	Spent energy.Figure `json:"-"`
+	// Attempts are the backend calls the neural stage made for this answer, in order, the
+	// answering one last; nil for the cheap stages.
+	Attempts []BackendAttempt `json:"-"`
 	// Streamed is true when the chunks already went through the sink.
 	Streamed bool `json:"-"`
 	// Complete is true when the answer ended normally (finish_reason stop/length/tool_calls and
 	// no error). Only complete answers are stored.
 	Complete bool `json:"-"`
+}
+
+// BackendAttempt is one call of one backend within a neural call: who, how it ended, and what
+// it cost.
+type BackendAttempt struct {
+	Backend string
+	// Outcome is "ok", or the class of the failure: "status" (Status says which),
+	// "unreachable", "timeout", "canceled" or "error".
+	Outcome string
+	// Status is the upstream's HTTP status when it sent one (200 for "ok"), else 0.
+	Status int
+	Energy energy.Figure
 }
 
 // Choice is one completion choice.

@@ -68,6 +68,9 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 	req.Key() // computed once, before any stage or learner reads it concurrently
 	var tracked Sink
 	var writing string // the stage being tried, for the sink
+	if bs, ok := sink.(BackendSink); ok {
+		ctx = context.WithValue(ctx, announceKey{}, bs)
+	}
 	if sink != nil {
 		tracked = func(ch *Chunk) error {
 			if !res.Wrote {
@@ -206,4 +209,22 @@ func Replay(ans *Answer, includeUsage bool, sink Sink) error {
 		return sink(u)
 	}
 	return nil
+}
+
+// BackendSink is a StageSink that also wants to know which backend writes: the neural stage
+// announces each backend it tries, with the number of attempts so far, before the attempt; the
+// last announcement before the first chunk names the backend that writes the stream, since no
+// call is retried after its first byte.
+type BackendSink interface {
+	Backend(name string, attempts int)
+}
+
+type announceKey struct{}
+
+// Announce tells the walk's sink, when it is a BackendSink, that backend is about to be tried
+// as the attempts-th attempt of the call whose context is ctx.
+func Announce(ctx context.Context, backend string, attempts int) {
+	if bs, ok := ctx.Value(announceKey{}).(BackendSink); ok {
+		bs.Backend(backend, attempts)
+	}
 }

@@ -22,6 +22,7 @@ type Config struct {
 	Limits   Limits    `yaml:"limits"`
 	Cascade  Cascade   `yaml:"cascade"`
 	Backends []Backend `yaml:"backends"`
+	Routing  Routing   `yaml:"routing"`
 	Meter    Meter     `yaml:"meter"`
 	Auth     Auth      `yaml:"auth"`
 	Ledger   Ledger    `yaml:"ledger"`
@@ -74,16 +75,43 @@ type Graph struct {
 
 // Backend is one upstream.
 type Backend struct {
-	Name    string   `yaml:"name"`
-	Type    string   `yaml:"type"` // one of Registry.BackendTypes
-	URL     string   `yaml:"url"`
-	APIKey  Secret   `yaml:"api_key"`
-	Models  []string `yaml:"models"`
+	Name   string   `yaml:"name"`
+	Type   string   `yaml:"type"` // one of Registry.BackendTypes
+	URL    string   `yaml:"url"`
+	APIKey Secret   `yaml:"api_key"`
+	Models []string `yaml:"models"`
+	// Timeout bounds each silence of the upstream: the wait for the first byte and each gap
+	// between chunks, never a stream that keeps flowing.
 	Timeout Duration `yaml:"timeout"`
-	Process Process  `yaml:"process"`
+	// MaxDuration, when set, bounds one whole call, stream included.
+	MaxDuration Duration `yaml:"max_duration"`
+	Process     Process  `yaml:"process"`
 	// JoulesPerToken is the token model's default for this backend when no meter.token_models
 	// pattern matches (0 means the meter's default).
 	JoulesPerToken float64 `yaml:"joules_per_token"`
+}
+
+// Routing spreads each model's calls over the backends that serve it (every backend whose
+// models patterns match, in config order) and leaves failing ones out for a while.
+type Routing struct {
+	// Groups give models a strategy; the first group with a matching pattern wins, and a model
+	// in none is routed by fallback (config order).
+	Groups []RoutingGroup `yaml:"groups"`
+	// EjectAfter failed attempts in a row eject a backend (default 3).
+	EjectAfter int `yaml:"eject_after"`
+	// Cooldown is how long an ejected backend is skipped before a probe may re-admit it
+	// (default 30s).
+	Cooldown Duration `yaml:"cooldown"`
+	// Explore is the share of least-joules calls sent to a random backend so that every
+	// backend keeps a fresh figure (default 0.05; 0 in the file means the default, a negative
+	// value none).
+	Explore float64 `yaml:"explore"`
+}
+
+// RoutingGroup gives the models matching Models a strategy.
+type RoutingGroup struct {
+	Models   []string `yaml:"models"`
+	Strategy string   `yaml:"strategy"` // one of Registry.Strategies; default the first
 }
 
 // Process tells the meter where a local backend's processes are, when discovery is not enough.
@@ -267,6 +295,20 @@ func (c *Config) fillDefaults(reg Registry) {
 		}
 		if b.Timeout == 0 {
 			b.Timeout = Duration(120 * time.Second)
+		}
+	}
+	if c.Routing.EjectAfter == 0 {
+		c.Routing.EjectAfter = 3
+	}
+	if c.Routing.Cooldown == 0 {
+		c.Routing.Cooldown = Duration(30 * time.Second)
+	}
+	if c.Routing.Explore == 0 {
+		c.Routing.Explore = 0.05
+	}
+	for i := range c.Routing.Groups {
+		if c.Routing.Groups[i].Strategy == "" && len(reg.Strategies) > 0 {
+			c.Routing.Groups[i].Strategy = reg.Strategies[0]
 		}
 	}
 	def(&c.Meter.RAPL.Enabled, "auto")

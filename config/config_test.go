@@ -4,6 +4,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // testRegistry stands in for the program's registry (cmd/eoc-proxy/registry.go, whose own
@@ -13,6 +14,7 @@ var testRegistry = Registry{
 	LastStage:    "neural",
 	BackendTypes: []string{"ollama", "openai", "llamacpp"},
 	Embedders:    map[string]bool{"builtin": false, "ollama": true, "openai": true},
+	Strategies:   []string{"fallback", "round-robin", "least-busy", "least-joules"},
 	Defaults: func(c *Config) {
 		if c.Cascade.KV.Embedder.Type == "" {
 			c.Cascade.KV.Embedder.Type = "builtin"
@@ -63,6 +65,11 @@ func TestParseErrors(t *testing.T) {
 		{"embedder without url", "cascade: {kv: {embedder: {type: ollama}}}\nbackends: [{name: a, type: openai, url: 'http://x'}]\n", []string{"cascade.kv.embedder.url", "ollama"}},
 		{"bad threshold", "cascade: {kv: {threshold: 1.5}}\nbackends: [{name: a, type: openai, url: 'http://x'}]\n", []string{"cascade.kv.threshold", "1.5"}},
 		{"nvml has no sysfs_root", "meter: {nvml: {sysfs_root: /sys}}\n", []string{"line 1", "sysfs_root"}},
+		{"bad strategy", "routing: {groups: [{models: ['*'], strategy: fastest}]}\nbackends: [{name: a, type: openai, url: 'http://x'}]\n", []string{"routing.groups[0].strategy", "fallback, round-robin, least-busy, least-joules"}},
+		{"routing group without models", "routing: {groups: [{strategy: least-busy}]}\nbackends: [{name: a, type: openai, url: 'http://x'}]\n", []string{"routing.groups[0].models", "required"}},
+		{"bad routing glob", "routing: {groups: [{models: ['['], strategy: least-busy}]}\nbackends: [{name: a, type: openai, url: 'http://x'}]\n", []string{"routing.groups[0].models"}},
+		{"bad ejection", "routing: {eject_after: -1, cooldown: -1s, explore: 1}\nbackends: [{name: a, type: openai, url: 'http://x'}]\n", []string{"routing.eject_after", "routing.cooldown", "routing.explore"}},
+		{"negative max_duration", "backends: [{name: a, type: openai, url: 'http://x', max_duration: -1s}]\n", []string{"backends[0].max_duration"}},
 		{"bad fsync", "ledger: {fsync: sometimes}\nbackends: [{name: a, type: openai, url: 'http://x'}]\n", []string{"ledger.fsync", "every, batch"}},
 	}
 	for _, tc := range tests {
@@ -77,6 +84,22 @@ func TestParseErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestRoutingDefaults(t *testing.T) {
+	c, err := Parse([]byte("routing: {groups: [{models: ['llama*']}, {models: ['gpt-*'], strategy: least-joules}]}\n"+
+		"backends: [{name: a, type: openai, url: 'http://x', max_duration: 10m}]\n"), testRegistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Routing
+	if r.EjectAfter != 3 || r.Cooldown.D() != 30*time.Second || r.Explore != 0.05 ||
+		r.Groups[0].Strategy != "fallback" || r.Groups[1].Strategy != "least-joules" {
+		t.Fatalf("routing %+v", r)
+	}
+	if c.Backends[0].MaxDuration.D() != 10*time.Minute || c.Backends[0].Timeout.D() != 120*time.Second {
+		t.Fatalf("backend %+v", c.Backends[0])
 	}
 }
 

@@ -17,6 +17,8 @@ type Registry struct {
 	LastStage string
 	// BackendTypes are the accepted backends[].type values.
 	BackendTypes []string
+	// Strategies are the accepted routing.groups[].strategy values, the default first.
+	Strategies []string
 	// Embedders maps each cascade.kv.embedder.type to whether it calls a server, and so needs
 	// a url.
 	Embedders map[string]bool

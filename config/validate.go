@@ -31,6 +31,7 @@ func (c *Config) Validate(reg Registry) error {
 	c.validateStages(&p, reg)
 	c.validateKV(&p, reg)
 	c.validateBackends(&p, reg)
+	c.validateRouting(&p, reg)
 	c.validateMeter(&p)
 	c.validateAuth(&p)
 	c.validateLedger(&p)
@@ -109,6 +110,35 @@ func (c *Config) validateBackends(p *problems, reg Registry) {
 		if b.Timeout < 0 {
 			p.add(f+".timeout", "must be positive")
 		}
+		if b.MaxDuration < 0 {
+			p.add(f+".max_duration", "must be positive")
+		}
+	}
+}
+
+// validateRouting checks the routing groups and the ejection settings.
+func (c *Config) validateRouting(p *problems, reg Registry) {
+	r := c.Routing
+	for i, g := range r.Groups {
+		f := fmt.Sprintf("routing.groups[%d]", i)
+		if len(g.Models) == 0 {
+			p.add(f+".models", "required")
+		}
+		for _, pat := range g.Models {
+			if _, err := path.Match(pat, ""); err != nil {
+				p.add(f+".models", "%q is not a glob pattern", pat)
+			}
+		}
+		p.oneOf(f+".strategy", g.Strategy, reg.Strategies)
+	}
+	if r.EjectAfter < 1 {
+		p.add("routing.eject_after", "must be at least 1")
+	}
+	if r.Cooldown < 0 {
+		p.add("routing.cooldown", "must be positive")
+	}
+	if r.Explore >= 1 {
+		p.add("routing.explore", "%v is not below 1", r.Explore)
 	}
 }
 

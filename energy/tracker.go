@@ -108,3 +108,20 @@ func (t *Tracker) Estimate(model string, completionTokens int) (joules float64, 
 	}
 	return 0, "", false
 }
+
+// PerToken is the running joules per completion token of key: the measured mean when there is
+// one (measured true), else the estimated one; ok is false while neither is known.
+func (t *Tracker) PerToken(key string) (joules float64, measured, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.models[key]
+	if c == nil {
+		return 0, false, false
+	}
+	for i := range c.means {
+		if m := c.means[i]; m.tokenCalls > 0 {
+			return m.perToken, i == 0, true
+		}
+	}
+	return 0, false, false
+}

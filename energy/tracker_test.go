@@ -69,3 +69,22 @@ func TestTrackerBounded(t *testing.T) {
 		t.Error("a model inside the bound lost its figure")
 	}
 }
+
+func TestTrackerPerToken(t *testing.T) {
+	tr := NewTracker(1)
+	if _, _, ok := tr.PerToken("k"); ok {
+		t.Fatal("a figure for an unseen key")
+	}
+	tr.Observe("k", Figure{Joules: 6, Grade: Estimated}, 0) // no tokens: no per-token figure
+	if _, _, ok := tr.PerToken("k"); ok {
+		t.Fatal("a per-token figure from a call without tokens")
+	}
+	tr.Observe("k", Figure{Joules: 6, Grade: Estimated}, 3)
+	if j, measured, ok := tr.PerToken("k"); !ok || measured || j != 2 {
+		t.Fatalf("PerToken = %v, %v, %v; want 2 estimated", j, measured, ok)
+	}
+	tr.Observe("k", Figure{Joules: 5, Grade: Measured}, 10)
+	if j, measured, ok := tr.PerToken("k"); !ok || !measured || j != 0.5 {
+		t.Fatalf("PerToken = %v, %v, %v; want 0.5 measured", j, measured, ok)
+	}
+}

@@ -906,3 +906,45 @@ func TestKeyChangeWarns(t *testing.T) {
 		})
 	}
 }
+
+// TestAttempts: a record lists its backend attempts; they are covered by the hash, and a record
+// without attempts keeps the canonical form records had before attempts were recorded.
+func TestAttempts(t *testing.T) {
+	plain := rec(1)
+	var before []byte
+	before = plain.canonical(before)
+	if bytes.Contains(before, []byte("attempt")) {
+		t.Fatalf("a record without attempts has them in its canonical form:\n%s", before)
+	}
+
+	path := filepath.Join(t.TempDir(), "ledger.jsonl")
+	l := open(t, Options{Path: path})
+	r := rec(1)
+	r.Attempts = []Attempt{{Backend: "first", Outcome: "status", Status: 503, Joules: 0.25, Grade: "measured"},
+		{Backend: "second", Outcome: "ok", Status: 200, Joules: 2.25, Grade: "estimated"}}
+	if _, err := l.Append(r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(rec(2)); err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Close()
+	mustVerify(t, Verifier{}, path)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	if got := decode(t, lines[0]); len(got.Attempts) != 2 || got.Attempts[0] != r.Attempts[0] {
+		t.Fatalf("attempts read back: %+v", got.Attempts)
+	}
+	if bytes.Contains(lines[1], []byte(`"attempts"`)) {
+		t.Fatalf("a record without attempts carries the field: %s", lines[1])
+	}
+	// The attempts are covered by the hash: the failed attempt's joules cannot be edited away.
+	lines[0] = bytes.Replace(lines[0], []byte(`"joules":0.25`), []byte(`"joules":0`), 1)
+	writeLines(t, path, lines)
+	if _, err := (Verifier{}).Verify(path); err == nil {
+		t.Fatal("an edited attempt verified")
+	}
+}

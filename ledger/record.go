@@ -43,6 +43,9 @@ type Record struct {
 	// Figure is the call's energy, as the client was told it.
 	energy.Figure
 	Disconnected bool `json:"disconnected"`
+	// Attempts are the backend calls the call made, in order, the answering one last; absent
+	// when no backend was called (a cache hit). The Figure is their sum.
+	Attempts []Attempt `json:"attempts,omitempty"`
 	// Receipt is Receipt{Key, Stage, Model, Joules, Grade, Time}.Hash(): the X-EOC-Receipt the
 	// client was sent.
 	Receipt string `json:"receipt"`
@@ -51,6 +54,16 @@ type Record struct {
 	// Hash is the hex SHA-256 (HMAC-SHA256 when the ledger has a key) of the record's canonical
 	// form, which covers every other field, Prev included.
 	Hash string `json:"hash"`
+}
+
+// Attempt is one backend call of a record's call: which backend, how it ended ("ok", "status"
+// with the upstream's Status, "unreachable", "timeout", "canceled", "error") and what it cost.
+type Attempt struct {
+	Backend string       `json:"backend"`
+	Outcome string       `json:"outcome"`
+	Status  int          `json:"status"`
+	Joules  float64      `json:"joules"`
+	Grade   energy.Grade `json:"grade"`
 }
 
 // receipt returns the receipt behind the record's Receipt field.
@@ -75,6 +88,14 @@ func normalize(r *Record, now func() time.Time) error {
 		&r.Coverage, &r.Method, &r.Reason} {
 		if !utf8.ValidString(*s) {
 			*s = strings.ToValidUTF8(*s, "\uFFFD")
+		}
+	}
+	for i := range r.Attempts {
+		a := &r.Attempts[i]
+		a.Backend, a.Outcome = strings.ToValidUTF8(a.Backend, "\uFFFD"), strings.ToValidUTF8(a.Outcome, "\uFFFD")
+		a.Grade = energy.Grade(strings.ToValidUTF8(string(a.Grade), "\uFFFD"))
+		if !finite(a.Joules) {
+			return fmt.Errorf("%w: attempt %d: joules %v are not finite", ErrInvalid, i, a.Joules)
 		}
 	}
 	if !utf8.ValidString(string(r.Grade)) {
@@ -118,6 +139,20 @@ func (r *Record) canonical(b []byte) []byte {
 	}
 	b = strconv.AppendBool(b, r.Disconnected)
 	b = append(b, '\n')
+	// A record without attempts has the canonical form it had before attempts were recorded.
+	for _, a := range r.Attempts {
+		b = append(b, "attempt "...)
+		b = strconv.AppendQuote(b, a.Backend)
+		b = append(b, ' ')
+		b = strconv.AppendQuote(b, a.Outcome)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, int64(a.Status), 10)
+		b = append(b, ' ')
+		b = strconv.AppendFloat(b, a.Joules, 'f', -1, 64)
+		b = append(b, ' ')
+		b = strconv.AppendQuote(b, string(a.Grade))
+		b = append(b, '\n')
+	}
 	b = append(b, r.Receipt...)
 	b = append(b, '\n')
 	b = append(b, r.Prev...)

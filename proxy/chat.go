@@ -29,6 +29,10 @@ const (
 	HeaderJoulesSaved = "X-Eoc-Joules-Saved"
 	// HeaderBudgetRemaining is the caller's joule budget left, on every response of a key with one.
 	HeaderBudgetRemaining = "X-Eoc-Budget-Remaining"
+	// HeaderBackend names the backend that answered (or failed last), HeaderAttempts the number
+	// of backend attempts the call made; on a stream both go out with the first chunk.
+	HeaderBackend  = "X-Eoc-Backend"
+	HeaderAttempts = "X-Eoc-Attempts"
 )
 
 var trailerNames = strings.Join([]string{HeaderJoules, HeaderStage, HeaderEnergy, HeaderReason, HeaderMethod, HeaderCoverage,
@@ -52,12 +56,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, req.Chat.Model, err, lf)
 		return
 	}
-	ctx := r.Context()
-	if s.opts.RequestTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.opts.RequestTimeout)
-		defer cancel()
-	}
+	// The request timeout bounds the wait for an answer: a stream that has begun is bounded by
+	// the backend's own timeouts instead, which cut it only when it stops flowing.
+	ctx, stopTimeout, cancel := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
+	defer cancel()
 	if s.metrics != nil {
 		s.metrics.inFlight.Inc()
 		defer s.metrics.inFlight.Dec()
@@ -66,7 +68,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	var sw *sseWriter
 	var sink cascade.StageSink
 	if req.Stream() {
-		sw = &sseWriter{w: w, rc: http.NewResponseController(w), usage: req.IncludeUsage(), idle: s.opts.StreamIdle}
+		sw = &sseWriter{w: w, rc: http.NewResponseController(w), usage: req.IncludeUsage(), idle: s.opts.StreamIdle, onStart: stopTimeout}
 		if left, ok := s.budgets.remaining(req.Tenant); ok {
 			w.Header().Set(HeaderBudgetRemaining, formatJoules(left))
 		}
@@ -77,8 +79,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		stage: res.Stage, attempts: res.Attempts, wrote: res.Wrote}
 	if res.Answer != nil {
 		st.answered, st.fig, st.backend = true, res.Answer.Energy, res.Answer.Backend
+		st.backendAttempts = res.Answer.Attempts
 	}
 	o := s.settle(st, resv, err, start, lf)
+	if sw == nil || !sw.started {
+		setBackendHeaders(w.Header(), res.Answer)
+	}
 	switch {
 	case sw != nil && (sw.started || err == nil):
 		s.finishStream(w, sw, &res, o, err)
@@ -89,6 +95,31 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.writeAnswer(w, res.Answer, o)
 	}
+}
+
+// errRequestTimeout ends a call that had no answer within limits.request_timeout: a deadline,
+// so the client is told 504.
+var errRequestTimeout = fmt.Errorf("request timeout: %w", context.DeadlineExceeded)
+
+// withRequestTimeout bounds ctx by d (none when d <= 0) until stop is called; stop may be called
+// more than once. cancel releases the context when the call is over.
+func withRequestTimeout(ctx context.Context, d time.Duration) (_ context.Context, stop, cancel func()) {
+	if d <= 0 {
+		return ctx, func() {}, func() {}
+	}
+	ctx, cancelCause := context.WithCancelCause(ctx)
+	t := time.AfterFunc(d, func() { cancelCause(errRequestTimeout) })
+	return ctx, func() { t.Stop() }, func() { t.Stop(); cancelCause(nil) }
+}
+
+// setBackendHeaders names the backend that answered and the number of attempts, when a
+// backend was called.
+func setBackendHeaders(h http.Header, ans *cascade.Answer) {
+	if ans == nil || len(ans.Attempts) == 0 {
+		return
+	}
+	h.Set(HeaderBackend, ans.Backend)
+	h.Set(HeaderAttempts, strconv.Itoa(len(ans.Attempts)))
 }
 
 func (s *Server) writeAnswer(w http.ResponseWriter, ans *cascade.Answer, o outcome) {
@@ -129,6 +160,7 @@ type settlement struct {
 	answered               bool // a figure came back, with or without an error
 	fig                    energy.Figure
 	backend                string
+	backendAttempts        []cascade.BackendAttempt
 	wrote                  bool // bytes went out before an error
 }
 
@@ -160,7 +192,7 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 	}
 	if s.opts.Record != nil {
 		call := Call{Time: now, RequestID: st.id, KeyID: st.tenant, Key: st.key, Model: st.model, Stage: o.stage,
-			Backend: lf.backend, Status: status, Energy: o.fig, Receipt: o.receipt,
+			Backend: lf.backend, Status: status, Energy: o.fig, Receipt: o.receipt, Attempts: st.backendAttempts,
 			Disconnected: errors.Is(err, context.Canceled) || (err != nil && st.wrote && !isTimeout(err))}
 		if rerr := s.opts.Record(call); rerr != nil {
 			s.log.Error().Err(rerr).Str("request_id", st.id).Msg("ledger: record not written")

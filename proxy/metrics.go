@@ -25,7 +25,7 @@ type metrics struct {
 	inFlight prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, router *cascade.Router) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eoc_requests_total",
 			Help: "Chat completion and embeddings requests by answering stage, model and HTTP status."}, []string{"stage", "model", "status"}),
@@ -41,6 +41,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eoc_requests_in_flight", Help: "Chat completion and embeddings requests being served."}),
 	}
 	reg.MustRegister(m.requests, m.joules, m.saved, m.stage, m.overhead, m.inFlight)
+	if router != nil {
+		for _, name := range router.Names() {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eoc_backend_up",
+				Help:        "1 while a backend takes calls, 0 while it is ejected after failed attempts.",
+				ConstLabels: prometheus.Labels{"backend": name}}, func() float64 {
+				if router.Up(name) {
+					return 1
+				}
+				return 0
+			}))
+		}
+	}
 	return m
 }
 

@@ -47,6 +47,9 @@ type Call struct {
 	Energy       energy.Figure
 	Receipt      string
 	Disconnected bool
+	// Attempts are the backend calls the neural stage made, in order, the answering one last
+	// (nil when no backend was called).
+	Attempts []cascade.BackendAttempt
 }
 
 // Server serves the OpenAI-compatible API. It is safe for concurrent use.
@@ -87,7 +90,11 @@ func New(o Options) *Server {
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	if o.Registry != nil {
-		s.metrics = newMetrics(o.Registry)
+		var router *cascade.Router
+		if o.Cascade != nil {
+			router = o.Cascade.Router()
+		}
+		s.metrics = newMetrics(o.Registry, router)
 		r.Handle("/metrics", metricsHandler(o.Registry))
 	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
@@ -112,7 +119,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := s.cascade.Router().Ready(ctx); err != nil {
 		s.log.Warn().Err(err).Msg("not ready")
-		writeError(w, &APIError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "not_ready", Message: "no backend is reachable"})
+		writeError(w, &APIError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "not_ready", Message: "a model has no live backend"})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
@@ -17,6 +18,9 @@ type sseWriter struct {
 	stage   string // the stage that writes, from the walk
 	usage   bool   // the client asked for the usage chunk
 	idle    time.Duration
+	onStart func() // called once, when the first byte goes out
+	backend string // the backend that writes, from the neural stage
+	tries   int    // its attempt number
 	started bool
 	buf     bytes.Buffer
 	id      string
@@ -29,7 +33,14 @@ func (sw *sseWriter) start() {
 		return
 	}
 	sw.started = true
+	if sw.onStart != nil {
+		sw.onStart()
+	}
 	h := sw.w.Header()
+	if sw.backend != "" {
+		h.Set(HeaderBackend, sw.backend)
+		h.Set(HeaderAttempts, strconv.Itoa(sw.tries))
+	}
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
@@ -38,7 +49,17 @@ func (sw *sseWriter) start() {
 	sw.w.WriteHeader(http.StatusOK)
 }
 
-var _ cascade.StageSink = (*sseWriter)(nil)
+var (
+	_ cascade.StageSink   = (*sseWriter)(nil)
+	_ cascade.BackendSink = (*sseWriter)(nil)
+)
+
+// Backend is told by the neural stage which backend it is about to try.
+func (sw *sseWriter) Backend(name string, attempts int) {
+	if !sw.started {
+		sw.backend, sw.tries = name, attempts
+	}
+}
 
 // Stage is told by the walk which stage is about to write.
 func (sw *sseWriter) Stage(name string) { sw.stage = name }

@@ -56,6 +56,7 @@ func (s *Stage) Serve(_ context.Context, req *cascade.Request, _ cascade.Sink) (
 	ans.Created = time.Now().Unix()
 	ans.Streamed = false
 	ans.Energy = energy.Figure{Saved: cascade.OriginalCost(orig)}
+	ans.Attempts = nil // no backend was called for this answer
 	return &ans, nil
 }
 

@@ -3,6 +3,11 @@ package neural
 
 import (
 	"context"
+	"errors"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/energy"
@@ -11,12 +16,14 @@ import (
 
 var _ cascade.Stage = (*Stage)(nil)
 
-// Stage sends a request to the backend its model routes to, and meters the call. It is safe for
+// Stage sends a request to the backends its model routes to, in turn until one answers, and
+// meters each attempt. It is safe for
 // concurrent use.
 type Stage struct {
 	router   *cascade.Router
 	meter    *meter.Meter
 	observer Observer
+	logger   zerolog.Logger
 }
 
 // Observer learns what each successful call cost (energy.Tracker is one, whose running figure the
@@ -32,9 +39,12 @@ type Option func(*Stage)
 // WithObserver reports every call that succeeded to o, with the model the request asked for.
 func WithObserver(o Observer) Option { return func(s *Stage) { s.observer = o } }
 
+// WithLogger logs each failed attempt that is followed by another backend.
+func WithLogger(l zerolog.Logger) Option { return func(s *Stage) { s.logger = l } }
+
 // New returns the neural stage over router's backends, metered by m.
 func New(router *cascade.Router, m *meter.Meter, opts ...Option) *Stage {
-	s := &Stage{router: router, meter: m}
+	s := &Stage{router: router, meter: m, logger: zerolog.Nop()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -44,14 +54,71 @@ func New(router *cascade.Router, m *meter.Meter, opts ...Option) *Stage {
 // Name is "neural".
 func (*Stage) Name() string { return "neural" }
 
-// Serve calls the backend, streaming into sink when it is set. The span covers the upstream call
-// from the request to its last byte. On error the partial answer, if any, still carries the energy
-// that was spent.
+// HTTP statuses the stage reads in an UpstreamError (the cascade imports no HTTP package).
+const (
+	statusOK      = 200
+	statusTooMany = 429
+)
+
+// MaxRetryAfter is the longest Retry-After the stage waits out to call the last backend of a
+// group again after a 429; a longer one passes the 429 to the client.
+const MaxRetryAfter = 2 * time.Second
+
+// Serve calls the model's backends in the order the router gives (cascade.Router.Candidates),
+// streaming into sink when it is set, each attempt inside its own meter span. An attempt that
+// fails before the first chunk reached sink (refused, reset, a timeout, 5xx, 429) is followed by
+// the next backend; a 4xx other than 429 is the client's error and is returned as it is; after
+// the first chunk nothing is retried. The answer's figure is the sum of every attempt's, failed
+// ones included, and its Attempts list them. On error the partial answer, if any, still carries
+// what was spent.
 func (s *Stage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Sink) (*cascade.Answer, error) {
-	route, err := s.router.Route(req.Chat.Model)
+	cands, err := s.router.Candidates(req.Chat.Model)
 	if err != nil {
 		return nil, err
 	}
+	var wrote bool
+	var tracked cascade.Sink
+	if sink != nil {
+		tracked = func(ch *cascade.Chunk) error {
+			wrote = true
+			return sink(ch)
+		}
+	}
+	var spent energy.Figure
+	var tries []cascade.BackendAttempt
+	waited := false
+	for i := 0; i < len(cands); i++ {
+		route := cands[i]
+		cascade.Announce(ctx, route.Name, len(tries)+1)
+		ans, fig, err := s.attempt(ctx, route, req, tracked)
+		spent = spent.Plus(fig)
+		tries = append(tries, attemptOf(ctx, route.Name, fig, err))
+		if err == nil {
+			ans.Energy, ans.Attempts = spent, tries
+			return ans, nil
+		}
+		if wrote || ctx.Err() != nil || !retryable(err) {
+			return failed(ans, route.Name, spent, tries), err
+		}
+		if i == len(cands)-1 && !waited {
+			// The last backend said 429 with a short Retry-After: wait it out and call it again.
+			if d, ok := retryAfter(err); ok && wait(ctx, d) {
+				waited = true
+				i--
+				continue
+			}
+		}
+		if i == len(cands)-1 {
+			return failed(ans, route.Name, spent, tries), err
+		}
+		s.logger.Warn().Str("request_id", req.ID).Str("backend", route.Name).Err(err).Msg("backend attempt failed; trying the next")
+	}
+	return nil, errors.New("neural: no candidate backend") // Candidates never returns none
+}
+
+// attempt calls one backend inside a meter span and reports the outcome to the router.
+func (s *Stage) attempt(ctx context.Context, route *cascade.Route, req *cascade.Request, sink cascade.Sink) (*cascade.Answer, energy.Figure, error) {
+	done := s.router.Start(route)
 	span := s.meter.Begin(route.Name)
 	ans, err := route.Backend.Chat(ctx, req, sink)
 	w := meter.Work{Model: req.Chat.Model, Failed: err != nil}
@@ -59,13 +126,107 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Si
 		w.PromptTokens, w.CompletionTokens = ans.Usage.PromptTokens, ans.Usage.CompletionTokens
 	}
 	fig := span.End(w)
+	done(outcome(ctx, err))
+	if err == nil {
+		ans.Backend = route.Name
+		s.router.ObserveCost(route, req.Chat.Model, fig, w.CompletionTokens)
+		if s.observer != nil {
+			s.observer.Observe(req.Chat.Model, fig, w.CompletionTokens)
+		}
+	}
+	return ans, fig, err
+}
+
+// failed is the answer that goes with the error ending the call: the partial answer, if any,
+// carrying what every attempt spent.
+func failed(ans *cascade.Answer, backend string, spent energy.Figure, tries []cascade.BackendAttempt) *cascade.Answer {
 	if ans == nil {
-		ans = &cascade.Answer{Backend: route.Name}
+		ans = &cascade.Answer{}
 	}
-	ans.Backend = route.Name
-	ans.Energy = fig
-	if err == nil && s.observer != nil {
-		s.observer.Observe(req.Chat.Model, fig, w.CompletionTokens)
+	ans.Backend, ans.Energy, ans.Attempts = backend, spent, tries
+	return ans
+}
+
+// retryable reports whether another backend may answer after err: the upstream was unreachable,
+// reset, timed out, failed (5xx) or limited the rate (429). A 4xx other than 429 is the
+// client's, and would be the same elsewhere.
+func retryable(err error) bool {
+	var up *cascade.UpstreamError
+	if errors.As(err, &up) {
+		return up.Status == statusTooMany || up.Status >= 500
 	}
-	return ans, err
+	var be *cascade.BackendError
+	return errors.As(err, &be)
+}
+
+// outcome is what err says about the backend's health.
+func outcome(ctx context.Context, err error) cascade.Outcome {
+	var up *cascade.UpstreamError
+	switch {
+	case err == nil:
+		return cascade.Succeeded
+	case ctx.Err() != nil:
+		return cascade.Neutral // the call ended on this side: the client left, or its time ran out
+	case errors.As(err, &up):
+		switch {
+		case up.Status == statusTooMany:
+			return cascade.Neutral
+		case up.Status >= 500:
+			return cascade.Failed
+		}
+		return cascade.Succeeded // it answered: the request was at fault
+	}
+	var be *cascade.BackendError
+	if errors.As(err, &be) {
+		return cascade.Failed
+	}
+	return cascade.Neutral // the sink's error: the client went away
+}
+
+// attemptOf describes one attempt for the ledger.
+func attemptOf(ctx context.Context, backend string, fig energy.Figure, err error) cascade.BackendAttempt {
+	a := cascade.BackendAttempt{Backend: backend, Outcome: "ok", Status: statusOK, Energy: fig}
+	if err == nil {
+		return a
+	}
+	a.Status = 0
+	var up *cascade.UpstreamError
+	var ne interface{ Timeout() bool } // net.Error's test, without importing net
+	var be *cascade.BackendError
+	switch {
+	case errors.As(err, &up):
+		a.Outcome, a.Status = "status", up.Status
+	case ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded):
+		a.Outcome = "canceled"
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		a.Outcome = "timeout"
+	case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ECONNRESET):
+		a.Outcome = "unreachable"
+	case errors.As(err, &be):
+		a.Outcome = "error"
+	default:
+		a.Outcome = "canceled" // the sink's error: the client went away
+	}
+	return a
+}
+
+// retryAfter is a 429's Retry-After when it is short enough to wait.
+func retryAfter(err error) (time.Duration, bool) {
+	var up *cascade.UpstreamError
+	if !errors.As(err, &up) || up.Status != statusTooMany || up.RetryAfter <= 0 || up.RetryAfter > MaxRetryAfter {
+		return 0, false
+	}
+	return up.RetryAfter, true
+}
+
+// wait sleeps for d unless ctx ends first; it reports whether the call goes on.
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

@@ -402,7 +402,11 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 				_, err := client(s, "").CreateChatCompletion(ctx, chatReq("block"))
 				done <- err
 			}()
-			time.Sleep(100 * time.Millisecond)
+			// Cancel once the call reached the fake: cancelled earlier, it never gets there and
+			// the fake has nothing to see (a fixed sleep lost that race on a loaded machine).
+			for deadline := time.Now().Add(5 * time.Second); fake.Requests() == 0 && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
 			cancel()
 			if !fake.WaitCanceled(5 * time.Second) {
 				t.Fatal("the fake never saw its request's context end")

@@ -103,6 +103,7 @@ func registry() config.Registry {
 		Stages:       stageOrder,
 		LastStage:    lastStage,
 		BackendTypes: backends.Types(),
+		Strategies:   cascade.Strategies(),
 		Embedders:    emb,
 		Defaults:     fillOwnerDefaults,
 	}
@@ -148,7 +149,7 @@ func newCacheStage(d *stageDeps) (cascade.Stage, error) {
 }
 
 func newNeuralStage(d *stageDeps) (cascade.Stage, error) {
-	return neural.New(d.router, d.meter, neural.WithObserver(d.costs)), nil
+	return neural.New(d.router, d.meter, neural.WithObserver(d.costs), neural.WithLogger(component(d.log, "neural"))), nil
 }
 
 func newKVStage(d *stageDeps) (cascade.Stage, error) {

@@ -131,13 +131,14 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 	a := &app{log: component(log, "serve")}
 	routes := make([]cascade.Route, 0, len(cfg.Backends))
 	for _, b := range cfg.Backends {
-		be, err := backends.New(backends.Options{Name: b.Name, Type: b.Type, URL: b.URL, APIKey: string(b.APIKey), Timeout: b.Timeout.D()})
+		be, err := backends.New(backends.Options{Name: b.Name, Type: b.Type, URL: b.URL, APIKey: string(b.APIKey),
+			Timeout: b.Timeout.D(), MaxDuration: b.MaxDuration.D()})
 		if err != nil {
 			return nil, fmt.Errorf("backend %s: %w", b.Name, err)
 		}
 		routes = append(routes, cascade.Route{Name: b.Name, Type: b.Type, Patterns: b.Models, Backend: be})
 	}
-	router, err := cascade.NewRouter(routes)
+	router, err := cascade.NewRouterWith(routes, routingOptions(cfg.Routing))
 	if err != nil {
 		return nil, err
 	}
@@ -218,9 +219,30 @@ func openLedger(cfg *config.Config, log zerolog.Logger, a *app) (func(proxy.Call
 	return func(c proxy.Call) error {
 		_, err := l.Append(ledger.Record{Time: c.Time, RequestID: c.RequestID, KeyID: c.KeyID, Key: c.Key, Model: c.Model,
 			Stage: c.Stage, Backend: c.Backend, Status: c.Status, Figure: c.Energy,
-			Disconnected: c.Disconnected, Receipt: c.Receipt})
+			Disconnected: c.Disconnected, Attempts: ledgerAttempts(c.Attempts), Receipt: c.Receipt})
 		return err
 	}, nil
+}
+
+func ledgerAttempts(as []cascade.BackendAttempt) []ledger.Attempt {
+	if len(as) == 0 {
+		return nil
+	}
+	out := make([]ledger.Attempt, len(as))
+	for i, a := range as {
+		out[i] = ledger.Attempt{Backend: a.Backend, Outcome: a.Outcome, Status: a.Status,
+			Joules: energy.RoundNano(a.Energy.Joules), Grade: a.Energy.Grade}
+	}
+	return out
+}
+
+// routingOptions maps the routing section onto the router's options.
+func routingOptions(r config.Routing) cascade.RoutingOptions {
+	o := cascade.RoutingOptions{EjectAfter: r.EjectAfter, Cooldown: r.Cooldown.D(), Explore: r.Explore}
+	for _, g := range r.Groups {
+		o.Policies = append(o.Policies, cascade.Policy{Patterns: g.Models, Strategy: cascade.Strategy(g.Strategy)})
+	}
+	return o
 }
 
 func meterOptions(cfg *config.Config, log zerolog.Logger) meter.Options {
