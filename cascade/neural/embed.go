@@ -11,19 +11,34 @@ import (
 
 var _ cascade.EmbedStage = (*Stage)(nil)
 
-// ServeEmbed sends an embeddings call to the backend its model routes to, inside a meter span,
-// like Serve. A backend that cannot embed is cascade.ErrNoEmbeddings.
+// ServeEmbed sends an embeddings call to its model's backends in the router's order, like Serve:
+// each attempt inside its own meter span, the next backend tried when one fails in a way another
+// might not (refused, reset, a timeout, 5xx, 429), and the figure the sum of every attempt's.
+// Backends that cannot embed are passed over; when none can, the error is cascade.ErrNoEmbeddings.
 func (s *Stage) ServeEmbed(ctx context.Context, call *cascade.EmbedCall) (*cascade.Embeddings, error) {
-	route, err := s.router.Route(call.Req.Model)
+	cands, err := s.router.Candidates(call.Req.Model)
 	if err != nil {
 		return nil, err
 	}
-	be, ok := route.Backend.(cascade.Embedder)
-	if !ok {
-		return nil, fmt.Errorf("backend %s (%s): %w", route.Name, route.Type, cascade.ErrNoEmbeddings)
+	var spent energy.Figure
+	err = fmt.Errorf("backend %s (%s): %w", cands[0].Name, cands[0].Type, cascade.ErrNoEmbeddings)
+	for _, route := range cands {
+		be, ok := route.Backend.(cascade.Embedder)
+		if !ok {
+			continue
+		}
+		done := s.router.Start(route)
+		var e cascade.Embeddings
+		e, err = embed(ctx, s.meter, route.Name, be, call.Req)
+		done(outcome(ctx, err))
+		spent = spent.Plus(e.Energy)
+		e.Energy = spent
+		if err == nil || ctx.Err() != nil || !retryable(err) {
+			return &e, err
+		}
+		s.logger.Warn().Str("request_id", call.ID).Str("backend", route.Name).Err(err).Msg("embeddings attempt failed; trying the next")
 	}
-	e, err := embed(ctx, s.meter, route.Name, be, call.Req)
-	return &e, err
+	return &cascade.Embeddings{Energy: spent}, err
 }
 
 // embed calls be inside a span of m opened for the backend name; the returned Embeddings carry

@@ -279,3 +279,25 @@ backends:
 		t.Fatalf("dear %d calls, cheap %d: want each tried, then nearly all on cheap (%v)", dear.Requests(), cheap.Requests(), backends)
 	}
 }
+
+// TestEmbeddingsFallBack: an embeddings call, like a chat call, goes on to the model's next
+// backend when the first is dead.
+func TestEmbeddingsFallBack(t *testing.T) {
+	dead := fakes.NewOpenAI(t)
+	deadURL := dead.BaseURL()
+	dead.Close()
+	second := fakes.NewOpenAI(t)
+	s := startStack(t, twoBackends(deadURL, second.BaseURL(), "1s", ""))
+	resp, err := http.Post(s.URL+"/v1/embeddings", "application/json", strings.NewReader(`{"model":"fake-model","input":"route me"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"embedding"`) {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if second.Embeds() != 1 {
+		t.Errorf("the second backend saw %d embeddings calls, want 1", second.Embeds())
+	}
+}
