@@ -43,27 +43,19 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	lf := fields(r.Context())
 	req, apiErr := s.decode(w, r)
 	if apiErr != nil {
-		lf.err = apiErr
-		s.setBudgetHeader(w.Header(), lf.tenant)
-		writeError(w, apiErr)
+		s.refuse(w, lf, apiErr)
 		return
 	}
 	req.Tenant = lf.tenant
-	lf.model = req.Chat.Model
-	resv, err := s.budgets.admit(r.Context(), req.Tenant)
-	if err != nil {
-		s.setBudgetHeader(w.Header(), req.Tenant)
-		s.fail(w, req.Chat.Model, err, lf)
+	resv, ok := s.admit(w, r, lf, req.Chat.Model)
+	if !ok {
 		return
 	}
 	// The request timeout bounds the wait for an answer: a stream that has begun is bounded by
 	// the backend's own timeouts instead, which cut it only when it stops flowing.
 	ctx, stopTimeout, cancel := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
 	defer cancel()
-	if s.metrics != nil {
-		s.metrics.inFlight.Inc()
-		defer s.metrics.inFlight.Dec()
-	}
+	defer s.inFlight()()
 	var res cascade.Result
 	var sw *sseWriter
 	var sink cascade.StageSink
@@ -74,7 +66,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		}
 		sink = sw
 	}
-	err = s.cascade.Walk(ctx, req, &res, sink)
+	err := s.cascade.Walk(ctx, req, &res, sink)
 	st := settlement{id: req.ID, tenant: req.Tenant, key: req.Key(), model: req.Chat.Model,
 		stage: res.Stage, attempts: res.Attempts, wrote: res.Wrote}
 	if res.Answer != nil {
@@ -103,6 +95,35 @@ var errRequestTimeout = fmt.Errorf("request timeout: %w", context.DeadlineExceed
 
 // withRequestTimeout bounds ctx by d (none when d <= 0) until stop is called; stop may be called
 // more than once. cancel releases the context when the call is over.
+// refuse answers a request that did not decode.
+func (s *Server) refuse(w http.ResponseWriter, lf *logFields, apiErr *APIError) {
+	lf.err = apiErr
+	s.setBudgetHeader(w.Header(), lf.tenant)
+	writeError(w, apiErr)
+}
+
+// admit names the model of a decoded call for the access log and reserves its key's budget;
+// when the budget refuses, it writes the answer and returns false.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, lf *logFields, model string) (reservation, bool) {
+	lf.model = model
+	resv, err := s.budgets.admit(r.Context(), lf.tenant)
+	if err != nil {
+		s.setBudgetHeader(w.Header(), lf.tenant)
+		s.fail(w, model, err, lf)
+		return resv, false
+	}
+	return resv, true
+}
+
+// inFlight counts a call in eoc_requests_in_flight until the returned func runs.
+func (s *Server) inFlight() func() {
+	if s.metrics == nil {
+		return func() {}
+	}
+	s.metrics.inFlight.Inc()
+	return s.metrics.inFlight.Dec
+}
+
 func withRequestTimeout(ctx context.Context, d time.Duration) (_ context.Context, stop, cancel func()) {
 	if d <= 0 {
 		return ctx, func() {}, func() {}

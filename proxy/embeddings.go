@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -33,31 +32,19 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	lf := fields(r.Context())
 	call, base64Out, apiErr := s.decodeEmbeddings(w, r)
 	if apiErr != nil {
-		lf.err = apiErr
-		s.setBudgetHeader(w.Header(), lf.tenant)
-		writeError(w, apiErr)
+		s.refuse(w, lf, apiErr)
 		return
 	}
 	call.Tenant = lf.tenant
-	lf.model = call.Req.Model
-	resv, err := s.budgets.admit(r.Context(), call.Tenant)
-	if err != nil {
-		s.setBudgetHeader(w.Header(), call.Tenant)
-		s.fail(w, call.Req.Model, err, lf)
+	resv, ok := s.admit(w, r, lf, call.Req.Model)
+	if !ok {
 		return
 	}
-	ctx := r.Context()
-	if s.opts.RequestTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.opts.RequestTimeout)
-		defer cancel()
-	}
-	if s.metrics != nil {
-		s.metrics.inFlight.Inc()
-		defer s.metrics.inFlight.Dec()
-	}
+	ctx, _, cancel := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
+	defer cancel()
+	defer s.inFlight()()
 	var res cascade.EmbedResult
-	err = s.cascade.Embed(ctx, call, &res)
+	err := s.cascade.Embed(ctx, call, &res)
 	st := settlement{id: call.ID, tenant: call.Tenant, key: call.Key(), model: call.Req.Model,
 		stage: res.Stage, attempts: res.Attempts}
 	if res.Embeddings != nil {
