@@ -246,9 +246,15 @@ func (b *base) do(ctx context.Context, method, u string, body []byte, accept []s
 
 // getJSON GETs u and decodes the reply into v.
 func (b *base) getJSON(ctx context.Context, u string, v any) error {
+	return b.callJSON(ctx, http.MethodGet, u, nil, v)
+}
+
+// callJSON sends body (nil: none) to u and decodes the whole reply into v (nil: read and
+// dropped), with the backend's timeout, auth and error mapping.
+func (b *base) callJSON(ctx context.Context, method, u string, body []byte, v any) error {
 	ctx, cancel := b.attempt(ctx)
 	defer cancel()
-	resp, err := b.do(ctx, http.MethodGet, u, nil, hdrJSON)
+	resp, err := b.do(ctx, method, u, body, hdrJSON)
 	if err != nil {
 		return err
 	}

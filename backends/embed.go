@@ -82,20 +82,5 @@ func (b *base) postJSON(ctx context.Context, u string, in, out any) error {
 	if err != nil {
 		return &cascade.BackendError{Backend: b.name, Err: fmt.Errorf("encoding request: %w", err)}
 	}
-	ctx, cancel := b.attempt(ctx)
-	defer cancel()
-	resp, err := b.do(ctx, http.MethodPost, u, body, hdrJSON)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	buf, err := readBody(resp.Body)
-	defer putBuf(buf)
-	if err != nil {
-		return b.transportError(ctx, fmt.Errorf("reading %s: %w", u, err))
-	}
-	if err := json.Unmarshal(buf.Bytes(), out); err != nil {
-		return &cascade.BackendError{Backend: b.name, Err: fmt.Errorf("decoding %s: %w", u, err)}
-	}
-	return nil
+	return b.callJSON(ctx, http.MethodPost, u, body, out)
 }
