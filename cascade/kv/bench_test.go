@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	chromem "github.com/philippgille/chromem-go"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
 )
 
 var benchVocab = strings.Fields(`account address alert archive backup balance battery billing
@@ -169,5 +171,46 @@ func BenchmarkBuiltinEmbed(b *testing.B) {
 	texts := []string{q, contextOf(q)}
 	for b.Loop() {
 		_, _, _ = Builtin{}.Embed(context.Background(), texts)
+	}
+}
+
+// benchPrompt is a user message shaped like scripts/benchout's: a dozen made-up words in a
+// sentence, unlike every other.
+func benchPrompt(r *rand.Rand) string {
+	syl := []string{"ba", "de", "fi", "go", "ku", "la", "me", "ni", "po", "ru", "sa", "te", "vi", "zo", "bra", "tri", "sto", "glu"}
+	w := make([]string, 12)
+	for i := range w {
+		w[i] = syl[r.IntN(len(syl))] + syl[r.IntN(len(syl))] + syl[r.IntN(len(syl))]
+	}
+	return "Please explain in two sentences how " + strings.Join(w[:6], " ") + " relates to " + strings.Join(w[6:], " ") + "."
+}
+
+// BenchmarkServeLearn is what a neural call costs kv with the built-in embedder, the request
+// shaped like scripts/benchout's (a system message, then a fresh user question): Serve misses,
+// then the answer is learned (Flush waits for it). The collection starts with 2000 entries.
+func BenchmarkServeLearn(b *testing.B) {
+	s, err := New(Options{MaxEntries: 100000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	r := rand.New(rand.NewPCG(3, 3))
+	sys := msg("system", "You are a helpful assistant. Be brief.")
+	for range 2000 {
+		s.Learn(request("", "m", sys, user(benchPrompt(r))), neural("a", 1))
+		s.Flush()
+	}
+	reqs := make([]*cascade.Request, 4096)
+	for i := range reqs {
+		reqs[i] = request("", "m", sys, user(benchPrompt(r)))
+	}
+	ans := neural("Hello from the fake upstream.", 1)
+	for i := 0; b.Loop(); i++ {
+		req := reqs[i%len(reqs)]
+		if _, err := s.Serve(context.Background(), req, nil); err == nil {
+			b.Fatal("hit")
+		}
+		s.Learn(req, ans)
+		s.Flush()
 	}
 }
