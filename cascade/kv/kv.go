@@ -307,6 +307,13 @@ type embedded struct {
 // embed returns the stored-vector form of a query (see join) and what the embedder spent, also
 // when it fails.
 func (s *Stage) embed(ctx context.Context, q query) ([]float32, energy.Figure, error) {
+	if _, ok := s.emb.(Builtin); ok {
+		v, ok := join(embedQuery(q))
+		if !ok {
+			return nil, energy.Figure{}, errNothing
+		}
+		return v, energy.Figure{}, nil
+	}
 	vs, fig, err := s.emb.Embed(ctx, []string{q.question, q.context})
 	if err != nil {
 		return nil, fig, err
