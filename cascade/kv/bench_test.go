@@ -220,3 +220,27 @@ func BenchmarkSketch(b *testing.B) {
 		l.sketch(v)
 	}
 }
+
+// BenchmarkScan is the sketch scan alone over entries of random sketches (none near the
+// query), without the embedding a real store needs to be built.
+func BenchmarkScan(b *testing.B) {
+	for _, n := range []int{10000, 100000} {
+		b.Run(sizeName(n), func(b *testing.B) { benchScan(b, n) })
+	}
+}
+
+func benchScan(b *testing.B, n int) {
+	r := rand.New(rand.NewPCG(4, 4))
+	c := newCollection("", "m")
+	vec := []float32{1, 0, 0, 0}
+	for i := range n {
+		e := &entry{id: fmt.Sprint(i), vec: vec, sketch: sketch{r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64()}}
+		c.insert(e, 0)
+	}
+	q := sketch{r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64()}
+	for b.Loop() {
+		if len(c.search(vec, q, DefaultThreshold)) > 0 {
+			b.Fatal("a random sketch within the cutoff")
+		}
+	}
+}

@@ -221,14 +221,8 @@ func (c *collection) search(v []float32, sk sketch, threshold float32) []scored 
 	cutoff := hammingCutoff(threshold)
 	var out []scored
 	c.mu.RLock()
-	all := c.sketches
-	for slot := range c.slots {
-		w := all[slot*sketchWords : (slot+1)*sketchWords : (slot+1)*sketchWords]
-		d := bits.OnesCount64(w[0]^sk[0]) + bits.OnesCount64(w[1]^sk[1]) +
-			bits.OnesCount64(w[2]^sk[2]) + bits.OnesCount64(w[3]^sk[3])
-		if d > cutoff {
-			continue
-		}
+	all := c.sketches[:len(c.slots)*sketchWords]
+	for slot := nextNear(all, &sk, cutoff, 0); slot >= 0; slot = nextNear(all, &sk, cutoff, slot+1) {
 		e := c.slots[slot]
 		if e == nil || len(e.vec) != len(v) {
 			continue
@@ -246,6 +240,21 @@ func (c *collection) search(v []float32, sk sketch, threshold float32) []scored 
 	c.mu.RUnlock()
 	slices.SortFunc(out, func(a, b scored) int { return cmp.Compare(b.question+b.context, a.question+a.context) })
 	return out
+}
+
+// nextNear is the first slot from start whose sketch in all is within cutoff bits of sk, or -1.
+// It is the scan every search makes over the whole collection, kept small so that the query's
+// words and the count stay in registers.
+func nextNear(all []uint64, sk *sketch, cutoff, start int) int {
+	s0, s1, s2, s3 := sk[0], sk[1], sk[2], sk[3]
+	for i := start * sketchWords; i+sketchWords <= len(all); i += sketchWords {
+		w := (*[sketchWords]uint64)(all[i : i+sketchWords])
+		d := bits.OnesCount64(w[0]^s0) + bits.OnesCount64(w[1]^s1) + bits.OnesCount64(w[2]^s2) + bits.OnesCount64(w[3]^s3)
+		if d <= cutoff {
+			return i / sketchWords
+		}
+	}
+	return -1
 }
 
 func dot(a, b []float32) float32 {
