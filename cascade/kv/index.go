@@ -46,34 +46,39 @@ func newLSH(dim int) *lsh {
 type sketch [sketchWords]uint64
 
 // sketch projects v on the hyperplanes. Each accumulator adds v's nonzero rows in index order, as
-// one row at a time would; taking four rows a pass keeps the accumulator in a register across
-// them, a quarter of the loads and stores.
+// one row at a time would; taking eight rows a pass keeps the accumulator in a register across
+// them, an eighth of the loads and stores.
 func (l *lsh) sketch(v []float32) sketch {
 	var acc [sketchBits]float32
-	var xs [4]float32
-	var rows [4]*[sketchBits]float32
+	var xs [8]float32
+	var rows [8][]float32
 	n := 0
 	for i, x := range v {
 		if x == 0 {
 			continue
 		}
-		xs[n], rows[n] = x, (*[sketchBits]float32)(l.t[i*sketchBits:])
-		if n++; n == 4 {
-			x0, x1, x2, x3 := xs[0], xs[1], xs[2], xs[3]
-			r0, r1, r2, r3 := rows[0], rows[1], rows[2], rows[3]
+		xs[n], rows[n] = x, l.t[i*sketchBits:(i+1)*sketchBits]
+		if n++; n == 8 {
+			x0, x1, x2, x3, x4, x5, x6, x7 := xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], xs[6], xs[7]
+			r0, r1, r2, r3 := rows[0][:sketchBits], rows[1][:sketchBits], rows[2][:sketchBits], rows[3][:sketchBits]
+			r4, r5, r6, r7 := rows[4][:sketchBits], rows[5][:sketchBits], rows[6][:sketchBits], rows[7][:sketchBits]
 			for k := range acc {
 				a := acc[k]
 				a += x0 * r0[k]
 				a += x1 * r1[k]
 				a += x2 * r2[k]
 				a += x3 * r3[k]
+				a += x4 * r4[k]
+				a += x5 * r5[k]
+				a += x6 * r6[k]
+				a += x7 * r7[k]
 				acc[k] = a
 			}
 			n = 0
 		}
 	}
 	for j := range n {
-		x, row := xs[j], rows[j]
+		x, row := xs[j], rows[j][:sketchBits]
 		for k := range acc {
 			acc[k] += x * row[k]
 		}
