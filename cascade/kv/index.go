@@ -254,8 +254,10 @@ func nextNear(all []uint64, sk *sketch, cutoff, start int) int {
 	s0, s1, s2, s3 := sk[0], sk[1], sk[2], sk[3]
 	for i := start * sketchWords; i+sketchWords <= len(all); i += sketchWords {
 		w := (*[sketchWords]uint64)(all[i : i+sketchWords])
-		d := bits.OnesCount64(w[0]^s0) + bits.OnesCount64(w[1]^s1) + bits.OnesCount64(w[2]^s2) + bits.OnesCount64(w[3]^s3)
-		if d <= cutoff {
+		// Three quarters of the bits often exceed the cutoff already (most stored questions
+		// differ from the query): the last word is then not counted.
+		d := bits.OnesCount64(w[0]^s0) + bits.OnesCount64(w[1]^s1) + bits.OnesCount64(w[2]^s2)
+		if d <= cutoff && d+bits.OnesCount64(w[3]^s3) <= cutoff {
 			return i / sketchWords
 		}
 	}
