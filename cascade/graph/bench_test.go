@@ -1,9 +1,14 @@
 package graph
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
 )
 
 // synthetic writes n facts over n/4 entities named "Entity N" with eight predicates, so that
@@ -53,5 +58,25 @@ func BenchmarkLookup(b *testing.B) {
 				st.answer(qs[i%len(qs)])
 			}
 		})
+	}
+}
+
+// BenchmarkServeMiss is the graph stage on a request it does not answer, shaped like
+// scripts/benchout's (a system message, then a user question of made-up words), over the
+// shipped facts (data/facts.tsv).
+func BenchmarkServeMiss(b *testing.B) {
+	s, err := New(Options{Files: []string{"../../data/facts.tsv"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sys, _ := json.Marshal("You are a helpful assistant. Be brief.")
+	q, _ := json.Marshal("Please explain in two sentences how bakufi glumedo stotri vizo lapo rusate relates to gluba " +
+		"fikute sobra damena tripo zolavi.")
+	req := &cascade.Request{Chat: cascade.ChatRequest{Model: "m", Messages: []cascade.Message{
+		{Role: "system", Content: sys}, {Role: "user", Content: q}}}}
+	for b.Loop() {
+		if _, err := s.Serve(context.Background(), req, nil); !errors.Is(err, cascade.ErrMiss) {
+			b.Fatalf("err %v, want a miss", err)
+		}
 	}
 }

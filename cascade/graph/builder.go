@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"strings"
 	"unicode/utf8"
 )
 
@@ -132,6 +133,17 @@ func (b *builder) build(table map[string][]ntLabel) *store {
 			}
 			st.byAlias[key] = append(st.byAlias[key], ref)
 			st.maxSpan = max(st.maxSpan, len(ws))
+		}
+	}
+	st.vocab = map[string]bool{}
+	for key := range st.byLabel {
+		for w := range strings.SplitSeq(key, " ") {
+			st.vocab[w] = true
+		}
+	}
+	for key := range st.byAlias {
+		for w := range strings.SplitSeq(key, " ") {
+			st.vocab[w] = true
 		}
 	}
 	return st

@@ -33,3 +33,29 @@ func FuzzAnswer(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAnswerPrecheck: declining a question at its first word that no name, relation or glue
+// has answers exactly what matching all of its words answers.
+func FuzzAnswerPrecheck(f *testing.F) {
+	st, err := load(os.DirFS("../.."), []string{"data/facts.tsv"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range precheckQuestions {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		checkPrecheck(t, st, q)
+	})
+}
+
+// FuzzWordsASCII: an ASCII line splits into the same words without text.Canon and
+// text.StripMarks as with them.
+func FuzzWordsASCII(f *testing.F) {
+	for _, s := range asciiLines {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		checkASCIIWords(t, line)
+	})
+}

@@ -4,14 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/energy"
+	"github.com/eoc-proxy/eoc-proxy/internal/text"
 )
 
 func msg(role, text string) cascade.Message {
@@ -470,5 +473,79 @@ func TestSavedFollowsTracker(t *testing.T) {
 	}
 	if j, _, _ := saved("other"); j != DefaultSavedJoules {
 		t.Errorf("a model never called: saved %v, want the constant", j)
+	}
+}
+
+var precheckQuestions = []string{
+	"What is the capital of France?", "Who wrote Hamlet?", "Which country has Paris as its capital?",
+	"What's France's capital?", "please tell me the capital of france", "What is the capital of France in 1700?",
+	"When did France get its capital?", "Please explain in two sentences how bakufi glumedo relates to gluba.",
+	"the the the", "'s 's", "", "Paris", "capital", "What is the currency of Japan?",
+	"What is the capital of France and Germany?", "Who is the author of The Hobbit?", "Côte d'Ivoire's capital?",
+	strings.Repeat("what is the ", 14) + "capital of France?",
+}
+
+func checkPrecheck(t *testing.T, st *store, q string) {
+	t.Helper()
+	got, gotOK := st.answer(q)
+	want, wantOK := st.answerWords(words(q))
+	if gotOK != wantOK || gotOK && (got.node != want.node || got.pred != want.pred || got.dir != want.dir) {
+		t.Errorf("%q: answer %v %+v, matching every word %v %+v", q, gotOK, got, wantOK, want)
+	}
+}
+
+// TestAnswerPrecheck: the early decline changes no answer.
+func TestAnswerPrecheck(t *testing.T) {
+	st := shipped(t).g.Load()
+	answered := 0
+	for _, q := range precheckQuestions {
+		checkPrecheck(t, st, q)
+		if _, ok := st.answer(q); ok {
+			answered++
+		}
+	}
+	if answered == 0 {
+		t.Error("no question answered: the comparison proves nothing")
+	}
+}
+
+var asciiLines = []string{
+	"What's France's capital?", "  it`s   Paris`s\tcapital  ", "x's", "x' s", "x'   ", "x's\t\tthen",
+	"Hello. world! ok? fine", "d'Ivoire", "\v\f\r", "'s", "A.B.C", "10:30 -4 3.5",
+}
+
+func checkASCIIWords(t *testing.T, line string) {
+	t.Helper()
+	if strings.ContainsRune(line, '\n') {
+		return
+	}
+	for i := 0; i < len(line); i++ {
+		if line[i] >= 0x80 {
+			return
+		}
+	}
+	c := text.Canon(line)
+	if text.StripMarks(c) != c {
+		t.Fatalf("StripMarks changed ASCII %q", c)
+	}
+	if got, want := words(line), words(c); !slices.Equal(got, want) {
+		t.Errorf("%q: %+v, want %+v (as after text.Canon)", line, got, want)
+	}
+}
+
+// TestWordsASCII: the ASCII shortcut splits as text.Canon and text.StripMarks would, on random
+// lines of letters, digits, white space, apostrophes, backquotes and punctuation.
+func TestWordsASCII(t *testing.T) {
+	for _, l := range asciiLines {
+		checkASCIIWords(t, l)
+	}
+	const alphabet = "aAsSzZ09 \t\v\f\r'`.!?,-:\"#"
+	r := rand.New(rand.NewPCG(5, 5))
+	for range 5000 {
+		b := make([]byte, r.IntN(16))
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		checkASCIIWords(t, string(b))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/eoc-proxy/eoc-proxy/internal/text"
 )
@@ -19,23 +20,35 @@ type word struct {
 // (text.Fold), punctuation dropped, a possessive "'s" kept as its own word ("France's" →
 // "france", "'s").
 func words(s string) []word {
+	ws, _ := scanWords(s, nil)
+	return ws
+}
+
+// scanWords is words, except that it stops and reports false at the first word whose matching
+// form keep rejects (nil keeps every word). A possessive "'s" is not offered to keep.
+func scanWords(s string, keep func(norm string) bool) ([]word, bool) {
 	var out []word
 	var cur []rune
 	initial := true
+	rejected := false
 	flush := func() {
 		if len(cur) == 0 {
 			return
 		}
 		w := string(cur)
-		out = append(out, word{norm: text.Fold(w), cap: unicode.IsUpper(cur[0]), initial: initial})
+		norm := text.Fold(w)
+		if keep != nil && !keep(norm) {
+			rejected = true
+		}
+		out = append(out, word{norm: norm, cap: unicode.IsUpper(cur[0]), initial: initial})
 		cur = cur[:0]
 		initial = false
 	}
 	// Lines one at a time: text.Canon turns a line break into a space, and a new line starts a
 	// sentence.
 	for line := range strings.SplitSeq(s, "\n") {
-		rs := []rune(text.StripMarks(text.Canon(line)))
-		for i := 0; i < len(rs); i++ {
+		rs := canonRunes(line)
+		for i := 0; i < len(rs) && !rejected; i++ {
 			r := rs[i]
 			switch {
 			case unicode.IsLetter(r) || unicode.IsDigit(r):
@@ -56,9 +69,32 @@ func words(s string) []word {
 			}
 		}
 		flush()
+		if rejected {
+			return nil, false
+		}
 		initial = true
 	}
-	return out
+	return out, true
+}
+
+// canonRunes is text.StripMarks(text.Canon(line)) as runes, as far as words can tell: an ASCII
+// line is already NFKC and has no marks, and Canon's one change to it that words can see is a
+// backquote written as an apostrophe (the runs of white space it collapses and trims end a word
+// either way, and no rule of words looks further than the next two runes). Other lines take
+// the full path.
+func canonRunes(line string) []rune {
+	for i := 0; i < len(line); i++ {
+		if line[i] >= utf8.RuneSelf {
+			return []rune(text.StripMarks(text.Canon(line)))
+		}
+	}
+	rs := []rune(line)
+	for i, r := range rs {
+		if r == '`' {
+			rs[i] = '\''
+		}
+	}
+	return rs
 }
 
 func joinNorm(ws []word) string {
@@ -111,6 +147,9 @@ const (
 	inverse
 )
 
+// maxWords is the longest question answered, in words.
+const maxWords = 40
+
 // maxFacts is the most values an answer lists; more reads as a different kind of question.
 const maxFacts = 5
 
@@ -125,8 +164,22 @@ type fact struct {
 // answer finds the one fact a question asks for, or false when the question is not a single-hop
 // question about one entity and one relation, or the graph does not answer it unambiguously.
 func (st *store) answer(question string) (fact, bool) {
-	ws := words(question)
-	if len(ws) == 0 || len(ws) > 40 {
+	// A word that is not glue and no word of any name or relation can be in no mention, so spot
+	// would decline the question: stop at the first one, before matching anything.
+	n := 0
+	ws, ok := scanWords(question, func(norm string) bool {
+		n++
+		return n <= maxWords && (glue[norm] || st.vocab[norm] || strings.Contains(norm, " "))
+	})
+	if !ok {
+		return fact{}, false
+	}
+	return st.answerWords(ws)
+}
+
+// answerWords is answer for a question already split into words.
+func (st *store) answerWords(ws []word) (fact, bool) {
+	if len(ws) == 0 || len(ws) > maxWords {
 		return fact{}, false
 	}
 	ents, preds, ok := st.spot(ws)

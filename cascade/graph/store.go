@@ -17,6 +17,7 @@ type store struct {
 	byAlias map[string][]predRef // normalised alias → predicates
 	fwd     map[edge][]int32     // (subject, predicate) → objects
 	inv     map[edge][]int32     // (object, predicate) → subjects
+	vocab   map[string]bool      // every word of a key of byLabel or byAlias
 	maxSpan int                  // longest label or alias, in words
 	triples int
 }

@@ -171,3 +171,76 @@ func BenchmarkBuiltinEmbed(b *testing.B) {
 		_, _, _ = Builtin{}.Embed(context.Background(), texts)
 	}
 }
+
+// benchPrompt is a user message shaped like scripts/benchout's: a dozen made-up words in a
+// sentence, unlike every other.
+func benchPrompt(r *rand.Rand) string {
+	syl := []string{"ba", "de", "fi", "go", "ku", "la", "me", "ni", "po", "ru", "sa", "te", "vi", "zo", "bra", "tri", "sto", "glu"}
+	w := make([]string, 12)
+	for i := range w {
+		w[i] = syl[r.IntN(len(syl))] + syl[r.IntN(len(syl))] + syl[r.IntN(len(syl))]
+	}
+	return "Please explain in two sentences how " + strings.Join(w[:6], " ") + " relates to " + strings.Join(w[6:], " ") + "."
+}
+
+// BenchmarkServeLearn is what a neural call costs kv with the built-in embedder, the request
+// shaped like scripts/benchout's (a system message, then a fresh user question): Serve misses,
+// then the answer is learned (Flush waits for it). The collection starts with 2000 entries.
+func BenchmarkServeLearn(b *testing.B) {
+	s, err := New(Options{MaxEntries: 100000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	r := rand.New(rand.NewPCG(3, 3))
+	sys := msg("system", "You are a helpful assistant. Be brief.")
+	for range 2000 {
+		s.Learn(request("", "m", sys, user(benchPrompt(r))), neural("a", 1))
+		s.Flush()
+	}
+	ans := neural("Hello from the fake upstream.", 1)
+	for b.Loop() {
+		b.StopTimer() // every question is new, as in benchout
+		req := request("", "m", sys, user(benchPrompt(r)))
+		b.StartTimer()
+		if _, err := s.Serve(context.Background(), req, nil); err == nil {
+			b.Fatal("hit")
+		}
+		s.Learn(req, ans)
+		s.Flush()
+	}
+}
+
+// BenchmarkSketch is one projection of a built-in embedding (question and context halves).
+func BenchmarkSketch(b *testing.B) {
+	q := "Please explain in two sentences how bakufi glumedo stotri vizo lapo rusate relates to gluba fikute sobra damena tripo zolavi."
+	v, _ := join(embedBuiltin(q), embedBuiltin("system: You are a helpful assistant. Be brief.\\n"+contextOf(q)))
+	l := newLSH(len(v))
+	for b.Loop() {
+		l.sketch(v)
+	}
+}
+
+// BenchmarkScan is the sketch scan alone over entries of random sketches (none near the
+// query), without the embedding a real store needs to be built.
+func BenchmarkScan(b *testing.B) {
+	for _, n := range []int{10000, 100000} {
+		b.Run(sizeName(n), func(b *testing.B) { benchScan(b, n) })
+	}
+}
+
+func benchScan(b *testing.B, n int) {
+	r := rand.New(rand.NewPCG(4, 4))
+	c := newCollection("", "m")
+	vec := []float32{1, 0, 0, 0}
+	for i := range n {
+		e := &entry{id: fmt.Sprint(i), vec: vec, sketch: sketch{r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64()}}
+		c.insert(e, 0)
+	}
+	q := sketch{r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64()}
+	for b.Loop() {
+		if len(c.search(vec, q, DefaultThreshold)) > 0 {
+			b.Fatal("a random sketch within the cutoff")
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/eoc-proxy/eoc-proxy/energy"
 )
@@ -52,7 +54,58 @@ const (
 	weightBigram  = 1.5
 )
 
-func embedBuiltin(s string) []float32 {
+func embedBuiltin(s string) []float32 { return embedWords(normWords(s)) }
+
+// normWords is strings.Fields(Normalize(s)) without building the joined text: the words of
+// each token (a token is one word unless folding gave it white space).
+func normWords(s string) []string {
+	toks := tokenize(s)
+	words := make([]string, 0, len(toks))
+	for _, t := range toks {
+		if strings.IndexFunc(t.norm, unicode.IsSpace) >= 0 {
+			words = append(words, strings.Fields(t.norm)...)
+		} else {
+			words = append(words, t.norm)
+		}
+	}
+	return words
+}
+
+// embedQuery is Builtin's embedding of a query's question and context, each as Embed makes
+// it, tokenizing the question once when the context ends with it as its last user message:
+// the context's words are then those of the messages before, "user", and the question's
+// (query renders that message as its own line, "user: " and the text; see builtinTail).
+func embedQuery(q query) (question, context []float32) {
+	qw := normWords(q.question)
+	prefix, ok := builtinTail(q)
+	if !ok {
+		return embedWords(qw), embedBuiltin(q.context)
+	}
+	cw := normWords(prefix)
+	cw = append(cw, "user")
+	cw = append(cw, qw...)
+	return embedWords(qw), embedWords(cw)
+}
+
+// builtinTail reports whether q's context is some lines, then "user: " and the question, and
+// returns those lines. The question must start with an ASCII byte: text.Canon of "user: "
+// and the question's first line is then "user: " and Canon of that line (NFKC composes nothing
+// across an ASCII rune, and the space runs Canon collapses and trims end a word either way),
+// which tokenizes as "user" and the line's words.
+func builtinTail(q query) (string, bool) {
+	const role = "user: "
+	if q.question == "" || q.question[0] >= utf8.RuneSelf || !strings.HasSuffix(q.context, q.question) {
+		return "", false
+	}
+	p, ok := strings.CutSuffix(q.context[:len(q.context)-len(q.question)], role)
+	if !ok || p != "" && !strings.HasSuffix(p, "\n") {
+		return "", false
+	}
+	return p, true
+}
+
+// embedWords is the built-in embedding of a text's Normalize words.
+func embedWords(words []string) []float32 {
 	v := make([]float32, BuiltinDim)
 	bump := func(h uint64, w float32) {
 		h ^= h >> 33 // fmix64: FNV's high bits mix poorly on short inputs
@@ -63,7 +116,6 @@ func embedBuiltin(s string) []float32 {
 		}
 		v[h%BuiltinDim] += w
 	}
-	words := strings.Fields(Normalize(s))
 	for i, w := range words {
 		bump(fnvString(fnvByte(fnvOffset, 'w'), w), weightWord)
 		if i > 0 {

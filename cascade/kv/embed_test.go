@@ -3,6 +3,7 @@ package kv
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -116,4 +117,71 @@ func TestRemoteEmbedderEnergyInWalk(t *testing.T) {
 	if miss.Stage != "neural" || f.Joules != 3+remoteFigure.Joules || f.Grade != energy.Estimated || f.Method != "rapl+token-model" {
 		t.Errorf("kv miss: stage %s figure %+v, want the model's 3 J plus the embedding's %v J", miss.Stage, f, remoteFigure.Joules)
 	}
+}
+
+// checkEmbedQuery: the stage's built-in embedding of a query is Builtin.Embed of its question
+// and its context, bit for bit.
+func checkEmbedQuery(t *testing.T, q query) {
+	t.Helper()
+	qv, cv := embedQuery(q)
+	want, _, _ := Builtin{}.Embed(context.Background(), []string{q.question, q.context})
+	if !slices.Equal(qv, want[0]) || !slices.Equal(cv, want[1]) {
+		t.Errorf("question %q, context %q: embedQuery differs from Builtin.Embed", q.question, q.context)
+	}
+}
+
+var embedQueryCases = [][]string{
+	{"What's the capital of France?"},
+	{"  leading spaces and\ttabs  "},
+	{"it`s a backquote", "second line\nthird line"},
+	{"", "-4 degrees, 3.5 or 1,000?"},
+	{"You are terse.", "Can't I reset my 2FA token?"},
+	{"Sois bref.", "Où est la Côte d'Ivoire ?"},
+	{"x", "\u0301combining first"},
+	{"système", "¨ diaeresis, ͺ ypogegrammeni"},
+	{"sys", " \n user: nested\nuser: roles"},
+	{"sys", "'s apostrophe first"},
+	{"sys", "ＦＵＬＬＷＩＤＴＨ question"},
+}
+
+// TestEmbedQuery: sharing the question's words with the context changes no vector, for
+// conversations of one and two messages and for queries built another way.
+func TestEmbedQuery(t *testing.T) {
+	s := newStage(t, Options{})
+	for _, tc := range embedQueryCases {
+		msgs := []cascade.Message{user(tc[len(tc)-1])}
+		if len(tc) == 2 {
+			msgs = []cascade.Message{msg("system", tc[0]), msgs[0]}
+		}
+		q, ok := s.query(request("", "m", msgs...))
+		if !ok {
+			continue
+		}
+		if _, ok := builtinTail(q); !ok && tc[len(tc)-1] != "" && tc[len(tc)-1][0] < 0x80 {
+			t.Errorf("%q: the shared path was not taken", tc)
+		}
+		checkEmbedQuery(t, q)
+	}
+	checkEmbedQuery(t, query{question: "q", context: "assistant: q"})
+	checkEmbedQuery(t, query{question: "q", context: "xuser: q"})
+	checkEmbedQuery(t, query{question: "question", context: contextOf("question")})
+}
+
+// FuzzEmbedQuery: for any system message and question, the stage's built-in embedding is
+// Builtin.Embed's.
+func FuzzEmbedQuery(f *testing.F) {
+	for _, tc := range embedQueryCases {
+		f.Add(tc[0], tc[len(tc)-1])
+	}
+	s, err := New(Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = s.Close() })
+	f.Fuzz(func(t *testing.T, system, question string) {
+		if q, ok := s.query(request("", "m", msg("system", system), user(question))); ok {
+			checkEmbedQuery(t, q)
+		}
+		checkEmbedQuery(t, query{question: question, context: system + question})
+	})
 }

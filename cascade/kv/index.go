@@ -45,13 +45,40 @@ func newLSH(dim int) *lsh {
 // sketch is a vector's sign bits.
 type sketch [sketchWords]uint64
 
+// sketch projects v on the hyperplanes. Each accumulator adds v's nonzero rows in index order, as
+// one row at a time would; taking eight rows a pass keeps the accumulator in a register across
+// them, an eighth of the loads and stores.
 func (l *lsh) sketch(v []float32) sketch {
 	var acc [sketchBits]float32
+	var xs [8]float32
+	var rows [8][]float32
+	n := 0
 	for i, x := range v {
 		if x == 0 {
 			continue
 		}
-		row := (*[sketchBits]float32)(l.t[i*sketchBits:])
+		xs[n], rows[n] = x, l.t[i*sketchBits:(i+1)*sketchBits]
+		if n++; n == 8 {
+			x0, x1, x2, x3, x4, x5, x6, x7 := xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], xs[6], xs[7]
+			r0, r1, r2, r3 := rows[0][:sketchBits], rows[1][:sketchBits], rows[2][:sketchBits], rows[3][:sketchBits]
+			r4, r5, r6, r7 := rows[4][:sketchBits], rows[5][:sketchBits], rows[6][:sketchBits], rows[7][:sketchBits]
+			for k := range acc {
+				a := acc[k]
+				a += x0 * r0[k]
+				a += x1 * r1[k]
+				a += x2 * r2[k]
+				a += x3 * r3[k]
+				a += x4 * r4[k]
+				a += x5 * r5[k]
+				a += x6 * r6[k]
+				a += x7 * r7[k]
+				acc[k] = a
+			}
+			n = 0
+		}
+	}
+	for j := range n {
+		x, row := xs[j], rows[j][:sketchBits]
 		for k := range acc {
 			acc[k] += x * row[k]
 		}
@@ -199,14 +226,8 @@ func (c *collection) search(v []float32, sk sketch, threshold float32) []scored 
 	cutoff := hammingCutoff(threshold)
 	var out []scored
 	c.mu.RLock()
-	all := c.sketches
-	for slot := range c.slots {
-		w := all[slot*sketchWords : (slot+1)*sketchWords : (slot+1)*sketchWords]
-		d := bits.OnesCount64(w[0]^sk[0]) + bits.OnesCount64(w[1]^sk[1]) +
-			bits.OnesCount64(w[2]^sk[2]) + bits.OnesCount64(w[3]^sk[3])
-		if d > cutoff {
-			continue
-		}
+	all := c.sketches[:len(c.slots)*sketchWords]
+	for slot := nextNear(all, &sk, cutoff, 0); slot >= 0; slot = nextNear(all, &sk, cutoff, slot+1) {
 		e := c.slots[slot]
 		if e == nil || len(e.vec) != len(v) {
 			continue
@@ -224,6 +245,23 @@ func (c *collection) search(v []float32, sk sketch, threshold float32) []scored 
 	c.mu.RUnlock()
 	slices.SortFunc(out, func(a, b scored) int { return cmp.Compare(b.question+b.context, a.question+a.context) })
 	return out
+}
+
+// nextNear is the first slot from start whose sketch in all is within cutoff bits of sk, or -1.
+// It is the scan every search makes over the whole collection, kept small so that the query's
+// words and the count stay in registers.
+func nextNear(all []uint64, sk *sketch, cutoff, start int) int {
+	s0, s1, s2, s3 := sk[0], sk[1], sk[2], sk[3]
+	for i := start * sketchWords; i+sketchWords <= len(all); i += sketchWords {
+		w := (*[sketchWords]uint64)(all[i : i+sketchWords])
+		// Three quarters of the bits often exceed the cutoff already (most stored questions
+		// differ from the query): the last word is then not counted.
+		d := bits.OnesCount64(w[0]^s0) + bits.OnesCount64(w[1]^s1) + bits.OnesCount64(w[2]^s2)
+		if d <= cutoff && d+bits.OnesCount64(w[3]^s3) <= cutoff {
+			return i / sketchWords
+		}
+	}
+	return -1
 }
 
 func dot(a, b []float32) float32 {

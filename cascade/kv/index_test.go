@@ -95,3 +95,48 @@ func TestCollectionInsertRemove(t *testing.T) {
 		t.Fatalf("search: %v", res)
 	}
 }
+
+// sketchOneRow is the projection one nonzero row at a time, the reference for lsh.sketch.
+func sketchOneRow(l *lsh, v []float32) sketch {
+	var acc [sketchBits]float32
+	for i, x := range v {
+		if x == 0 {
+			continue
+		}
+		for k := range acc {
+			acc[k] += x * l.t[i*sketchBits+k]
+		}
+	}
+	var s sketch
+	for k, a := range acc {
+		if a >= 0 {
+			s[k/64] |= 1 << (k % 64)
+		}
+	}
+	return s
+}
+
+// TestSketchMatchesOneRow: the sketch is the same bits as projecting one row at a time, for
+// dense vectors and for sparse ones with any number of nonzero rows.
+func TestSketchMatchesOneRow(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	l := newLSH(2 * BuiltinDim)
+	for trial := range 300 {
+		v := make([]float32, l.dim)
+		nonzero := trial % 13
+		if trial%5 == 0 {
+			nonzero = l.dim
+		}
+		for range nonzero {
+			v[r.IntN(l.dim)] = float32(r.NormFloat64())
+		}
+		if got, want := l.sketch(v), sketchOneRow(l, v); got != want {
+			t.Fatalf("trial %d (%d nonzero): %x, want %x", trial, nonzero, got, want)
+		}
+	}
+	q := "Can you explain how the payment gateway handles the rotate token?"
+	v, ok := join(embedBuiltin(q), embedBuiltin(contextOf(q)))
+	if !ok || l.sketch(v) != sketchOneRow(l, v) {
+		t.Fatal("a built-in embedding sketches differently")
+	}
+}

@@ -51,8 +51,9 @@ type Stage struct {
 	lsh  *lsh
 	dim  int // full vector dimension once known
 
-	// recent keeps the vectors Serve computed, by request key, so Learn need not embed again.
-	recent *lru.Cache[string, []float32]
+	// recent keeps the vectors and sketches Serve computed, by request key, so learning the
+	// answer to a miss neither embeds nor projects again.
+	recent *lru.Cache[string, embedded]
 
 	qmu    sync.RWMutex
 	closed bool
@@ -85,7 +86,7 @@ func New(o Options) (*Stage, error) {
 	if s.seeds, err = loadSeeds(o.Files, o.SeedFiles, o.SeedJoules); err != nil {
 		return nil, err
 	}
-	s.recent, _ = lru.New[string, []float32](256)
+	s.recent, _ = lru.New[string, embedded](256)
 	if o.DataDir != "" {
 		if s.db, err = openDB(o.DataDir, s.log); err != nil {
 			s.log.Warn().Err(err).Str("data_dir", o.DataDir).Msg("store unusable; learning in memory only")
@@ -170,8 +171,12 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	if err != nil {
 		return nil, cascade.Spent(fmt.Errorf("kv: %w", err), spent)
 	}
-	s.recent.Add(req.Key(), vec)
-	cands := col.search(vec, s.sketchOf(vec), s.threshold)
+	if !s.indexes(len(vec)) { // the embedder changed its dimension: nothing stored can match
+		return nil, cascade.Spent(cascade.ErrMiss, spent)
+	}
+	sk := s.sketchOf(vec)
+	s.recent.Add(req.Key(), embedded{vec: vec, sketch: sk})
+	cands := col.search(vec, sk, s.threshold)
 	if len(cands) == 0 {
 		return nil, cascade.Spent(cascade.ErrMiss, spent)
 	}
@@ -293,9 +298,22 @@ func contextOf(question string) string { return "user: " + question }
 
 var errNothing = errors.New("nothing to embed")
 
+// embedded is a query's stored-vector form and its sketch, as Serve computed them.
+type embedded struct {
+	vec    []float32
+	sketch sketch
+}
+
 // embed returns the stored-vector form of a query (see join) and what the embedder spent, also
 // when it fails.
 func (s *Stage) embed(ctx context.Context, q query) ([]float32, energy.Figure, error) {
+	if _, ok := s.emb.(Builtin); ok {
+		v, ok := join(embedQuery(q))
+		if !ok {
+			return nil, energy.Figure{}, errNothing
+		}
+		return v, energy.Figure{}, nil
+	}
 	vs, fig, err := s.emb.Embed(ctx, []string{q.question, q.context})
 	if err != nil {
 		return nil, fig, err
@@ -313,7 +331,8 @@ func (s *Stage) embed(ctx context.Context, q query) ([]float32, energy.Figure, e
 	return v, fig, nil
 }
 
-// sketchOf returns v's sketch, creating the hyperplanes for the first dimension seen.
+// sketchOf returns v's sketch, creating the hyperplanes for the first dimension seen. The caller
+// makes sure v has the index's dimension (collectionFor, indexes).
 func (s *Stage) sketchOf(v []float32) sketch {
 	s.mu.Lock()
 	if s.lsh == nil {
@@ -323,6 +342,14 @@ func (s *Stage) sketchOf(v []float32) sketch {
 	l := s.lsh
 	s.mu.Unlock()
 	return l.sketch(v)
+}
+
+// indexes reports whether vectors of dim dimensions can be sketched and compared: no dimension
+// is fixed yet, or it is dim.
+func (s *Stage) indexes(dim int) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return (s.lsh == nil || s.lsh.dim == dim) && (s.dim == 0 || s.dim == dim)
 }
 
 func (s *Stage) collection(tenant, model string) *collection {

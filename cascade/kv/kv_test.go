@@ -830,3 +830,32 @@ func readDoc(p string) (chromem.Document, bool) {
 	var d chromem.Document
 	return d, gob.NewDecoder(f).Decode(&d) == nil && d.ID != ""
 }
+
+// TestLearnReusesServeSketch: learning the answer to a miss takes the sketch Serve made with the
+// vector, and projects nothing again.
+func TestLearnReusesServeSketch(t *testing.T) {
+	s := newStage(t, Options{})
+	teach(t, s, request("", "m", user("first question")), neural("a", 1))
+	r := request("", "m", user("second question"))
+	if _, hit := serve(t, s, r); hit {
+		t.Fatal("unexpected hit")
+	}
+	e, ok := s.recent.Peek(r.Key())
+	if !ok || e.sketch != s.sketchOf(e.vec) {
+		t.Fatalf("Serve kept no sketch (%v) or another one", ok)
+	}
+	// A marker in place of the sketch shows which one learn stores.
+	marker := sketch{1, 2, 3, 4}
+	s.recent.Add(r.Key(), embedded{vec: e.vec, sketch: marker})
+	teach(t, s, r, neural("b", 1))
+	col := s.collection("", "m")
+	var found bool
+	for _, x := range col.entries() {
+		if x.question == "second question" {
+			found = x.sketch == marker
+		}
+	}
+	if !found {
+		t.Error("learn projected the vector again instead of taking Serve's sketch")
+	}
+}

@@ -19,7 +19,9 @@ import (
 type job struct {
 	tenant, model string
 	q             query
-	vec           []float32
+	vec           []float32 // nil: learn embeds
+	sketch        sketch    // vec's, when sketched
+	sketched      bool
 	answer        string
 	joules        float64
 	ctok          int
@@ -47,7 +49,9 @@ func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {
 	if ans.Usage != nil {
 		j.ctok = ans.Usage.CompletionTokens
 	}
-	j.vec, _ = s.recent.Peek(req.Key())
+	if e, ok := s.recent.Peek(req.Key()); ok {
+		j.vec, j.sketch, j.sketched = e.vec, e.sketch, true
+	}
 	s.qmu.RLock()
 	defer s.qmu.RUnlock()
 	if s.closed {
@@ -118,10 +122,13 @@ func (s *Stage) learn(j job) error {
 	if err != nil {
 		return err
 	}
+	if !j.sketched {
+		j.sketch = s.sketchOf(j.vec)
+	}
 	e := &entry{
 		id:       entryID(j.q),
 		vec:      j.vec,
-		sketch:   s.sketchOf(j.vec),
+		sketch:   j.sketch,
 		question: j.q.question,
 		context:  j.q.context,
 		params:   j.q.params,
