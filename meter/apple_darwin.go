@@ -196,6 +196,11 @@ func newDarwinGPU() (*darwinGPU, error) {
 			}
 		}
 	}
+	// Every CFString key is made now, so strs is read-only once the reader is shared: Rail and
+	// Clients run concurrently (the rail watcher beside request goroutines).
+	for _, k := range []string{railGroup, "IOReportChannels", "IOUserClientCreator", "AppUsage", "accumulatedGPUTime"} {
+		g.strs[k] = g.cfStringCreate(0, k, cfStringUTF8)
+	}
 	channels := g.copyChannels(g.str(railGroup), 0, 0, 0, 0)
 	if channels == 0 {
 		return nil, fmt.Errorf("%w: IOReport has no %q group", ErrNoData, railGroup)
@@ -214,13 +219,13 @@ func newDarwinGPU() (*darwinGPU, error) {
 	return g, nil
 }
 
-// str is a CFString kept for the life of the reader.
+// str is one of the CFString keys newDarwinGPU made for the life of the reader. strs is never
+// written after newDarwinGPU returns, so concurrent readers need no lock.
 func (g *darwinGPU) str(s string) uintptr {
-	if v, ok := g.strs[s]; ok {
-		return v
+	v, ok := g.strs[s]
+	if !ok {
+		panic("meter: CFString key " + s + " was not made in newDarwinGPU")
 	}
-	v := g.cfStringCreate(0, s, cfStringUTF8)
-	g.strs[s] = v
 	return v
 }
 

@@ -20,7 +20,6 @@ const (
 	rusageV6Size     = 464
 	riUserTimeOff    = 16  // ri_user_time, mach absolute time units
 	riSystemTimeOff  = 24  // ri_system_time, mach absolute time units
-	riProcStartOff   = 88  // ri_proc_start_abstime, mach absolute time
 	riEnergyNJOff    = 336 // ri_energy_nj: the process's CPU energy, nJ
 	procPIDThreadCnt = 34  // PROC_PIDTHREADCOUNTS, a proc_pidinfo flavor
 )
@@ -42,9 +41,8 @@ var errLayout = errors.New("meter: unknown structure layout")
 
 // rusageV6 is what the meter takes from one rusage_info_v6.
 type rusageV6 struct {
-	energyNJ  uint64
-	cpuMach   uint64 // user + system time, mach absolute time units
-	startMach uint64
+	energyNJ uint64
+	cpuMach  uint64 // user + system time, mach absolute time units
 }
 
 // decodeRusageV6 decodes a rusage_info_v6 of exactly rusageV6Size bytes.
@@ -54,9 +52,8 @@ func decodeRusageV6(b []byte) (rusageV6, error) {
 	}
 	le := binary.LittleEndian
 	return rusageV6{
-		energyNJ:  le.Uint64(b[riEnergyNJOff:]),
-		cpuMach:   le.Uint64(b[riUserTimeOff:]) + le.Uint64(b[riSystemTimeOff:]),
-		startMach: le.Uint64(b[riProcStartOff:]),
+		energyNJ: le.Uint64(b[riEnergyNJOff:]),
+		cpuMach:  le.Uint64(b[riUserTimeOff:]) + le.Uint64(b[riSystemTimeOff:]),
 	}, nil
 }
 

@@ -196,11 +196,10 @@ func TestDecodeRusageV6(t *testing.T) {
 	le := binary.LittleEndian
 	le.PutUint64(b[riUserTimeOff:], 3000)
 	le.PutUint64(b[riSystemTimeOff:], 600)
-	le.PutUint64(b[riProcStartOff:], 42)
 	le.PutUint64(b[riEnergyNJOff:], 9_876_543)
 	le.PutUint64(b[riEnergyNJOff+8:], 1) // ri_penergy_nj: not the process's energy
 	got, err := decodeRusageV6(b)
-	if err != nil || got != (rusageV6{energyNJ: 9_876_543, cpuMach: 3600, startMach: 42}) {
+	if err != nil || got != (rusageV6{energyNJ: 9_876_543, cpuMach: 3600}) {
 		t.Fatalf("= %+v, %v", got, err)
 	}
 	for _, n := range []int{0, rusageV6Size - 8, rusageV6Size + 8} {
