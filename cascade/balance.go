@@ -209,10 +209,12 @@ func (r *Router) admit(rt *Route, now time.Time) admission {
 	switch {
 	case !st.ejected:
 		return admitLive
-	case st.probing || now.Before(st.until):
+	case now.Before(st.until): // cooling down, or a probe is under way
 		return admitSkip
 	}
-	st.probing = true
+	// A probe handed to a call that never makes it (it stopped at an earlier candidate, or
+	// could not use this one) expires after another cooldown, and the next call probes again.
+	st.probing, st.until = true, now.Add(r.opts.Cooldown)
 	if p, ok := rt.Backend.(Pinger); ok {
 		go r.probe(rt, p, st.probeGen)
 		return admitSkip
@@ -310,6 +312,10 @@ func (r *Router) order(model string, live []*Route) []*Route {
 	return live
 }
 
+// unfiguredTries is how many calls least-joules gives a backend first to make its per-token
+// figure; one whose answers never carry completion tokens then stops taking every call.
+const unfiguredTries = 3
+
 // cheapest is the index in live of the backend least-joules starts with.
 func (r *Router) cheapest(model string, live []*Route) int {
 	if r.opts.Explore > 0 && r.opts.Rand() < r.opts.Explore {
@@ -318,29 +324,37 @@ func (r *Router) cheapest(model string, live []*Route) int {
 	type figure struct {
 		j        float64
 		measured bool
+		none     bool // answered, but never with completion tokens: no per-token figure to compare
 	}
 	figs := make([]figure, len(live))
 	anyMeasured := false
 	for j, rt := range live {
-		jt, measured, ok := r.costs.PerToken(costKey(rt.Name, model))
+		key := costKey(rt.Name, model)
+		jt, measured, ok := r.costs.PerToken(key)
 		if !ok {
-			return j // no figure yet: this call makes one
+			if r.costs.Calls(key) < unfiguredTries {
+				return j // no figure yet: this call may make one
+			}
+			// Calls that never report completion tokens make no figure: it goes behind those
+			// with one, and exploration still reaches it.
+			figs[j].none = true
+			continue
 		}
-		figs[j] = figure{jt, measured}
+		figs[j] = figure{j: jt, measured: measured}
 		anyMeasured = anyMeasured || measured
 	}
 	best := -1
 	for j, f := range figs {
 		// A measured figure is compared only with measured ones: an estimate is not a
 		// measurement, and a backend known only by estimate goes behind the measured ones.
-		if anyMeasured && !f.measured {
+		if f.none || (anyMeasured && !f.measured) {
 			continue
 		}
 		if best < 0 || f.j < figs[best].j {
 			best = j
 		}
 	}
-	return best
+	return max(best, 0) // none has a figure: config order
 }
 
 // rotate returns rs starting at i, wrapping around.

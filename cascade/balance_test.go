@@ -227,6 +227,23 @@ func TestLeastJoulesWithoutAFigure(t *testing.T) {
 	}
 }
 
+// TestLeastJoulesTokenlessBackend: a backend whose answers never carry completion tokens gets a
+// few calls to make a figure, then stops taking every call.
+func TestLeastJoulesTokenlessBackend(t *testing.T) {
+	never := func() float64 { return 0.99 } // no exploration
+	r := newTestRouter(t, RoutingOptions{Policies: []Policy{{Patterns: []string{"*"}, Strategy: LeastJoules}}, Rand: never}, "a", "b")
+	r.ObserveCost(&r.routes[0], "m1", measured(10), 10) // a: 1 J/token
+	for i := range unfiguredTries {
+		if got := firstOf(t, r, "m1"); got != "b" {
+			t.Fatalf("call %d: first %s, want b (no figure yet)", i, got)
+		}
+		r.ObserveCost(&r.routes[1], "m1", measured(5), 0) // answered, no tokens
+	}
+	if got := firstOf(t, r, "m1"); got != "a" {
+		t.Fatalf("after %d tokenless calls: first %s, want a (the one with a figure)", unfiguredTries, got)
+	}
+}
+
 // TestEjectionAndProbe: failures in a row eject a backend for the cooldown; then one call
 // probes it (a backend without a health check), and its outcome re-admits it or starts
 // another cooldown.
@@ -270,6 +287,29 @@ func TestEjectionAndProbe(t *testing.T) {
 	}
 	if got := names(mustCandidates(t, r)); !equal(got, []string{"a", "b"}) {
 		t.Fatalf("candidates %v after re-admission", got)
+	}
+}
+
+// TestAbandonedProbeExpires: a probe handed to a call that never makes it (the call stopped at
+// another backend) does not keep the backend ejected for good: after another cooldown the next
+// call probes it.
+func TestAbandonedProbeExpires(t *testing.T) {
+	clk := &clock{now: time.Unix(1000, 0)}
+	r := newTestRouter(t, RoutingOptions{EjectAfter: 1, Cooldown: 10 * time.Second, Now: clk.Now}, "a", "b")
+	r.Start(&r.routes[0])(Failed)
+	clk.Add(11 * time.Second)
+	if got := names(mustCandidates(t, r)); got[0] != "a" {
+		t.Fatalf("candidates %v after the cooldown: want a probed first", got)
+	}
+	// That call never tried a. Within the next cooldown nobody else probes it...
+	clk.Add(5 * time.Second)
+	if got := names(mustCandidates(t, r)); !equal(got, []string{"b"}) {
+		t.Fatalf("candidates %v while the probe may still be under way", got)
+	}
+	// ...after it, the next call does.
+	clk.Add(6 * time.Second)
+	if got := names(mustCandidates(t, r)); got[0] != "a" {
+		t.Fatalf("candidates %v: an abandoned probe kept a ejected", got)
 	}
 }
 

@@ -202,6 +202,9 @@ type Answer struct {
 	// Spent is energy an in-process stage spent outside this process to find the answer (an
 	// embedding call). The walk adds it to Energy, after the stage's own estimate, and clears it.
 	Spent energy.Figure `json:"-"`
+	// SpentTime is how long the stage waited for what Spent measures: the walk leaves it out of
+	// the stage's own wall-time estimate, so that wait is not billed twice.
+	SpentTime time.Duration `json:"-"`
 	// Attempts are the backend calls the neural stage made for this answer, in order, the
 	// answering one last; nil for the cheap stages.
 	Attempts []BackendAttempt `json:"-"`

@@ -97,9 +97,9 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 		}
 		if ans != nil {
 			if ans.Energy.Grade == "" {
-				ans.Energy = c.stageEstimate(took, ans.Energy)
+				ans.Energy = c.stageEstimate(max(took-ans.SpentTime, 0), ans.Energy)
 			}
-			ans.Energy, ans.Spent = ans.Energy.Plus(ans.Spent), energy.Figure{}
+			ans.Energy, ans.Spent, ans.SpentTime = ans.Energy.Plus(ans.Spent), energy.Figure{}, 0
 		}
 		if err != nil {
 			if i == len(c.stages)-1 || res.Wrote || ctx.Err() != nil {

@@ -125,3 +125,14 @@ func (t *Tracker) PerToken(key string) (joules float64, measured, ok bool) {
 	}
 	return 0, false, false
 }
+
+// Calls is how many calls have been observed for key, with or without completion tokens.
+func (t *Tracker) Calls(key string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.models[key]
+	if c == nil {
+		return 0
+	}
+	return c.means[0].calls + c.means[1].calls
+}

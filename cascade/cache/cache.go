@@ -56,7 +56,7 @@ func (s *Stage) Serve(_ context.Context, req *cascade.Request, _ cascade.Sink) (
 	ans.Created = time.Now().Unix()
 	ans.Streamed = false
 	ans.Energy = energy.Figure{Saved: cascade.OriginalCost(orig)}
-	ans.Attempts = nil // no backend was called for this answer
+	ans.Backend, ans.Attempts = "", nil // no backend was called for this answer
 	return &ans, nil
 }
 
@@ -85,6 +85,7 @@ func (s *Stage) ServeEmbed(_ context.Context, call *cascade.EmbedCall) (*cascade
 		saved = e.Energy.Joules
 	}
 	e.Energy = energy.Figure{Saved: saved}
+	e.Backend = "" // no backend was called for these
 	return &e, nil
 }
 

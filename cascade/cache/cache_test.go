@@ -24,7 +24,7 @@ func (s *countingStage) Serve(context.Context, *cascade.Request, cascade.Sink) (
 	s.calls++
 	t := "answer"
 	return &cascade.Answer{ID: "orig", Choices: []cascade.Choice{{Message: cascade.AnswerMessage{Role: "assistant", Content: &t}, FinishReason: "stop"}},
-		Complete: s.complete, Energy: energy.Figure{Joules: 2.5, Grade: energy.Estimated, Method: "token-model"}}, nil
+		Complete: s.complete, Backend: "b", Energy: energy.Figure{Joules: 2.5, Grade: energy.Estimated, Method: "token-model"}}, nil
 }
 
 type anyBackend struct{}
@@ -98,6 +98,9 @@ func TestHitCarriesSavedAndFreshID(t *testing.T) {
 	}
 	if second.Answer.ID == first.Answer.ID {
 		t.Fatal("a hit reused the original completion id")
+	}
+	if first.Answer.Backend == "" || second.Answer.Backend != "" {
+		t.Errorf("backend %q then %q: a hit calls no backend and must name none", first.Answer.Backend, second.Answer.Backend)
 	}
 	if first.Answer.Energy.Joules != 2.5 {
 		t.Fatal("a hit changed the stored answer")

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/energy"
@@ -21,11 +22,13 @@ var remoteFigure = energy.Figure{Joules: 0.25, Grade: energy.Estimated, Coverage
 type remoteEmbedder struct {
 	calls atomic.Int64
 	fail  atomic.Bool
+	delay time.Duration // how long each call takes, as a model server's would
 }
 
 func (*remoteEmbedder) ID() string { return "ollama:nomic-embed-text" }
 func (r *remoteEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, energy.Figure, error) {
 	r.calls.Add(1)
+	time.Sleep(r.delay)
 	if r.fail.Load() {
 		return nil, remoteFigure, errors.New("backend kv-embedder: status 503: model is loading")
 	}
@@ -184,4 +187,31 @@ func FuzzEmbedQuery(f *testing.F) {
 		}
 		checkEmbedQuery(t, query{question: question, context: system + question})
 	})
+}
+
+// TestEmbedWaitNotBilledTwice: the wait for a remote embedding is in the embedding's own figure,
+// so the kv stage's wall-time estimate leaves it out: with a 200 ms embedding at 10 W a hit costs
+// the embedding's 0.25 J and a few milliseconds of the stage, not 2 J more.
+func TestEmbedWaitNotBilledTwice(t *testing.T) {
+	emb := &remoteEmbedder{}
+	s := newStage(t, Options{Embedder: emb})
+	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Type: "ollama", Patterns: []string{"*"}, Backend: nopBackend{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cascade.New(router, []cascade.Stage{s, &answering{}}, cascade.Options{StageWatts: 10})
+	teach(t, s, request("", "m", user("How do I reset my password?")), neural("Use the link.", 4))
+	emb.delay = 200 * time.Millisecond
+	var hit cascade.Result
+	if err := c.Walk(context.Background(), request("", "m", user("how do I reset my password")), &hit, nil); err != nil {
+		t.Fatal(err)
+	}
+	if hit.Stage != "kv" {
+		t.Fatalf("stage %q, want kv", hit.Stage)
+	}
+	// 0.5 J of margin is 50 ms of stage time at 10 W: far more than a kv lookup takes, far less
+	// than the 2 J the wait would add.
+	if got := hit.Answer.Energy.Joules; got < remoteFigure.Joules || got > remoteFigure.Joules+0.5 {
+		t.Errorf("kv hit after a 200 ms embedding: %v J, want %v J plus the stage's own few ms", got, remoteFigure.Joules)
+	}
 }

@@ -164,7 +164,9 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	}
 	ectx, cancel := context.WithTimeout(ctx, serveEmbedTimeout)
 	defer cancel()
+	embedStart := time.Now()
 	vec, spent, err := s.embed(ectx, q)
+	embedWait := time.Since(embedStart)
 	if errors.Is(err, errNothing) {
 		return nil, cascade.Spent(cascade.ErrMiss, spent)
 	}
@@ -193,7 +195,8 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 		}
 		s.stats.similarHits.Add(1)
 		ans := cascade.TextAnswer(req, e.answer, e.ctok, e.joules)
-		ans.Spent = spent // the walk adds the embedding to the stage's own estimate
+		// The walk adds the embedding to the stage's own estimate, which leaves out the wait for it.
+		ans.Spent, ans.SpentTime = spent, embedWait
 		return ans, nil
 	}
 	return nil, cascade.Spent(cascade.ErrMiss, spent)
