@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -66,7 +68,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		}
 		sink = sw
 	}
-	err := s.cascade.Walk(ctx, req, &res, sink)
+	err := s.guard(req.ID, func() error { return s.cascade.Walk(ctx, req, &res, sink) })
 	st := settlement{id: req.ID, tenant: req.Tenant, key: req.Key(), model: req.Chat.Model,
 		stage: res.Stage, attempts: res.Attempts, wrote: res.Wrote}
 	if res.Answer != nil {
@@ -87,6 +89,27 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.writeAnswer(w, res.Answer, o)
 	}
+}
+
+// guard runs a cascade walk, turning a panic in a stage or backend into an error (500,
+// internal_error) so the call is still settled and recorded; the stack goes to the log only.
+func (s *Server) guard(id string, walk func() error) (err error) {
+	defer func() {
+		rec := recover()
+		if rec == nil {
+			return
+		}
+		// A runtime error says what went wrong; any other value may carry request data, so only
+		// its type is kept.
+		what := fmt.Sprintf("%T", rec)
+		if re, ok := rec.(runtime.Error); ok {
+			what = re.Error()
+		}
+		s.log.Error().Str("request_id", id).Str("panic", what).Bytes("stack", debug.Stack()).Msg("panic in the cascade")
+		err = &APIError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
+			Message: "internal error; request id " + id, Err: errors.New("panic: " + what)}
+	}()
+	return walk()
 }
 
 // errRequestTimeout ends a call that had no answer within limits.request_timeout: a deadline,

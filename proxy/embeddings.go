@@ -44,7 +44,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	defer s.inFlight()()
 	var res cascade.EmbedResult
-	err := s.cascade.Embed(ctx, call, &res)
+	err := s.guard(call.ID, func() error { return s.cascade.Embed(ctx, call, &res) })
 	st := settlement{id: call.ID, tenant: call.Tenant, key: call.Key(), model: call.Req.Model,
 		stage: res.Stage, attempts: res.Attempts}
 	if res.Embeddings != nil {
