@@ -237,7 +237,7 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 	if s.opts.Record != nil {
 		call := Call{Time: now, RequestID: st.id, KeyID: st.tenant, Key: st.key, Model: st.model, Stage: o.stage,
 			Backend: lf.backend, Status: status, Energy: o.fig, Receipt: o.receipt, Attempts: st.backendAttempts,
-			Disconnected: errors.Is(err, context.Canceled) || (err != nil && st.wrote && !isTimeout(err))}
+			Disconnected: disconnected(err, st.wrote)}
 		if rerr := s.opts.Record(call); rerr != nil {
 			s.log.Error().Err(rerr).Str("request_id", st.id).Msg("ledger: record not written")
 		}
@@ -248,6 +248,21 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 	}
 	lf.stage, lf.joules, lf.grade, lf.method, lf.saved = o.stage, o.fig.Joules, string(o.fig.Grade), o.fig.Method, o.fig.Saved
 	return o
+}
+
+// disconnected tells a client that went away from the other ways a call can fail: a cancelled
+// context, or a write that failed after bytes went out. An upstream that failed mid-stream (a
+// backend or upstream error) and a timeout are not the client's doing.
+func disconnected(err error, wrote bool) bool {
+	if errors.Is(err, context.Canceled) {
+		return true
+	}
+	if err == nil || !wrote || isTimeout(err) {
+		return false
+	}
+	var be *cascade.BackendError
+	var up *cascade.UpstreamError
+	return !errors.As(err, &be) && !errors.As(err, &up)
 }
 
 func (s *Server) fail(w http.ResponseWriter, model string, err error, lf *logFields) {

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -28,7 +30,7 @@ func TestPanicSettlesAndRecords(t *testing.T) {
 		Keys: []APIKey{{ID: "team", Key: "sk-team", Budget: &Budget{Joules: 1000, Per: "day"}}},
 		Record: func(c Call) error { mu.Lock(); defer mu.Unlock(); calls = append(calls, c); return nil }}))
 	t.Cleanup(srv.Close)
-	post := func(prompt string) *http.Response {
+	post := func(prompt string) (int, http.Header) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
@@ -40,11 +42,11 @@ func TestPanicSettlesAndRecords(t *testing.T) {
 			t.Fatalf("%s: %v (a blocked key times out here)", prompt, err)
 		}
 		_ = resp.Body.Close()
-		return resp
+		return resp.StatusCode, resp.Header
 	}
-	if resp := post("panic"); resp.StatusCode != http.StatusInternalServerError || resp.Header.Get("Content-Type") != "application/json" ||
-		resp.Header.Get(HeaderReceipt) == "" {
-		t.Fatalf("panic: status %d, headers %v", resp.StatusCode, resp.Header)
+	if status, h := post("panic"); status != http.StatusInternalServerError || h.Get("Content-Type") != "application/json" ||
+		h.Get(HeaderReceipt) == "" {
+		t.Fatalf("panic: status %d, headers %v", status, h)
 	}
 	mu.Lock()
 	n := len(calls)
@@ -53,8 +55,69 @@ func TestPanicSettlesAndRecords(t *testing.T) {
 	}
 	mu.Unlock()
 	for i := range 3 {
-		if resp := post("hello"); resp.StatusCode != http.StatusOK {
-			t.Fatalf("call %d after the panic: status %d", i, resp.StatusCode)
+		if status, _ := post("hello"); status != http.StatusOK {
+			t.Fatalf("call %d after the panic: status %d", i, status)
+		}
+	}
+}
+
+// brokenStage streams one chunk, then fails as an upstream would mid-stream.
+type brokenStage struct{}
+
+func (brokenStage) Name() string { return "neural" }
+func (brokenStage) Serve(_ context.Context, _ *cascade.Request, sink cascade.Sink) (*cascade.Answer, error) {
+	t := "partial"
+	if err := sink(&cascade.Chunk{ID: "x", Model: "known-1", Choices: []cascade.ChunkChoice{{Delta: cascade.Delta{Content: &t}}}}); err != nil {
+		return nil, err
+	}
+	return nil, &cascade.BackendError{Backend: "b", Err: io.ErrUnexpectedEOF}
+}
+
+// An upstream failing mid-stream is recorded as the upstream's failure (502), not as a client
+// that went away.
+func TestMidStreamUpstreamFailureIsNotADisconnect(t *testing.T) {
+	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cascade.New(router, []cascade.Stage{brokenStage{}}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
+	got := make(chan Call, 1)
+	srv := httptest.NewServer(New(Options{Cascade: c, Logger: zerolog.Nop(), MaxBodyBytes: 1 << 20,
+		Record: func(c Call) error { got <- c; return nil }}))
+	t.Cleanup(srv.Close)
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"known-1","stream":true,"messages":[{"role":"user","content":"a"}]}`))
+	if err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+	select {
+	case call := <-got:
+		if call.Disconnected || call.Status != http.StatusBadGateway {
+			t.Fatalf("record: disconnected %v, status %d; want an upstream failure (502)", call.Disconnected, call.Status)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no record")
+	}
+}
+
+func TestDisconnected(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		err   error
+		wrote bool
+		want  bool
+	}{
+		{"none", nil, true, false},
+		{"cancelled", context.Canceled, false, true},
+		{"write failed after bytes", errors.New("write: broken pipe"), true, true},
+		{"backend mid-stream", &cascade.BackendError{Backend: "b", Err: io.ErrUnexpectedEOF}, true, false},
+		{"upstream error mid-stream", &cascade.UpstreamError{Backend: "b", Status: 500}, true, false},
+		{"timeout", context.DeadlineExceeded, true, false},
+		{"backend cut by the client", &cascade.BackendError{Backend: "b", Err: context.Canceled}, true, true},
+	} {
+		if got := disconnected(tc.err, tc.wrote); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
