@@ -316,14 +316,33 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request) (*cascade.Reques
 	return req, nil
 }
 
-// readJSON reads the body up to MaxBodyBytes.
+// readJSON reads the body up to MaxBodyBytes within BodyTimeout. A declared Content-Length
+// beyond the limit is refused before anything is read.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, *APIError) {
+	tooLarge := func(limit int64) *APIError {
+		return &APIError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+			Message: fmt.Sprintf("request body is larger than %d bytes", limit)}
+	}
+	if r.ContentLength > s.opts.MaxBodyBytes {
+		w.Header().Set("Connection", "close") // the body stays unread
+		return nil, tooLarge(s.opts.MaxBodyBytes)
+	}
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)); err == nil {
+		// Cleared once the body is in: the connection's later reads (the next request, the
+		// close watch during a stream) are not bounded by it.
+		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, &APIError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
-				Message: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)}
+		switch {
+		case errors.As(err, &tooBig):
+			return nil, tooLarge(tooBig.Limit)
+		case isTimeout(err):
+			w.Header().Set("Connection", "close")
+			return nil, &APIError{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout",
+				Message: fmt.Sprintf("request body not received within %s", s.opts.BodyTimeout)}
 		}
 		return nil, badRequest("", "reading request body: %v", err)
 	}

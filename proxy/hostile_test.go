@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -119,5 +121,71 @@ func TestDisconnected(t *testing.T) {
 		if got := disconnected(tc.err, tc.wrote); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// rawPost sends a request's head on a raw connection, then trickle (if any) one byte at a time
+// every gap, and returns the status line and body of what comes back within 3s.
+func rawPost(t *testing.T, srv *httptest.Server, contentLength string, trickle string, gap time.Duration) (string, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+	head := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + contentLength + "\r\n\r\n"
+	if _, err := io.WriteString(conn, head); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for i := range len(trickle) {
+			time.Sleep(gap)
+			if _, err := conn.Write([]byte{trickle[i]}); err != nil {
+				return
+			}
+		}
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.Status, string(b)
+}
+
+// A client that trickles its body is cut after BodyTimeout with a 408 in OpenAI's shape, and a
+// declared Content-Length beyond the limit gets 413 before any of the body is read.
+func TestBodyReadIsBounded(t *testing.T) {
+	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cascade.New(router, []cascade.Stage{echoStage{}}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
+	srv := httptest.NewServer(New(Options{Cascade: c, Logger: zerolog.Nop(), MaxBodyBytes: 1 << 20, BodyTimeout: 200 * time.Millisecond}))
+	t.Cleanup(srv.Close)
+
+	start := time.Now()
+	status, body := rawPost(t, srv, "10737418240", "", 0)
+	if !strings.HasPrefix(status, "413") || !strings.Contains(body, "request_too_large") || time.Since(start) > time.Second {
+		t.Fatalf("declared 10 GB: %s %s after %v", status, body, time.Since(start))
+	}
+
+	start = time.Now()
+	status, body = rawPost(t, srv, "100", strings.Repeat("x", 100), 50*time.Millisecond)
+	if !strings.HasPrefix(status, "408") || !strings.Contains(body, "request_timeout") || time.Since(start) > 2*time.Second {
+		t.Fatalf("trickled body: %s %s after %v", status, body, time.Since(start))
+	}
+
+	// A body that arrives in time still works, and the deadline does not outlive it.
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"known-1","messages":[{"role":"user","content":"a"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
 	}
 }

@@ -22,6 +22,10 @@ type Options struct {
 	Logger         zerolog.Logger
 	MaxBodyBytes   int64
 	RequestTimeout time.Duration
+	// BodyTimeout bounds reading a request's body, so a client that trickles it cannot hold a
+	// connection for ever (0: 30s). It is a per-request read deadline, not http.Server's
+	// ReadTimeout, which would also cut long streams.
+	BodyTimeout time.Duration
 	// StreamIdle bounds each chunk's write to a client that stopped reading (0: 60s).
 	StreamIdle time.Duration
 	// Keys are the proxy's own API keys; none means auth is off.
@@ -70,6 +74,9 @@ func New(o Options) *Server {
 	}
 	if o.StreamIdle <= 0 {
 		o.StreamIdle = 60 * time.Second
+	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = 30 * time.Second
 	}
 	s := &Server{opts: o, cascade: o.Cascade, log: o.Logger, keys: newKeyring(o.Keys)}
 	budgets := map[string]Budget{}
