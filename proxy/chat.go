@@ -3,6 +3,7 @@ package proxy
 import (
 	"github.com/eoc-proxy/eoc-proxy/energy"
 
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -380,6 +381,29 @@ func cacheControl(r *http.Request) (noCache, noStore bool) {
 	return noCache, noStore
 }
 
+// validStop reports whether stop is absent, null, a string, or an array whose every element is
+// a string (not a number, not null).
+func validStop(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return true
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return raw[0] == '"'
+	}
+	var many []json.RawMessage
+	if json.Unmarshal(raw, &many) != nil {
+		return false
+	}
+	for _, e := range many {
+		if len(e) == 0 || e[0] != '"' || json.Unmarshal(e, &one) != nil {
+			return false
+		}
+	}
+	return true
+}
+
 func validate(c *cascade.ChatRequest) *APIError {
 	if c.Model == "" {
 		return badRequest("model", "model: required")
@@ -391,9 +415,11 @@ func validate(c *cascade.ChatRequest) *APIError {
 		if !validRoles[m.Role] {
 			return badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role: %q is not one of system, developer, user, assistant, tool", i, m.Role)
 		}
-		if len(m.Content) > 0 {
+		// Only an assistant message (one with tool calls) may leave its content out or null it.
+		null := len(m.Content) == 0 || string(m.Content) == "null"
+		if !null {
 			switch m.Content[0] {
-			case '"', '[', 'n':
+			case '"', '[':
 			default:
 				return badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content: must be a string or an array of content parts", i)
 			}
@@ -418,7 +444,7 @@ func validate(c *cascade.ChatRequest) *APIError {
 	case c.StreamOptions != nil && !c.Stream:
 		return badRequest("stream_options", "stream_options: only allowed when stream is true")
 	}
-	if len(c.Stop) > 0 && c.StopWords() == nil && string(c.Stop) != "null" {
+	if !validStop(c.Stop) {
 		return badRequest("stop", "stop: must be a string or an array of strings")
 	}
 	for i, t := range c.Tools {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -187,5 +188,49 @@ func TestBodyReadIsBounded(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+// Values OpenAI refuses are refused here too, with a 400 naming the field.
+func TestValidateRefusesNullsAndNonStrings(t *testing.T) {
+	srv := newEdge(t, 1<<20)
+	for _, tc := range []struct{ name, body, param string }{
+		{"null user content", `{"model":"known-1","messages":[{"role":"user","content":null}]}`, "messages[0].content"},
+		{"null system content", `{"model":"known-1","messages":[{"role":"system","content":null},{"role":"user","content":"a"}]}`, "messages[0].content"},
+		{"stop number", `{"model":"known-1","messages":[{"role":"user","content":"a"}],"stop":[1]}`, "stop"},
+		{"stop with null", `{"model":"known-1","messages":[{"role":"user","content":"a"}],"stop":["a",null]}`, "stop"},
+		{"stop object", `{"model":"known-1","messages":[{"role":"user","content":"a"}],"stop":{"a":1}}`, "stop"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = resp.Body.Close() }()
+			var e struct {
+				Error struct {
+					Param *string `json:"param"`
+				} `json:"error"`
+			}
+			_ = json.NewDecoder(resp.Body).Decode(&e)
+			if resp.StatusCode != http.StatusBadRequest || e.Error.Param == nil || *e.Error.Param != tc.param {
+				t.Fatalf("status %d, param %v; want 400 naming %s", resp.StatusCode, e.Error.Param, tc.param)
+			}
+		})
+	}
+	for _, body := range []string{
+		`{"model":"known-1","messages":[{"role":"user","content":"a"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}]}`,
+		`{"model":"known-1","messages":[{"role":"user","content":"a"}],"stop":["a","b"]}`,
+		`{"model":"known-1","messages":[{"role":"user","content":"a"}],"stop":"a"}`,
+		`{"model":"known-1","messages":[{"role":"user","content":"a"}],"stop":null}`,
+	} {
+		resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: status %d", body, resp.StatusCode)
+		}
 	}
 }
