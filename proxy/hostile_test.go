@@ -14,9 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/eoc-proxy/eoc-proxy/backends"
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
 )
 
 // A panic in a stage is a 500 in OpenAI's shape, and the call is still settled: it has a ledger
@@ -30,7 +33,7 @@ func TestPanicSettlesAndRecords(t *testing.T) {
 	var mu sync.Mutex
 	var calls []Call
 	srv := httptest.NewServer(New(Options{Cascade: c, Logger: zerolog.Nop(), MaxBodyBytes: 1 << 20,
-		Keys: []APIKey{{ID: "team", Key: "sk-team", Budget: &Budget{Joules: 1000, Per: "day"}}},
+		Keys:   []APIKey{{ID: "team", Key: "sk-team", Budget: &Budget{Joules: 1000, Per: "day"}}},
 		Record: func(c Call) error { mu.Lock(); defer mu.Unlock(); calls = append(calls, c); return nil }}))
 	t.Cleanup(srv.Close)
 	post := func(prompt string) (int, http.Header) {
@@ -232,5 +235,116 @@ func TestValidateRefusesNullsAndNonStrings(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("%s: status %d", body, resp.StatusCode)
 		}
+	}
+}
+
+// upstreamEdge is an edge whose neural stage calls one OpenAI backend, "up", served by h.
+func upstreamEdge(t *testing.T, h http.HandlerFunc, o Options) *httptest.Server {
+	t.Helper()
+	up := httptest.NewServer(h)
+	t.Cleanup(up.Close)
+	be, err := backends.New(backends.Options{Name: "up", Type: "openai", URL: up.URL, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router, err := cascade.NewRouter([]cascade.Route{{Name: "up", Type: "openai", Patterns: []string{"*"}, Backend: be}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Cascade = cascade.New(router, []cascade.Stage{neural.New(router, nil)}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
+	o.Logger = zerolog.Nop()
+	srv := httptest.NewServer(New(o))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func upstreamStatus(status int, retryAfter string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, `{"error":{"message":"upstream says no","type":"invalid_request_error","code":"x"}}`)
+	}
+}
+
+func postChat(t *testing.T, url string, hdr map[string]string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"a"}]}`))
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// An upstream 429 reaches the client with its Retry-After.
+func TestUpstreamRetryAfterPassesThrough(t *testing.T) {
+	srv := upstreamEdge(t, upstreamStatus(http.StatusTooManyRequests, "30"), Options{})
+	status, h, body := postChat(t, srv.URL, nil)
+	if status != http.StatusTooManyRequests || h.Get("Retry-After") != "30" {
+		t.Fatalf("status %d, Retry-After %q: %s", status, h.Get("Retry-After"), body)
+	}
+}
+
+// An upstream refusing the proxy's credentials is a 502 naming the backend, not a 401 that
+// reads as the client's key being wrong.
+func TestUpstreamAuthFailureIsBadGateway(t *testing.T) {
+	for _, st := range []int{http.StatusUnauthorized, http.StatusForbidden} {
+		srv := upstreamEdge(t, upstreamStatus(st, ""), Options{})
+		status, _, body := postChat(t, srv.URL, nil)
+		if status != http.StatusBadGateway || !strings.Contains(body, `backend \"up\"`) || !strings.Contains(body, "upstream_auth_failed") {
+			t.Fatalf("upstream %d: status %d: %s", st, status, body)
+		}
+	}
+}
+
+// The Bearer scheme is case-insensitive; /metrics takes a key only when configured to.
+func TestAuthSchemeAndMetrics(t *testing.T) {
+	keys := []APIKey{{ID: "a", Key: "sk-a"}}
+	ok := func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+	}
+	srv := upstreamEdge(t, ok, Options{Keys: keys, Registry: prometheus.NewRegistry()})
+	for _, auth := range []string{"Bearer sk-a", "bearer sk-a", "BEARER  sk-a"} {
+		if status, _, body := postChat(t, srv.URL, map[string]string{"Authorization": auth}); status != http.StatusOK {
+			t.Errorf("%q: status %d: %s", auth, status, body)
+		}
+	}
+	for _, auth := range []string{"Basic sk-a", "Bearersk-a", "sk-a"} {
+		if status, _, _ := postChat(t, srv.URL, map[string]string{"Authorization": auth}); status != http.StatusUnauthorized {
+			t.Errorf("%q: status %d, want 401", auth, status)
+		}
+	}
+	metrics := func(srv *httptest.Server, auth string) int {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	if st := metrics(srv, ""); st != http.StatusOK {
+		t.Errorf("open /metrics: %d", st)
+	}
+	locked := upstreamEdge(t, ok, Options{Keys: keys, Registry: prometheus.NewRegistry(), MetricsNeedKey: true})
+	if st := metrics(locked, ""); st != http.StatusUnauthorized {
+		t.Errorf("/metrics without a key: %d, want 401", st)
+	}
+	if st := metrics(locked, "bearer sk-a"); st != http.StatusOK {
+		t.Errorf("/metrics with a key: %d", st)
 	}
 }

@@ -32,6 +32,9 @@ type Options struct {
 	Keys []APIKey
 	// Registry, when set, gets the edge's metrics and is served on GET /metrics.
 	Registry *prometheus.Registry
+	// MetricsNeedKey makes GET /metrics take a key like the API when Keys are set; by default it
+	// is open, for a scraper on a private network (config: auth.metrics_need_key).
+	MetricsNeedKey bool
 	// Record, when set, is called once for every call that reached the cascade (streams and
 	// client disconnects included) before its response or trailers are written: the ledger.
 	// An error is logged; the call goes on.
@@ -102,7 +105,11 @@ func New(o Options) *Server {
 			router = o.Cascade.Router()
 		}
 		s.metrics = newMetrics(o.Registry, router)
-		r.Handle("/metrics", metricsHandler(o.Registry))
+		if o.MetricsNeedKey {
+			r.With(s.authenticate).Handle("/metrics", metricsHandler(o.Registry))
+		} else {
+			r.Handle("/metrics", metricsHandler(o.Registry))
+		}
 	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: "no route for " + r.Method + " " + r.URL.Path})

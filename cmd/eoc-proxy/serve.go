@@ -215,6 +215,7 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 		RequestTimeout: cfg.Limits.RequestTimeout.D(),
 		Keys:           keys,
 		Registry:       reg,
+		MetricsNeedKey: cfg.Auth.MetricsNeedKey,
 		Record:         record,
 	})
 	return a, nil
