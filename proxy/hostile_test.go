@@ -348,3 +348,31 @@ func TestAuthSchemeAndMetrics(t *testing.T) {
 		t.Errorf("/metrics with a key: %d", st)
 	}
 }
+
+// An upstream stream chunk with a negative or huge choice index fails the call as the
+// upstream's (502 in OpenAI's shape, recorded), not as a panic (500).
+func TestHostileStreamIndexIsBadGateway(t *testing.T) {
+	for name, idx := range map[string]string{"negative": "-1", "huge": "50000000"} {
+		t.Run(name, func(t *testing.T) {
+			got := make(chan Call, 1)
+			srv := upstreamEdge(t, func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":`+idx+`,"delta":{"content":"x"}}]}`+"\n\ndata: [DONE]\n\n")
+			}, Options{Record: func(c Call) error { got <- c; return nil }})
+			resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json",
+				strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"a"}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), `"upstream_error"`) {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			if c := <-got; c.Status != http.StatusBadGateway || c.Disconnected {
+				t.Fatalf("record %+v", c)
+			}
+		})
+	}
+}
