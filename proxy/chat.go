@@ -50,14 +50,15 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Tenant = lf.tenant
-	resv, ok := s.admit(w, r, lf, req.Chat.Model)
+	// The request timeout bounds the wait for an answer, admission included: a stream that has
+	// begun is bounded by the backend's own timeouts instead, which cut it only when it stops
+	// flowing.
+	ctx, stopTimeout, cancel := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
+	defer cancel()
+	resv, ok := s.admit(ctx, w, lf, req.Chat.Model)
 	if !ok {
 		return
 	}
-	// The request timeout bounds the wait for an answer: a stream that has begun is bounded by
-	// the backend's own timeouts instead, which cut it only when it stops flowing.
-	ctx, stopTimeout, cancel := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
-	defer cancel()
 	defer s.inFlight()()
 	var res cascade.Result
 	var sw *sseWriter
@@ -126,12 +127,17 @@ func (s *Server) refuse(w http.ResponseWriter, lf *logFields, apiErr *APIError) 
 	writeError(w, apiErr)
 }
 
-// admit names the model of a decoded call for the access log and reserves its key's budget;
-// when the budget refuses, it writes the answer and returns false.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request, lf *logFields, model string) (reservation, bool) {
+// admit names the model of a decoded call for the access log and reserves its key's budget,
+// waiting at most as long as ctx; when the budget refuses, it writes the answer and returns
+// false.
+func (s *Server) admit(ctx context.Context, w http.ResponseWriter, lf *logFields, model string) (reservation, bool) {
 	lf.model = model
-	resv, err := s.budgets.admit(r.Context(), lf.tenant)
+	resv, err := s.budgets.admit(ctx, lf.tenant)
 	if err != nil {
+		if errors.Is(context.Cause(ctx), errRequestTimeout) {
+			err = &APIError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "budget_wait_timeout",
+				Message: "timed out waiting for this key's first call to be priced against its budget", Err: err}
+		}
 		s.setBudgetHeader(w.Header(), lf.tenant)
 		s.fail(w, model, err, lf)
 		return resv, false

@@ -276,7 +276,7 @@ func postChat(t *testing.T, url string, hdr map[string]string) (int, http.Header
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req) // a call stuck for good fails, not hangs
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,5 +374,66 @@ func TestHostileStreamIndexIsBadGateway(t *testing.T) {
 				t.Fatalf("record %+v", c)
 			}
 		})
+	}
+}
+
+// gateStage streams one chunk, then finishes once its gate opens or the call is cancelled: a
+// long stream, past the request timeout (which stops at a stream's first byte).
+type gateStage struct{ gate chan struct{} }
+
+func (gateStage) Name() string { return "gate" }
+func (g gateStage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Sink) (*cascade.Answer, error) {
+	if sink != nil {
+		t := "h"
+		if err := sink(&cascade.Chunk{ID: "x", Model: req.Chat.Model, Choices: []cascade.ChunkChoice{{Delta: cascade.Delta{Content: &t}}}}); err != nil {
+			return nil, err
+		}
+	}
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+	}
+	return echoStage{}.Serve(ctx, req, nil)
+}
+
+// A call waiting in admission for its key's first call to be priced waits no longer than the
+// request timeout.
+func TestAdmissionWaitIsBoundedByTheRequestTimeout(t *testing.T) {
+	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"*"}, Backend: nopBackend{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := gateStage{gate: make(chan struct{})}
+	c := cascade.New(router, []cascade.Stage{g}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
+	srv := httptest.NewServer(New(Options{Cascade: c, Logger: zerolog.Nop(), MaxBodyBytes: 1 << 20, RequestTimeout: 300 * time.Millisecond,
+		Keys: []APIKey{{ID: "team", Key: "sk-team", Budget: &Budget{Joules: 1000, Per: "day"}}}}))
+	t.Cleanup(srv.Close)
+	var open sync.Once
+	release := func() { open.Do(func() { close(g.gate) }) }
+	t.Cleanup(release) // runs before srv.Close, which waits for the stream
+	first := make(chan int, 1)
+	hdr := map[string]string{"Authorization": "Bearer sk-team"}
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions",
+			strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"a"}]}`))
+		req.Header.Set("Authorization", "Bearer sk-team")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			first <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	time.Sleep(100 * time.Millisecond) // the first call is in the cascade
+	start := time.Now()
+	status, _, body := postChat(t, srv.URL, hdr)
+	if status != http.StatusServiceUnavailable || !strings.Contains(body, "budget_wait_timeout") || time.Since(start) > 2*time.Second {
+		t.Fatalf("second call: status %d after %v: %s", status, time.Since(start), body)
+	}
+	release()
+	if st := <-first; st != http.StatusOK {
+		t.Fatalf("first call: %d", st)
 	}
 }
