@@ -114,7 +114,10 @@ func (o *Ollama) stream(ctx context.Context, cancel context.CancelFunc, body io.
 	lr := newLineReader(body)
 	defer lr.release()
 	emit := func(ch *cascade.Chunk) error {
-		conv.asm.Add(ch)
+		if conv.asm.Add(ch); conv.asm.Err() != nil {
+			cancel() // the upstream broke the request's bounds: stop it now
+			return &cascade.BackendError{Backend: o.name, Err: conv.asm.Err()}
+		}
 		if err := sink(ch); err != nil {
 			cancel() // the client went away: stop the upstream now
 			return err

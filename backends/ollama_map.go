@@ -24,6 +24,9 @@ func invalid(param, format string, a ...any) *invalidRequest {
 	return &invalidRequest{param: param, msg: fmt.Sprintf(format, a...)}
 }
 
+// maxTopLogprobs is OpenAI's bound on top_logprobs.
+const maxTopLogprobs = 20
+
 // toOllama maps an OpenAI chat request onto Ollama's native /api/chat request.
 func toOllama(req *cascade.Request) (*api.ChatRequest, error) {
 	c := &req.Chat
@@ -32,6 +35,9 @@ func toOllama(req *cascade.Request) (*api.ChatRequest, error) {
 	}
 	out := &api.ChatRequest{Model: c.Model, Logprobs: c.Logprobs != nil && *c.Logprobs}
 	if c.TopLogprobs != nil {
+		if *c.TopLogprobs < 0 || *c.TopLogprobs > maxTopLogprobs {
+			return nil, invalid("top_logprobs", "top_logprobs: %d is not in [0, %d]", *c.TopLogprobs, maxTopLogprobs)
+		}
 		out.TopLogprobs = *c.TopLogprobs
 	}
 	msgs, err := ollamaMessages(c.Messages)
@@ -256,35 +262,60 @@ func ollamaFormat(rf *cascade.ResponseFormat) (json.RawMessage, error) {
 	case "json_object":
 		return formatJSON, nil
 	case "json_schema":
-		if rf.JSONSchema == nil || len(bytes.TrimSpace(rf.JSONSchema.Schema)) == 0 {
+		if rf.JSONSchema == nil {
 			return formatJSON, nil
 		}
-		return rf.JSONSchema.Schema, nil
+		schema := bytes.TrimSpace(rf.JSONSchema.Schema)
+		switch {
+		case len(schema) == 0 || string(schema) == "null":
+			return formatJSON, nil
+		case schema[0] != '{':
+			return nil, invalid("response_format.json_schema.schema", "response_format.json_schema.schema must be a JSON object")
+		}
+		return schema, nil
 	}
 	return nil, invalid("response_format.type", "response_format type %q is not supported by Ollama backends", rf.Type)
 }
 
-var reasoningEffortKey = []byte(`"reasoning_effort"`)
+var (
+	reasoningEffortKey = []byte(`"reasoning_effort"`)
+	thinkKey           = []byte(`"think"`)
+)
 
-// ollamaThink maps OpenAI's reasoning_effort (kept in the raw body) onto Ollama's think.
+// ollamaThink maps OpenAI's reasoning_effort (kept in the raw body) onto Ollama's think, else
+// passes on Ollama's own think (true, false, "low", "medium" or "high") when the client sent it.
+// Any other value of either is refused.
 func ollamaThink(raw json.RawMessage) (*api.ThinkValue, error) {
-	if !bytes.Contains(raw, reasoningEffortKey) {
+	if !bytes.Contains(raw, reasoningEffortKey) && !bytes.Contains(raw, thinkKey) {
 		return nil, nil
 	}
 	var r struct {
-		ReasoningEffort *string `json:"reasoning_effort"`
+		ReasoningEffort *string         `json:"reasoning_effort"`
+		Think           json.RawMessage `json:"think"`
 	}
-	if json.Unmarshal(raw, &r) != nil || r.ReasoningEffort == nil {
+	if json.Unmarshal(raw, &r) != nil {
 		return nil, nil
 	}
-	switch e := *r.ReasoningEffort; e {
-	case "none":
-		return &api.ThinkValue{Value: false}, nil
-	case "minimal", "low":
-		return &api.ThinkValue{Value: "low"}, nil
-	case "medium", "high":
-		return &api.ThinkValue{Value: e}, nil
+	if r.ReasoningEffort != nil {
+		switch e := *r.ReasoningEffort; e {
+		case "none":
+			return &api.ThinkValue{Value: false}, nil
+		case "minimal", "low":
+			return &api.ThinkValue{Value: "low"}, nil
+		case "medium", "high":
+			return &api.ThinkValue{Value: e}, nil
+		default:
+			return nil, invalid("reasoning_effort", "reasoning_effort %q is not one of none, minimal, low, medium, high", e)
+		}
+	}
+	switch t := string(bytes.TrimSpace(r.Think)); t {
+	case "", "null":
+		return nil, nil
+	case "true", "false":
+		return &api.ThinkValue{Value: t == "true"}, nil
+	case `"low"`, `"medium"`, `"high"`:
+		return &api.ThinkValue{Value: strings.Trim(t, `"`)}, nil
 	default:
-		return nil, invalid("reasoning_effort", "reasoning_effort %q is not one of none, minimal, low, medium, high", e)
+		return nil, invalid("think", "think must be true, false, \"low\", \"medium\" or \"high\"")
 	}
 }

@@ -123,7 +123,7 @@ func (o *OpenAI) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 		ans.Streamed = true
 		return ans, nil
 	}
-	return o.stream(ctx, cancel, resp.Body, sink)
+	return o.stream(ctx, cancel, resp.Body, req.Chat.N, sink)
 }
 
 func isJSON(ct string) bool {
@@ -154,10 +154,13 @@ func (o *OpenAI) whole(ctx context.Context, body io.Reader) (*cascade.Answer, er
 }
 
 // stream reads SSE until [DONE], pushing each chunk to sink.
-func (o *OpenAI) stream(ctx context.Context, cancel context.CancelFunc, body io.Reader, sink cascade.Sink) (*cascade.Answer, error) {
+func (o *OpenAI) stream(ctx context.Context, cancel context.CancelFunc, body io.Reader, n *int, sink cascade.Sink) (*cascade.Answer, error) {
 	sr := newSSEReader(body)
 	defer sr.release()
 	var asm cascade.Assembler
+	if n != nil {
+		asm.Choices = *n
+	}
 	var timings *llamaTimings
 	finish := func(done bool) *cascade.Answer {
 		ans := asm.Answer()
@@ -172,7 +175,10 @@ func (o *OpenAI) stream(ctx context.Context, cancel context.CancelFunc, body io.
 		return ans
 	}
 	emit := func(ch *cascade.Chunk) error {
-		asm.Add(ch)
+		if asm.Add(ch); asm.Err() != nil {
+			cancel() // the upstream broke the request's bounds: stop it now
+			return &cascade.BackendError{Backend: o.name, Err: asm.Err()}
+		}
 		if err := sink(ch); err != nil {
 			cancel() // the client went away: stop the upstream now
 			return err

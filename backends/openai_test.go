@@ -411,3 +411,37 @@ func TestStreamEndsAtDoneThoughUpstreamLingers(t *testing.T) {
 		})
 	}
 }
+
+// A stream chunk whose choice or tool-call index breaks the request's bounds fails the call as
+// a backend error (502 at the edge), forwards nothing of it, and never panics.
+func TestOpenAIStreamIndexOutOfBounds(t *testing.T) {
+	chunk := func(choice string) string {
+		return "data: " + `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[` + choice + `]}` + "\n\n"
+	}
+	for name, body := range map[string]string{
+		"huge choice":     chunk(`{"index":0,"delta":{"content":"A"}}`) + chunk(`{"index":1000000,"delta":{"content":"B"}}`) + "data: [DONE]\n\n",
+		"negative choice": chunk(`{"index":-1,"delta":{"content":"B"}}`) + "data: [DONE]\n\n",
+		"negative tool":   chunk(`{"index":0,"delta":{"tool_calls":[{"index":-5,"function":{"name":"f"}}]}}`) + "data: [DONE]\n\n",
+		"huge tool":       chunk(`{"index":0,"delta":{"tool_calls":[{"index":50000000,"function":{"name":"f"}}]}}`) + "data: [DONE]\n\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := serve(t, "text/event-stream", body)
+			b, err := New(Options{Name: "up", Type: "openai", URL: srv.URL, Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var c collector
+			ans, err := b.Chat(context.Background(), chatRequest(t, helloStreamBody), c.sink)
+			var be *cascade.BackendError
+			if !errors.As(err, &be) || be.Backend != "up" || !strings.Contains(err.Error(), "index") {
+				t.Fatalf("err = %v, want a BackendError naming the index", err)
+			}
+			if ans == nil || ans.Complete || len(ans.Choices) > 1 {
+				t.Fatalf("answer %+v", ans)
+			}
+			if c.text() == "B" || strings.Contains(c.text(), "B") {
+				t.Fatalf("the out-of-bounds chunk reached the client: %q", c.text())
+			}
+		})
+	}
+}

@@ -1,12 +1,28 @@
 package cascade
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
+
+// MaxToolCalls bounds the tool calls one streamed choice may carry: an upstream's tool-call
+// index beyond it fails the call rather than growing memory to any size it names.
+const MaxToolCalls = 128
 
 // Assembler rebuilds a whole Answer from stream chunks, so a stream can be cached, learned from
-// and replayed later. The zero value is ready to use; it is not safe for concurrent use.
+// and replayed later. The zero value is ready to use and accepts one choice; it is not safe for
+// concurrent use.
+//
+// Indexes come from the upstream and are bounded: a choice index outside [0, Choices) or a
+// tool-call index outside [0, MaxToolCalls) makes Add drop the chunk and Err report it, so the
+// caller fails the call as an upstream error.
 type Assembler struct {
+	// Choices is the number of choices the request asked for (its n); 0 means 1.
+	Choices int
+
 	ans     Answer
 	choices []*assembling
+	err     error
 }
 
 type assembling struct {
@@ -19,8 +35,15 @@ type assembling struct {
 	finish    string
 }
 
-// Add folds one chunk into the answer.
+// Add folds one chunk into the answer. After a chunk with an index out of bounds it does
+// nothing; Err says why.
 func (a *Assembler) Add(ch *Chunk) {
+	if a.err != nil {
+		return
+	}
+	if a.err = a.check(ch); a.err != nil {
+		return
+	}
 	if a.ans.ID == "" {
 		a.ans.ID, a.ans.Model, a.ans.Created = ch.ID, ch.Model, ch.Created
 	}
@@ -66,6 +89,28 @@ func (a *Assembler) Add(ch *Chunk) {
 			s.finish = *c.FinishReason
 		}
 	}
+}
+
+// Err returns the first out-of-bounds index Add met, or nil.
+func (a *Assembler) Err() error { return a.err }
+
+// check validates a chunk's indexes before anything is grown for them.
+func (a *Assembler) check(ch *Chunk) error {
+	n := max(a.Choices, 1)
+	for _, c := range ch.Choices {
+		if c.Index < 0 || c.Index >= n {
+			return fmt.Errorf("stream chunk: choice index %d is outside [0, %d)", c.Index, n)
+		}
+		for _, tc := range c.Delta.ToolCalls {
+			if tc.Index != nil && (*tc.Index < 0 || *tc.Index >= MaxToolCalls) {
+				return fmt.Errorf("stream chunk: tool call index %d is outside [0, %d)", *tc.Index, MaxToolCalls)
+			}
+		}
+		if len(c.Delta.ToolCalls) > MaxToolCalls {
+			return fmt.Errorf("stream chunk: %d tool calls, more than %d", len(c.Delta.ToolCalls), MaxToolCalls)
+		}
+	}
+	return nil
 }
 
 // Answer returns the assembled answer. Complete is set when every choice has a finish reason.

@@ -222,6 +222,19 @@ func (r *Router) admit(rt *Route, now time.Time) admission {
 	return admitProbe
 }
 
+// probeDue claims the probe of an ejected backend whose cooldown has ended, when it has a
+// health check (pings) and no probe is under way; gen is for probe.
+func (r *Router) probeDue(rt *Route, pings bool) (gen uint64, due bool) {
+	st := rt.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !pings || !st.ejected || st.probing || r.opts.Now().Before(st.until) {
+		return 0, false
+	}
+	st.probing = true
+	return st.probeGen, true
+}
+
 // probe runs an ejected backend's health check: it re-admits the backend, or starts another
 // cooldown.
 func (r *Router) probe(rt *Route, p Pinger, gen uint64) {

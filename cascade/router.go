@@ -143,32 +143,65 @@ func (r *Router) Models(ctx context.Context) ([]Model, []error) {
 
 // Ready reports nil while every model group has a live backend: for each backend, one of the
 // backends serving its patterns is not ejected and answers its ping (a backend without Ping
-// counts when it is not ejected). Otherwise it returns the errors of the groups without one.
+// counts when it is not ejected). An ejected backend whose cooldown has ended is probed by its
+// health check, and Ready waits for that probe. Otherwise it returns the errors of the groups
+// without one. Ready returns when every ping and probe it started has finished, or when ctx is
+// done: a ping still running then counts as failed.
 func (r *Router) Ready(ctx context.Context) error {
 	if len(r.routes) == 0 {
 		return errors.New("no backends configured")
 	}
+	type result struct {
+		i   int
+		err error
+	}
 	errs := make([]error, len(r.routes))
-	var wg sync.WaitGroup
+	results := make(chan result, len(r.routes))
+	pending := make(map[int]bool)
 	for i := range r.routes {
 		rt := &r.routes[i]
+		p, ok := rt.Backend.(Pinger)
 		if !rt.st.live() {
-			errs[i] = fmt.Errorf("backend %s: ejected after failed calls", rt.Name)
+			gen, due := r.probeDue(rt, ok)
+			if !due {
+				errs[i] = fmt.Errorf("backend %s: ejected after failed calls", rt.Name)
+				continue
+			}
+			pending[i] = true
+			go func() {
+				r.probe(rt, p, gen)
+				var err error
+				if !rt.st.live() {
+					err = fmt.Errorf("backend %s: ejected, and its probe failed", rt.Name)
+				}
+				results <- result{i, err}
+			}()
 			continue
 		}
-		p, ok := rt.Backend.(Pinger)
 		if !ok {
 			continue
 		}
-		wg.Add(1)
+		pending[i] = true
 		go func() {
-			defer wg.Done()
-			if err := p.Ping(ctx); err != nil {
-				errs[i] = fmt.Errorf("backend %s: %w", rt.Name, err)
+			var err error
+			if perr := p.Ping(ctx); perr != nil {
+				err = fmt.Errorf("backend %s: %w", rt.Name, perr)
 			}
+			results <- result{i, err}
 		}()
 	}
-	wg.Wait()
+	for len(pending) > 0 {
+		select {
+		case res := <-results:
+			delete(pending, res.i)
+			errs[res.i] = res.err
+		case <-ctx.Done():
+			for i := range pending {
+				errs[i] = fmt.Errorf("backend %s: no answer: %w", r.routes[i].Name, ctx.Err())
+			}
+			clear(pending)
+		}
+	}
 	var down []error
 	for i := range r.routes {
 		if errs[i] == nil {

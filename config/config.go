@@ -153,6 +153,8 @@ type TokenModel struct {
 // Auth holds the proxy's own API keys. No keys means auth is off.
 type Auth struct {
 	Keys []Key `yaml:"keys"`
+	// MetricsNeedKey makes GET /metrics take one of the keys too (default: open).
+	MetricsNeedKey bool `yaml:"metrics_need_key"`
 }
 
 // Key is one proxy API key; its ID names the tenant.

@@ -44,13 +44,14 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		auth := r.Header.Get("Authorization")
-		token, found := strings.CutPrefix(auth, "Bearer ")
-		if !found || token == "" {
+		scheme, token, found := strings.Cut(strings.TrimSpace(auth), " ")
+		token = strings.TrimSpace(token)
+		if !found || !strings.EqualFold(scheme, "Bearer") || token == "" { // the scheme is case-insensitive (RFC 9110)
 			writeError(w, &APIError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "missing_api_key",
 				Message: "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'."})
 			return
 		}
-		id, ok := s.keys.lookup(strings.TrimSpace(token))
+		id, ok := s.keys.lookup(token)
 		if !ok {
 			writeError(w, &APIError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
 				Message: "Incorrect API key provided."})

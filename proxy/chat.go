@@ -3,12 +3,15 @@ package proxy
 import (
 	"github.com/eoc-proxy/eoc-proxy/energy"
 
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -47,14 +50,15 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Tenant = lf.tenant
-	resv, ok := s.admit(w, r, lf, req.Chat.Model)
+	// The request timeout bounds the wait for an answer, admission included: a stream that has
+	// begun is bounded by the backend's own timeouts instead, which cut it only when it stops
+	// flowing.
+	ctx, stopTimeout, cancel := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
+	defer cancel()
+	resv, ok := s.admit(ctx, w, lf, req.Chat.Model)
 	if !ok {
 		return
 	}
-	// The request timeout bounds the wait for an answer: a stream that has begun is bounded by
-	// the backend's own timeouts instead, which cut it only when it stops flowing.
-	ctx, stopTimeout, cancel := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
-	defer cancel()
 	defer s.inFlight()()
 	var res cascade.Result
 	var sw *sseWriter
@@ -66,7 +70,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		}
 		sink = sw
 	}
-	err := s.cascade.Walk(ctx, req, &res, sink)
+	err := s.guard(req.ID, func() error { return s.cascade.Walk(ctx, req, &res, sink) })
 	st := settlement{id: req.ID, tenant: req.Tenant, key: req.Key(), model: req.Chat.Model,
 		stage: res.Stage, attempts: res.Attempts, wrote: res.Wrote}
 	if res.Answer != nil {
@@ -89,6 +93,27 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// guard runs a cascade walk, turning a panic in a stage or backend into an error (500,
+// internal_error) so the call is still settled and recorded; the stack goes to the log only.
+func (s *Server) guard(id string, walk func() error) (err error) {
+	defer func() {
+		rec := recover()
+		if rec == nil {
+			return
+		}
+		// A runtime error says what went wrong; any other value may carry request data, so only
+		// its type is kept.
+		what := fmt.Sprintf("%T", rec)
+		if re, ok := rec.(runtime.Error); ok {
+			what = re.Error()
+		}
+		s.log.Error().Str("request_id", id).Str("panic", what).Bytes("stack", debug.Stack()).Msg("panic in the cascade")
+		err = &APIError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
+			Message: "internal error; request id " + id, Err: errors.New("panic: " + what)}
+	}()
+	return walk()
+}
+
 // errRequestTimeout ends a call that had no answer within limits.request_timeout: a deadline,
 // so the client is told 504.
 var errRequestTimeout = fmt.Errorf("request timeout: %w", context.DeadlineExceeded)
@@ -102,12 +127,17 @@ func (s *Server) refuse(w http.ResponseWriter, lf *logFields, apiErr *APIError) 
 	writeError(w, apiErr)
 }
 
-// admit names the model of a decoded call for the access log and reserves its key's budget;
-// when the budget refuses, it writes the answer and returns false.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request, lf *logFields, model string) (reservation, bool) {
+// admit names the model of a decoded call for the access log and reserves its key's budget,
+// waiting at most as long as ctx; when the budget refuses, it writes the answer and returns
+// false.
+func (s *Server) admit(ctx context.Context, w http.ResponseWriter, lf *logFields, model string) (reservation, bool) {
 	lf.model = model
-	resv, err := s.budgets.admit(r.Context(), lf.tenant)
+	resv, err := s.budgets.admit(ctx, lf.tenant)
 	if err != nil {
+		if errors.Is(context.Cause(ctx), errRequestTimeout) {
+			err = &APIError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "budget_wait_timeout",
+				Message: "timed out waiting for this key's first call to be priced against its budget", Err: err}
+		}
 		s.setBudgetHeader(w.Header(), lf.tenant)
 		s.fail(w, model, err, lf)
 		return resv, false
@@ -214,7 +244,7 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 	if s.opts.Record != nil {
 		call := Call{Time: now, RequestID: st.id, KeyID: st.tenant, Key: st.key, Model: st.model, Stage: o.stage,
 			Backend: lf.backend, Status: status, Energy: o.fig, Receipt: o.receipt, Attempts: st.backendAttempts,
-			Disconnected: errors.Is(err, context.Canceled) || (err != nil && st.wrote && !isTimeout(err))}
+			Disconnected: disconnected(err, st.wrote)}
 		if rerr := s.opts.Record(call); rerr != nil {
 			s.log.Error().Err(rerr).Str("request_id", st.id).Msg("ledger: record not written")
 		}
@@ -225,6 +255,21 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 	}
 	lf.stage, lf.joules, lf.grade, lf.method, lf.saved = o.stage, o.fig.Joules, string(o.fig.Grade), o.fig.Method, o.fig.Saved
 	return o
+}
+
+// disconnected tells a client that went away from the other ways a call can fail: a cancelled
+// context, or a write that failed after bytes went out. An upstream that failed mid-stream (a
+// backend or upstream error) and a timeout are not the client's doing.
+func disconnected(err error, wrote bool) bool {
+	if errors.Is(err, context.Canceled) {
+		return true
+	}
+	if err == nil || !wrote || isTimeout(err) {
+		return false
+	}
+	var be *cascade.BackendError
+	var up *cascade.UpstreamError
+	return !errors.As(err, &be) && !errors.As(err, &up)
 }
 
 func (s *Server) fail(w http.ResponseWriter, model string, err error, lf *logFields) {
@@ -278,14 +323,33 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request) (*cascade.Reques
 	return req, nil
 }
 
-// readJSON reads the body up to MaxBodyBytes.
+// readJSON reads the body up to MaxBodyBytes within BodyTimeout. A declared Content-Length
+// beyond the limit is refused before anything is read.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, *APIError) {
+	tooLarge := func(limit int64) *APIError {
+		return &APIError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+			Message: fmt.Sprintf("request body is larger than %d bytes", limit)}
+	}
+	if r.ContentLength > s.opts.MaxBodyBytes {
+		w.Header().Set("Connection", "close") // the body stays unread
+		return nil, tooLarge(s.opts.MaxBodyBytes)
+	}
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)); err == nil {
+		// Cleared once the body is in: the connection's later reads (the next request, the
+		// close watch during a stream) are not bounded by it.
+		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, &APIError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
-				Message: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)}
+		switch {
+		case errors.As(err, &tooBig):
+			return nil, tooLarge(tooBig.Limit)
+		case isTimeout(err):
+			w.Header().Set("Connection", "close")
+			return nil, &APIError{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout",
+				Message: fmt.Sprintf("request body not received within %s", s.opts.BodyTimeout)}
 		}
 		return nil, badRequest("", "reading request body: %v", err)
 	}
@@ -323,6 +387,29 @@ func cacheControl(r *http.Request) (noCache, noStore bool) {
 	return noCache, noStore
 }
 
+// validStop reports whether stop is absent, null, a string, or an array whose every element is
+// a string (not a number, not null).
+func validStop(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return true
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return raw[0] == '"'
+	}
+	var many []json.RawMessage
+	if json.Unmarshal(raw, &many) != nil {
+		return false
+	}
+	for _, e := range many {
+		if len(e) == 0 || e[0] != '"' || json.Unmarshal(e, &one) != nil {
+			return false
+		}
+	}
+	return true
+}
+
 func validate(c *cascade.ChatRequest) *APIError {
 	if c.Model == "" {
 		return badRequest("model", "model: required")
@@ -334,9 +421,11 @@ func validate(c *cascade.ChatRequest) *APIError {
 		if !validRoles[m.Role] {
 			return badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role: %q is not one of system, developer, user, assistant, tool", i, m.Role)
 		}
-		if len(m.Content) > 0 {
+		// Only an assistant message (one with tool calls) may leave its content out or null it.
+		null := len(m.Content) == 0 || string(m.Content) == "null"
+		if !null {
 			switch m.Content[0] {
-			case '"', '[', 'n':
+			case '"', '[':
 			default:
 				return badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content: must be a string or an array of content parts", i)
 			}
@@ -361,7 +450,7 @@ func validate(c *cascade.ChatRequest) *APIError {
 	case c.StreamOptions != nil && !c.Stream:
 		return badRequest("stream_options", "stream_options: only allowed when stream is true")
 	}
-	if len(c.Stop) > 0 && c.StopWords() == nil && string(c.Stop) != "null" {
+	if !validStop(c.Stop) {
 		return badRequest("stop", "stop: must be a string or an array of strings")
 	}
 	for i, t := range c.Tools {

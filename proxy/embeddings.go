@@ -36,15 +36,15 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	call.Tenant = lf.tenant
-	resv, ok := s.admit(w, r, lf, call.Req.Model)
+	ctx, _, cancel := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
+	defer cancel()
+	resv, ok := s.admit(ctx, w, lf, call.Req.Model)
 	if !ok {
 		return
 	}
-	ctx, _, cancel := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
-	defer cancel()
 	defer s.inFlight()()
 	var res cascade.EmbedResult
-	err := s.cascade.Embed(ctx, call, &res)
+	err := s.guard(call.ID, func() error { return s.cascade.Embed(ctx, call, &res) })
 	st := settlement{id: call.ID, tenant: call.Tenant, key: call.Key(), model: call.Req.Model,
 		stage: res.Stage, attempts: res.Attempts}
 	if res.Embeddings != nil {

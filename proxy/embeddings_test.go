@@ -315,7 +315,7 @@ func TestEmbeddingsErrors(t *testing.T) {
 
 	for _, tc := range []struct {
 		status, want int
-	}{{401, 401}, {500, 502}} {
+	}{{400, 400}, {401, 502}, {500, 502}} { // 4xx pass through, but an upstream 401 is the proxy's credentials: 502
 		f.Configure(func(c *fakes.Config) { c.Status = tc.status })
 		resp, body := postEmbed(t, e.URL, `{"model":"fake-embed","input":"x"}`, nil)
 		if resp.StatusCode != tc.want || !strings.Contains(string(body), fakes.DefaultErrorMessage) {

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
+	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 )
@@ -24,6 +27,8 @@ type APIError struct {
 	Code    string
 	Param   string
 	Err     error
+	// RetryAfter, when positive, goes out as the Retry-After header (an upstream's 429).
+	RetryAfter time.Duration
 }
 
 func (e *APIError) Error() string {
@@ -59,6 +64,9 @@ func writeError(w http.ResponseWriter, e *APIError) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Del("Content-Length")
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(e.RetryAfter.Seconds())), 10))
+	}
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(b)
 }
@@ -82,13 +90,18 @@ func classify(err error, model string) *APIError {
 	case errors.Is(err, cascade.ErrNoEmbeddings):
 		return &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "embeddings_not_supported", Param: "model",
 			Message: fmt.Sprintf("The model %q is served by a backend that does not serve embeddings.", model), Err: err}
+	case errors.As(err, &up) && (up.Status == http.StatusUnauthorized || up.Status == http.StatusForbidden):
+		// The upstream refused the proxy's own credentials: nothing the client can fix, and a
+		// 401 would read as the client's key being wrong.
+		return &APIError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "upstream_auth_failed",
+			Message: fmt.Sprintf("backend %q refused the proxy's credentials (status %d): %s", up.Backend, up.Status, up.Message), Err: err}
 	case errors.As(err, &up):
 		if up.Status >= 400 && up.Status < 500 {
 			typ := up.Type
 			if typ == "" {
 				typ = "invalid_request_error"
 			}
-			return &APIError{Status: up.Status, Type: typ, Code: up.Code, Param: up.Param, Message: up.Message, Err: err}
+			return &APIError{Status: up.Status, Type: typ, Code: up.Code, Param: up.Param, Message: up.Message, Err: err, RetryAfter: up.RetryAfter}
 		}
 		return &APIError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "bad_gateway",
 			Message: fmt.Sprintf("backend %q failed with status %d: %s", up.Backend, up.Status, up.Message), Err: err}

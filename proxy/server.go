@@ -22,12 +22,19 @@ type Options struct {
 	Logger         zerolog.Logger
 	MaxBodyBytes   int64
 	RequestTimeout time.Duration
+	// BodyTimeout bounds reading a request's body, so a client that trickles it cannot hold a
+	// connection for ever (0: 30s). It is a per-request read deadline, not http.Server's
+	// ReadTimeout, which would also cut long streams.
+	BodyTimeout time.Duration
 	// StreamIdle bounds each chunk's write to a client that stopped reading (0: 60s).
 	StreamIdle time.Duration
 	// Keys are the proxy's own API keys; none means auth is off.
 	Keys []APIKey
 	// Registry, when set, gets the edge's metrics and is served on GET /metrics.
 	Registry *prometheus.Registry
+	// MetricsNeedKey makes GET /metrics take a key like the API when Keys are set; by default it
+	// is open, for a scraper on a private network (config: auth.metrics_need_key).
+	MetricsNeedKey bool
 	// Record, when set, is called once for every call that reached the cascade (streams and
 	// client disconnects included) before its response or trailers are written: the ledger.
 	// An error is logged; the call goes on.
@@ -71,6 +78,9 @@ func New(o Options) *Server {
 	if o.StreamIdle <= 0 {
 		o.StreamIdle = 60 * time.Second
 	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = 30 * time.Second
+	}
 	s := &Server{opts: o, cascade: o.Cascade, log: o.Logger, keys: newKeyring(o.Keys)}
 	budgets := map[string]Budget{}
 	for _, k := range o.Keys {
@@ -95,7 +105,11 @@ func New(o Options) *Server {
 			router = o.Cascade.Router()
 		}
 		s.metrics = newMetrics(o.Registry, router)
-		r.Handle("/metrics", metricsHandler(o.Registry))
+		if o.MetricsNeedKey {
+			r.With(s.authenticate).Handle("/metrics", metricsHandler(o.Registry))
+		} else {
+			r.Handle("/metrics", metricsHandler(o.Registry))
+		}
 	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: "no route for " + r.Method + " " + r.URL.Path})

@@ -28,7 +28,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/proxy"
 )
 
-func runServe(args []string, _ io.Writer) error {
+func runServe(args []string, _ io.Writer) (err error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	path := configFlag(fs)
 	if err := fs.Parse(args); err != nil {
@@ -43,7 +43,8 @@ func runServe(args []string, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer app.close()
+	// A closer's failure (the ledger's final fsync, say) fails serve: it exits non-zero.
+	defer func() { err = errors.Join(err, app.shutdown()) }()
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -119,11 +120,25 @@ func (a *app) reload() {
 	}
 }
 
-func (a *app) close() {
+// shutdown runs the closers, last opened first, once, and returns their errors joined.
+func (a *app) shutdown() error {
+	var errs []error
 	for i := len(a.closers) - 1; i >= 0; i-- {
-		_ = a.closers[i]()
+		if err := a.closers[i](); err != nil {
+			errs = append(errs, err)
+		}
 	}
+	a.closers = nil
+	if err := errors.Join(errs...); err != nil {
+		a.log.Error().Err(err).Msg("closing")
+		return fmt.Errorf("closing: %w", err)
+	}
+	return nil
 }
+
+// close is shutdown for the paths that have an error of their own to return; shutdown logs
+// what fails.
+func (a *app) close() { _ = a.shutdown() }
 
 // build wires config into the cascade and the HTTP edge. files is where the stages read the
 // files eoc.yaml names.
@@ -200,6 +215,7 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 		RequestTimeout: cfg.Limits.RequestTimeout.D(),
 		Keys:           keys,
 		Registry:       reg,
+		MetricsNeedKey: cfg.Auth.MetricsNeedKey,
 		Record:         record,
 	})
 	return a, nil

@@ -1,0 +1,54 @@
+package cascade
+
+import (
+	"strings"
+	"testing"
+)
+
+// An upstream names indexes; the assembler must not grow to whatever it names, nor panic on a
+// negative one.
+func TestAssemblerBoundsIndexes(t *testing.T) {
+	text := "x"
+	neg, big, ok := -1, MaxToolCalls, 3
+	cases := []struct {
+		name    string
+		choices int
+		chunk   Chunk
+		wantErr string
+	}{
+		{"choice beyond default n", 0, Chunk{Choices: []ChunkChoice{{Index: 1, Delta: Delta{Content: &text}}}}, "choice index 1"},
+		{"huge choice", 4, Chunk{Choices: []ChunkChoice{{Index: 50_000_000, Delta: Delta{Content: &text}}}}, "choice index 50000000"},
+		{"negative choice", 0, Chunk{Choices: []ChunkChoice{{Index: -1}}}, "choice index -1"},
+		{"negative tool call", 0, Chunk{Choices: []ChunkChoice{{Delta: Delta{ToolCalls: []ToolCall{{Index: &neg}}}}}}, "tool call index -1"},
+		{"tool call at cap", 0, Chunk{Choices: []ChunkChoice{{Delta: Delta{ToolCalls: []ToolCall{{Index: &big}}}}}}, "tool call index 128"},
+		{"too many positional tool calls", 0, Chunk{Choices: []ChunkChoice{{Delta: Delta{ToolCalls: make([]ToolCall, MaxToolCalls+1)}}}}, "129 tool calls"},
+		{"within n", 4, Chunk{Choices: []ChunkChoice{{Index: 3, Delta: Delta{Content: &text, ToolCalls: []ToolCall{{Index: &ok}}}}}}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := Assembler{Choices: tc.choices}
+			a.Add(&tc.chunk)
+			err := a.Err()
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Err = %v", err)
+				}
+				if got := a.Answer(); len(got.Choices) != 4 || len(got.Choices[3].Message.ToolCalls) != 4 {
+					t.Fatalf("answer %+v", got)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("Err = %v, want %q", err, tc.wantErr)
+			}
+			if got := a.Answer(); len(got.Choices) != 0 {
+				t.Fatalf("a refused chunk grew the answer: %d choices", len(got.Choices))
+			}
+			// The error sticks: later good chunks are dropped too.
+			a.Add(&Chunk{Choices: []ChunkChoice{{Delta: Delta{Content: &text}}}})
+			if a.Err() == nil || len(a.Answer().Choices) != 0 {
+				t.Fatal("the assembler went on after an error")
+			}
+		})
+	}
+}
