@@ -157,9 +157,11 @@ func (r *Router) group(model string) []*Route {
 	return out
 }
 
+// serves reports whether rt serves model, or every model the pattern model names: one of
+// rt's patterns matches it or is the same pattern.
 func (rt *Route) serves(model string) bool {
 	for _, p := range rt.Patterns {
-		if ok, _ := path.Match(p, model); ok {
+		if ok, _ := path.Match(p, model); ok || p == model {
 			return true
 		}
 	}

@@ -401,4 +401,16 @@ func TestReadyPerModelGroup(t *testing.T) {
 	if err := r.Ready(context.Background()); err == nil {
 		t.Fatal("ready with gpt's only backend ejected")
 	}
+
+	// A down backend with two patterns is covered only when both are: qwen has no other backend.
+	r, err = NewRouterWith([]Route{
+		{Name: "a", Patterns: []string{"llama*", "qwen*"}, Backend: down},
+		{Name: "b", Patterns: []string{"llama*"}, Backend: up},
+	}, RoutingOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Ready(context.Background()); err == nil {
+		t.Fatal("ready while qwen* has no live backend")
+	}
 }

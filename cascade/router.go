@@ -207,31 +207,26 @@ func (r *Router) Ready(ctx context.Context) error {
 		if errs[i] == nil {
 			continue
 		}
-		live := false
-		for j := range r.routes {
-			if errs[j] == nil && r.routes[j].covers(&r.routes[i]) {
-				live = true
-				break
-			}
-		}
-		if !live {
+		if !r.covered(i, errs) {
 			down = append(down, errs[i])
 		}
 	}
 	return errors.Join(down...)
 }
 
-// covers reports whether rt serves every model that one of o's patterns names: a pattern of rt
-// equal to, or matching, one of o's.
-func (rt *Route) covers(o *Route) bool {
-	for _, q := range rt.Patterns {
-		for _, p := range o.Patterns {
-			if ok, _ := path.Match(q, p); ok || q == p {
-				return true
-			}
+// covered reports whether each of route i's patterns is served by a live route (errs[j] nil),
+// not just one of them.
+func (r *Router) covered(i int, errs []error) bool {
+	for _, p := range r.routes[i].Patterns {
+		served := false
+		for j := range r.routes {
+			served = served || (errs[j] == nil && r.routes[j].serves(p))
+		}
+		if !served {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 func literalPatterns(ps []string) []string {
