@@ -32,6 +32,9 @@ type Embeddings struct {
 	Backend string
 	// Energy is what making them cost.
 	Energy energy.Figure
+	// Attempts are the backend calls made for them, in order, the answering one last; nil for
+	// the cheap stages.
+	Attempts []BackendAttempt
 }
 
 // Embedder is a Backend that can embed texts (Ollama's /api/embed, OpenAI's /v1/embeddings).

@@ -79,7 +79,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	o := s.settle(st, resv, err, start, lf)
 	if sw == nil || !sw.started {
-		setBackendHeaders(w.Header(), res.Answer)
+		setBackendHeaders(w.Header(), st.backend, st.backendAttempts)
 	}
 	switch {
 	case sw != nil && (sw.started || err == nil):
@@ -165,12 +165,12 @@ func withRequestTimeout(ctx context.Context, d time.Duration) (_ context.Context
 
 // setBackendHeaders names the backend that answered and the number of attempts, when a
 // backend was called.
-func setBackendHeaders(h http.Header, ans *cascade.Answer) {
-	if ans == nil || len(ans.Attempts) == 0 {
+func setBackendHeaders(h http.Header, backend string, attempts []cascade.BackendAttempt) {
+	if len(attempts) == 0 {
 		return
 	}
-	h.Set(HeaderBackend, ans.Backend)
-	h.Set(HeaderAttempts, strconv.Itoa(len(ans.Attempts)))
+	h.Set(HeaderBackend, backend)
+	h.Set(HeaderAttempts, strconv.Itoa(len(attempts)))
 }
 
 func (s *Server) writeAnswer(w http.ResponseWriter, ans *cascade.Answer, o outcome) {

@@ -49,16 +49,19 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 		stage: res.Stage, attempts: res.Attempts}
 	if res.Embeddings != nil {
 		st.answered, st.fig, st.backend = true, res.Embeddings.Energy, res.Embeddings.Backend
+		st.backendAttempts = res.Embeddings.Attempts
+	}
+	// The body is rendered before the call is settled, so the record holds the status the
+	// client gets, also when the vectors cannot be encoded.
+	var body []byte
+	if err == nil {
+		body, err = embeddingsBody(call.Req.Model, res.Embeddings, base64Out)
 	}
 	o := s.settle(st, resv, err, start, lf)
+	setBackendHeaders(w.Header(), st.backend, st.backendAttempts)
 	if err != nil {
 		setEnergyHeaders(w.Header().Set, o)
 		writeError(w, o.apiErr)
-		return
-	}
-	body, err := embeddingsBody(call.Req.Model, res.Embeddings, base64Out)
-	if err != nil {
-		writeError(w, classify(err, call.Req.Model))
 		return
 	}
 	h := w.Header()

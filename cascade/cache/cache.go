@@ -85,7 +85,7 @@ func (s *Stage) ServeEmbed(_ context.Context, call *cascade.EmbedCall) (*cascade
 		saved = e.Energy.Joules
 	}
 	e.Energy = energy.Figure{Saved: saved}
-	e.Backend = "" // no backend was called for these
+	e.Backend, e.Attempts = "", nil // no backend was called for these
 	return &e, nil
 }
 

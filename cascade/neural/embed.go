@@ -21,6 +21,7 @@ func (s *Stage) ServeEmbed(ctx context.Context, call *cascade.EmbedCall) (*casca
 		return nil, err
 	}
 	var spent energy.Figure
+	var tries []cascade.BackendAttempt
 	err = fmt.Errorf("backend %s (%s): %w", cands[0].Name, cands[0].Type, cascade.ErrNoEmbeddings)
 	for _, route := range cands {
 		be, ok := route.Backend.(cascade.Embedder)
@@ -32,13 +33,14 @@ func (s *Stage) ServeEmbed(ctx context.Context, call *cascade.EmbedCall) (*casca
 		e, err = embed(ctx, s.meter, route.Name, be, call.Req)
 		done(outcome(ctx, err))
 		spent = spent.Plus(e.Energy)
-		e.Energy = spent
+		tries = append(tries, attemptOf(ctx, route.Name, e.Energy, err))
+		e.Energy, e.Attempts = spent, tries
 		if err == nil || ctx.Err() != nil || !retryable(err) {
 			return &e, err
 		}
 		s.logger.Warn().Str("request_id", call.ID).Str("backend", route.Name).Err(err).Msg("embeddings attempt failed; trying the next")
 	}
-	return &cascade.Embeddings{Energy: spent}, err
+	return &cascade.Embeddings{Energy: spent, Attempts: tries}, err
 }
 
 // embed calls be inside a span of m opened for the backend name; the returned Embeddings carry

@@ -281,7 +281,7 @@ backends:
 }
 
 // TestEmbeddingsFallBack: an embeddings call, like a chat call, goes on to the model's next
-// backend when the first is dead.
+// backend when the first is dead, and says so in the same headers.
 func TestEmbeddingsFallBack(t *testing.T) {
 	dead := fakes.NewOpenAI(t)
 	deadURL := dead.BaseURL()
@@ -299,5 +299,8 @@ func TestEmbeddingsFallBack(t *testing.T) {
 	}
 	if second.Embeds() != 1 {
 		t.Errorf("the second backend saw %d embeddings calls, want 1", second.Embeds())
+	}
+	if b, n := resp.Header.Get("X-EOC-Backend"), resp.Header.Get("X-EOC-Attempts"); b != "second" || n != "2" {
+		t.Errorf("X-EOC-Backend %q, X-EOC-Attempts %q; want second, 2", b, n)
 	}
 }
