@@ -44,7 +44,8 @@ type Record struct {
 	energy.Figure
 	Disconnected bool `json:"disconnected"`
 	// Attempts are the backend calls the call made, in order, the answering one last; absent
-	// when no backend was called (a cache hit). The Figure is their sum.
+	// when no backend was called (a cache hit). The Figure is their sum plus what earlier
+	// stages spent (a kv embedding).
 	Attempts []Attempt `json:"attempts,omitempty"`
 	// Receipt is Receipt{Key, Stage, Model, Joules, Grade, Time}.Hash(): the X-EOC-Receipt the
 	// client was sent.

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"maps"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -130,7 +131,7 @@ func sign(s string) signature {
 // word, a number or a name that one has and the other lacks. A conflict rejects a similarity hit
 // whatever the cosine says.
 func conflict(a, b signature) bool {
-	if a.negs != b.negs || !sameCounts(a.polar, b.polar) || !sameCounts(a.numbers, b.numbers) {
+	if a.negs != b.negs || !maps.Equal(a.polar, b.polar) || !maps.Equal(a.numbers, b.numbers) {
 		return true
 	}
 	for _, e := range a.entities {
@@ -160,16 +161,4 @@ func prefixFlip(a, b map[string]bool) bool {
 		}
 	}
 	return false
-}
-
-func sameCounts(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
