@@ -30,6 +30,8 @@ func cpuFixtureMeter(t *testing.T, edit func(*Options)) (*Meter, string) {
 			{Name: "cgroup", URL: "http://gpu-box:8000", Cgroup: filepath.Join(procRoot, "cgroup", "ollama.service")},
 		},
 	}
+	clk := newFakeClock()
+	o.now = clk.Now
 	if edit != nil {
 		edit(&o)
 	}
@@ -37,7 +39,8 @@ func cpuFixtureMeter(t *testing.T, edit func(*Options)) (*Meter, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeOK(t, m) })
+	fixtureClocks.Store(m, clk)
+	t.Cleanup(func() { fixtureClocks.Delete(m); closeOK(t, m) })
 	return m, procRoot
 }
 
@@ -98,9 +101,10 @@ func TestSpanEndTwice(t *testing.T) {
 
 func TestFixtureMeasured(t *testing.T) {
 	m, _ := cpuFixtureMeter(t, nil)
-	f := m.Begin("ollama").End(Work{})
-	// The fixture's RAPL and host counters stand still: 0 J, but measured, and no GPU.
-	if f.Grade != energy.Measured || f.Method != MethodRAPL || f.Coverage != energy.CoverageWhole || f.Reason != "" || f.Joules != 0 {
+	s := m.Begin("ollama")
+	cpuWork(t, m, 1, 20) // the tree is the host's only user
+	f := s.End(Work{})
+	if f.Grade != energy.Measured || f.Method != MethodRAPL || f.Coverage != energy.CoverageWhole || f.Reason != "" || !near(f.Joules, 20) {
 		t.Fatalf("figure = %+v", f)
 	}
 }
@@ -137,6 +141,7 @@ func TestOverlap(t *testing.T) {
 				if st.begin {
 					spans[st.span] = m.Begin(backend)
 				} else {
+					cpuWork(t, m, 0.5, 5)
 					figs[st.span] = spans[st.span].End(Work{})
 				}
 			}
@@ -239,7 +244,9 @@ func TestGPUNodesWithoutNVML(t *testing.T) {
 		o.DevRoot = t.TempDir()
 		writeFile(t, filepath.Join(o.DevRoot, "nvidia0"), "")
 	})
-	f := m.Begin("ollama").End(Work{})
+	s := m.Begin("ollama")
+	cpuWork(t, m, 1, 10)
+	f := s.End(Work{})
 	if f.Method != "rapl+gpu-model" || f.Reason != ReasonNoNVML || f.GPUJoules <= 0 {
 		t.Fatalf("figure = %+v", f)
 	}

@@ -83,15 +83,17 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 func fixtureMeter(t *testing.T, gpu func() (*gpus, error)) (*Meter, string) {
 	t.Helper()
 	procRoot, _ := procFixture(t)
+	clk := newFakeClock()
 	m, err := New(Options{
 		SysfsRoot: sysFixture(t, "sys-one-socket.txtar"), ProcRoot: procRoot, DevRoot: t.TempDir(),
-		SkipProbe: true, nvmlWait: 40 * time.Millisecond, nvml: gpu,
+		SkipProbe: true, nvmlWait: 40 * time.Millisecond, nvml: gpu, now: clk.Now,
 		Backends: []BackendInfo{{Name: "ollama", URL: "http://127.0.0.1:11434"}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeOK(t, m) })
+	fixtureClocks.Store(m, clk)
+	t.Cleanup(func() { fixtureClocks.Delete(m); closeOK(t, m) })
 	return m, procRoot
 }
 
@@ -160,6 +162,9 @@ func TestNVMLSpans(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m, procRoot := fixtureMeter(t, mockNVML(tc.script))
 			s := m.Begin("ollama")
+			cpuWork(t, m, 1, 10) // the CPU side: 10 J measured, added to every want below
+			tc.want.Joules += 10
+			tc.want.CPUJoules = 10
 			if tc.vanish {
 				if err := os.RemoveAll(filepath.Join(procRoot, "102")); err != nil {
 					t.Fatal(err)

@@ -3,6 +3,7 @@ package meter
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"time"
@@ -17,6 +18,9 @@ const (
 	MethodRAPL         = "rapl"
 	MethodNVML         = "nvml"
 	MethodCPUTimeModel = "cpu-time-model"
+	// MethodCPUTimeShare: calls on one backend overlapped, so the tree's CPU time between two
+	// span edges is split equally among the calls open then, × W per core. An estimate.
+	MethodCPUTimeShare = "cpu-time-share"
 	MethodGPUModel     = "gpu-model"
 	MethodTokenModel   = "token-model"
 	MethodProcEnergy   = "proc-energy" // macOS: the tree's own CPU energy, proc_pid_rusage ri_energy_nj
@@ -30,6 +34,7 @@ const (
 	ReasonNoNVML          = "no-nvml"              // the tree used a GPU but NVML cannot measure it
 	ReasonSpanOverlap     = "span-overlap"         // another local span of this proxy overlapped
 	ReasonHostShared      = "host-shared"          // tree + proxy had < 99% of the host's busy CPU time
+	ReasonHostUnknown     = "host-unknown"         // the host's busy time did not move: who used the CPU is unknown
 	ReasonGPUShared       = "gpu-shared"           // the tree had < 99% of the GPU's process time
 	ReasonGPUVanished     = "gpu-process-vanished" // a GPU process of the tree left mid-span
 	ReasonProcessVanished = "process-vanished"     // a process of the tree ended mid-span: its CPU time is short
@@ -98,6 +103,10 @@ type spanSample struct {
 	TreeFound bool
 	TreeShort bool
 	TreeCPU   time.Duration
+	// Split: other calls on the same backend overlapped this one, so TreeCPU and WallShare are
+	// this call's equal shares of the tree's time between span edges (see edgeBook).
+	Split     bool
+	WallShare time.Duration
 	ProxyCPU  time.Duration
 	HostBusy  time.Duration // all CPUs' busy time over the span
 	HostErr   error
@@ -161,21 +170,29 @@ func attribute(s spanSample) energy.Figure {
 	if s.PerProcess {
 		cpuNoData, cpuMethod = ReasonNoProcEnergy, MethodProcEnergy
 	}
+	if s.Overlap {
+		rs.add(ReasonSpanOverlap) // with or without a counter: the call was not alone
+	}
+	raplErr := s.RAPLErr
+	if raplErr == nil && !s.PerProcess && !s.Overlap && s.RAPLJoules == 0 && s.TreeCPU > 0 {
+		// A host-wide counter that did not move while the tree ran is not a reading.
+		raplErr = errRAPLStill
+	}
 	switch {
-	case s.RAPLErr != nil:
-		rs.add(reasonFor(s.RAPLErr, cpuNoData))
+	case raplErr != nil:
+		rs.add(reasonFor(raplErr, cpuNoData))
 	default:
-		cpuMeasured = true
-		if s.Overlap {
-			cpuMeasured = false
-			rs.add(ReasonSpanOverlap)
-		}
+		cpuMeasured = !s.Overlap
 		if s.PerProcess {
 			// The tree's own counters: a process that vanished took its energy with it.
 			cpuMeasured = cpuMeasured && !s.TreeShort
 		} else if s.HostErr != nil {
 			cpuMeasured = false
 			rs.add(reasonFor(s.HostErr, ReasonCounterError))
+		} else if s.HostBusy == 0 {
+			// Not one tick of busy time on the host: the 99% rule cannot be decided.
+			cpuMeasured = false
+			rs.add(ReasonHostUnknown)
 		} else if !dominant(s.TreeCPU+s.ProxyCPU, s.HostBusy) {
 			cpuMeasured = false
 			rs.add(ReasonHostShared)
@@ -190,6 +207,9 @@ func attribute(s spanSample) energy.Figure {
 	default:
 		f.CPUJoules = s.TreeCPU.Seconds() * s.CPUWatts
 		cpuMethod = MethodCPUTimeModel
+		if s.Split {
+			cpuMethod = MethodCPUTimeShare
+		}
 	}
 
 	gpuMeasured, gpuMethod := true, ""
@@ -205,7 +225,11 @@ func attribute(s spanSample) energy.Figure {
 		if busy <= 0 {
 			busy = 1
 		}
-		f.GPUJoules = s.GPUWatts * s.Wall.Seconds() * busy
+		wall := s.Wall
+		if s.Split {
+			wall = s.WallShare // overlapping calls share the GPU's time as they share the tree's
+		}
+		f.GPUJoules = s.GPUWatts * wall.Seconds() * busy
 		rs.add(reasonFor(s.GPUErr, cmp.Or(s.GPUNoData, ReasonNoNVML)))
 	case s.Overlap || s.GPUShare < dominantShare:
 		f.Coverage = energy.CoveragePartial
@@ -227,6 +251,9 @@ func attribute(s spanSample) energy.Figure {
 	f.Reason = rs.String()
 	return f
 }
+
+// errRAPLStill says RAPL read 0 J over a span in which the tree used CPU time.
+var errRAPLStill = fmt.Errorf("rapl: %w: 0 J while the tree used CPU time", ErrCounterStale)
 
 // dominant reports whether part is at least 99% of whole.
 func dominant(part, whole time.Duration) bool {

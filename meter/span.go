@@ -31,6 +31,17 @@ type Span struct {
 	treeErr error         // why the backend has no process to meter
 	mac     *appleSpan    // a local span's readings on macOS
 	c       *spanCounters // a local span's readings; nil for a remote one or one with no process
+	share   spanShare     // the span's share of its tree's time, booked at span edges
+}
+
+// spanShare is what the edge book (see edgeBook) billed a span: its share of the tree's CPU
+// time (ns) and of the wall time, whether a process vanished in an interval it shared in, and
+// whether another span of its backend was open with it.
+type spanShare struct {
+	cpu   float64
+	wall  time.Duration
+	short bool
+	split bool
 }
 
 // spanCounters is what a local span read at Begin, and room for what End reads.
@@ -92,7 +103,12 @@ func (m *Meter) Begin(backend string) *Span {
 		return s // priced by tokens: nothing to read
 	}
 	c := &spanCounters{}
+	s.b.edges.mu.Lock()
 	c.procsA, c.cgA, s.treeErr = m.sampleTree(s.b, c.bufA[:0], false)
+	if s.treeErr == nil {
+		m.book(s.b, s, true, c.procsA, c.cgA, time.Now())
+	}
+	s.b.edges.mu.Unlock()
 	if s.treeErr != nil {
 		return s
 	}
@@ -185,7 +201,14 @@ func (s *Span) readEnd(e *endReadings) {
 	if m.gpu != nil {
 		m.gpu.snapshot(&c.gpuB)
 	}
+	s.b.edges.mu.Lock()
 	e.procs, e.cg, e.treeErr = m.sampleTree(s.b, c.bufB[:0], true)
+	if e.treeErr == nil {
+		m.book(s.b, s, false, e.procs, e.cg, time.Now())
+	} else {
+		s.b.edges.leave(s)
+	}
+	s.b.edges.mu.Unlock()
 }
 
 // addCPU puts the RAPL delta, or why there is none, into in, and the host's and the proxy's CPU
@@ -218,21 +241,19 @@ func (s *Span) addCPU(in *spanSample, e *endReadings) {
 	}
 }
 
-// addTree puts the tree's CPU time over the span into in: the cgroup's delta, or the sum of its
-// processes' (short when one vanished).
+// addTree puts the tree's CPU time over the span into in, as the edge book billed it: the
+// cgroup's delta, or the sum of its processes' (short when one vanished); when other spans of
+// the backend were open with this one, only this span's share of it, and its share of the wall
+// time.
 func (s *Span) addTree(in *spanSample, e *endReadings) {
 	if e.treeErr != nil {
 		return
 	}
-	c := s.c
 	in.TreeFound = true
-	if s.b.cgroup != "" {
-		in.TreeCPU = time.Duration(e.cg - min(e.cg, c.cgA))
-		return
+	in.TreeCPU, in.TreeShort = time.Duration(s.share.cpu), s.share.short
+	if s.share.split {
+		in.Split, in.WallShare = true, s.share.wall
 	}
-	st := spanStart{m: s.m, start: s.start}
-	ns, short := treeDelta(c.procsA, e.procs, st.started)
-	in.TreeCPU, in.TreeShort = time.Duration(ns), short
 }
 
 // addGPU puts the GPU side into in: NVML's attribution when live, else whether a process of

@@ -11,7 +11,7 @@ import subprocess, sys
 muts = [
  ("always measured", "rules.go", "\tf.Grade = energy.Estimated\n\tif cpuMeasured && gpuMeasured {", "\tf.Grade = energy.Measured\n\tif cpuMeasured && gpuMeasured {"),
  ("always measured (token path too)", "rules.go", "Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: MethodTokenModel", "Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: MethodTokenModel"),
- ("overlap ignored in rules", "rules.go", "\t\tif s.Overlap {\n\t\t\tcpuMeasured = false", "\t\tif false {\n\t\t\tcpuMeasured = false"),
+ ("overlap ignored in rules", "rules.go", "\tif s.Overlap {\n\t\trs.add(ReasonSpanOverlap)", "\tif false {\n\t\trs.add(ReasonSpanOverlap)"),
  ("overlap ignored for GPU", "rules.go", "case s.Overlap || s.GPUShare < dominantShare:", "case s.GPUShare < dominantShare:"),
  ("overlap only checked at Begin", "span.go", "overlap = s.overlap || m.begins != s.seq", "overlap = s.overlap"),
  ("99% check removed", "rules.go", "} else if !dominant(s.TreeCPU+s.ProxyCPU, s.HostBusy) {", "} else if false {"),
@@ -58,6 +58,15 @@ muts = [
  ("frozen rail used anyway", "apple.go", "a.gpu, a.gpuErr = nil, fmt.Errorf(\"gpu-rail: %w: %s\", errCounterDead, res.Detail)", "_ = res"),
  ("GPU assumed unused without the clients", "apple.go", "in.GPUUsed, in.GPUErr = true, a.gpuErr", "in.GPUErr = a.gpuErr"),
  ("per-process energy measured though a process vanished", "rules.go", "cpuMeasured = cpuMeasured && !s.TreeShort", "_ = s.TreeShort"),
+ # Issue 10: energy truth.
+ ("overlap unreported without RAPL", "rules.go", "\tif s.Overlap {\n\t\trs.add(ReasonSpanOverlap)", "\tif s.Overlap && s.RAPLErr == nil {\n\t\trs.add(ReasonSpanOverlap)"),
+ ("union bound removed: each overlapping call billed the tree's whole time", "backend.go", "o.share.cpu += float64(ns) / float64(n)", "o.share.cpu += float64(ns)"),
+ ("union bound removed for the GPU model's wall time", "backend.go", "o.share.wall += wall / time.Duration(n)", "o.share.wall += wall"),
+ ("GPU model on the whole wall time under overlap", "rules.go", "\t\t\twall = s.WallShare", "\t\t\t_ = s.WallShare"),
+ ("split share not named as its model", "rules.go", "\t\t\tcpuMethod = MethodCPUTimeShare\n", ""),
+ ("overlapped share taken as measured", "rules.go", "\t\tcpuMeasured = !s.Overlap", "\t\tcpuMeasured = true"),
+ ("host busy 0 ticks taken as sole user", "rules.go", "} else if s.HostBusy == 0 {", "} else if false {"),
+ ("zero RAPL delta beside tree CPU accepted", "rules.go", "s.RAPLJoules == 0 && s.TreeCPU > 0", "s.RAPLJoules == 0 && s.TreeCPU < 0"),
 ]
 only = sys.argv[1:]
 tally = {"CAUGHT": 0, "MISSED": 0, "BUILD": 0, "MISSING": 0}
