@@ -225,14 +225,14 @@ func (b *backendState) forgetTree(pids []int) {
 // remembered while the tree it belongs to is the cached one: without a new PID it is the same
 // process, and a process keeps its device open while it runs. One seen without is scanned again
 // every time, since it may open one at any moment.
-func (b *backendState) usesGPU(p *procfs, pid int) bool {
+func (b *backendState) usesGPU(p *procfs, pid int) (bool, error) {
 	b.mu.Lock()
 	held := slices.Contains(b.gpuHolders, pid)
 	b.mu.Unlock()
 	if held {
-		return true
+		return true, nil
 	}
-	used, _ := p.usesGPU(pid)
+	used, err := p.usesGPU(pid)
 	if used {
 		b.mu.Lock()
 		if slices.Contains(b.tree, pid) {
@@ -240,7 +240,7 @@ func (b *backendState) usesGPU(p *procfs, pid int) bool {
 		}
 		b.mu.Unlock()
 	}
-	return used
+	return used, err
 }
 
 // cgroupUsage reads the cgroup's CPU time, from its cpu.stat kept open. A cgroup removed and

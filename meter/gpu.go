@@ -141,6 +141,8 @@ func (g *gpus) shares(begin, end *gpuSnap, used []int, inTree func(uint32) bool,
 			stamps[s.TimeStamp] = true
 			if inTree(s.PID) {
 				tree += uint64(s.SM)
+			} else {
+				others = true // in no PID list, perhaps, but it used the GPU
 			}
 		}
 		if err != nil || len(stamps) == 0 {

@@ -168,3 +168,13 @@ func cpuWork(t testing.TB, m *Meter, sec, joules float64) {
 	bump(filepath.Join(m.opts.ProcRoot, "stat"), 1, uint64(sec*userHZ))
 	bump(filepath.Join(m.opts.SysfsRoot, "class", "powercap", "intel-rapl:0", "energy_uj"), 0, uint64(joules*1e6))
 }
+
+func (r *refusingFS) ReadDirNames(name string) ([]string, error) {
+	for _, s := range r.suffixes {
+		if strings.HasSuffix(name, s) {
+			r.refused.Add(1)
+			return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
+		}
+	}
+	return r.osFS.ReadDirNames(name)
+}

@@ -60,6 +60,9 @@ type Options struct {
 	Logger    zerolog.Logger
 
 	nvmlWait time.Duration    // default defaultNVMLWait; tests shorten it
+	// The liveness probes' clock (both or neither); nil: the real one. Tests give a fake one.
+	probeNow   func() time.Time
+	probeSleep func(time.Duration)
 	fs       fileSystem       // tests inject refusals
 	now      func() time.Time // tests move time
 	nvml     func() (*gpus, error)
@@ -284,7 +287,18 @@ func (m *Meter) probeAtStart() {
 	var wg sync.WaitGroup
 	if m.rapl != nil {
 		wg.Go(func() {
-			if res := runProbe(m.raplTarget(), true); !res.Live {
+			res := runProbe(m.raplTarget(), true)
+			if !res.Live && res.Err == nil && len(m.rapl.fallback) > 0 {
+				// A frozen psys: the packages and DRAM it covers may still count.
+				psys := res.Detail
+				if err := m.rapl.useFallback(); err != nil {
+					res.Detail += "; " + err.Error()
+				} else {
+					res = runProbe(m.raplTarget(), true)
+					m.log.Info().Str("psys", psys).Msg("meter: rapl psys failed its liveness probe; using the packages and DRAM")
+				}
+			}
+			if !res.Live {
 				m.rapl, m.raplErr = nil, fmt.Errorf("rapl: %w: %s", errCounterDead, res.Detail)
 			}
 		})

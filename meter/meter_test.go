@@ -2,7 +2,6 @@ package meter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -250,38 +249,19 @@ func TestGPUNodesWithoutNVML(t *testing.T) {
 	if f.Method != "rapl+gpu-model" || f.Reason != ReasonNoNVML || f.GPUJoules <= 0 {
 		t.Fatalf("figure = %+v", f)
 	}
-}
-
-func TestProbe(t *testing.T) {
-	n := 0.0
-	live := runProbe(probeTarget{name: "moving", period: time.Millisecond, read: func() (float64, error) { n++; return n, nil }}, false)
-	if !live.Live || live.ReadCost <= 0 {
-		t.Fatalf("a counter that moves on every read: %+v", live)
-	}
-	dead := runProbe(probeTarget{name: "still", period: time.Millisecond, read: func() (float64, error) { return 1, nil }}, false)
-	if dead.Live {
-		t.Fatalf("a counter that never moves: %+v", dead)
-	}
-	// Moves in bursts: lively in a third of the intervals only.
-	start := time.Now()
-	bursty := runProbe(probeTarget{name: "bursty", period: time.Millisecond, read: func() (float64, error) {
-		if int(time.Since(start)/(20*time.Millisecond))%3 == 0 {
-			n++
-		}
-		return n, nil
-	}}, false)
-	if bursty.Live {
-		t.Fatalf("a counter that moves in a third of the intervals: %+v", bursty)
-	}
-	failing := runProbe(probeTarget{name: "err", period: time.Millisecond, read: func() (float64, error) { return 0, errors.New("eio") }}, false)
-	if failing.Live || failing.Err == nil {
-		t.Fatalf("a failing counter: %+v", failing)
+	// The tree's descriptors cannot be read: whether it used the GPU is unknown, not 0.
+	m.fs = &refusingFS{suffixes: []string{"/fd"}}
+	m.proc.fs = m.fs
+	s = m.Begin("ollama")
+	cpuWork(t, m, 1, 10)
+	if f := s.End(Work{}); f.Coverage != energy.CoveragePartial || f.Reason != ReasonGPUUnattributed || f.GPUJoules != 0 {
+		t.Fatalf("unreadable descriptors: %+v, want partial, %s", f, ReasonGPUUnattributed)
 	}
 }
 
 // TestProbeAtStart: fixture counters stand still, so without SkipProbe RAPL is dropped as dead.
 func TestProbeAtStart(t *testing.T) {
-	m, _ := cpuFixtureMeter(t, func(o *Options) { o.SkipProbe = false })
+	m, _ := cpuFixtureMeter(t, func(o *Options) { o.SkipProbe = false; o.probeNow, o.probeSleep, _ = sleepClock() })
 	if m.rapl != nil || reasonFor(m.raplErr, ReasonNoRAPL) != ReasonCounterDead {
 		t.Fatalf("a still RAPL passed the probe: %v", m.raplErr)
 	}

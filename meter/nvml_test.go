@@ -4,6 +4,7 @@ package meter
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -124,7 +125,9 @@ func TestNVMLSpans(t *testing.T) {
 	tests := []struct {
 		name   string
 		script *gpuScript
-		vanish bool // the runner's GPU worker (102) exits mid-span
+		vanish bool   // the runner's GPU worker (102) exits mid-span
+		noNode bool   // 102 does not hold /dev/nvidia0 open
+		refuse string // a /proc path whose listing is refused
 		want   energy.Figure
 	}{
 		{name: "sole user",
@@ -142,8 +145,27 @@ func TestNVMLSpans(t *testing.T) {
 				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 97}, {Pid: 4242, SmUtil: 0}}},
 			want: energy.Figure{Joules: 100, Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl+nvml", GPUJoules: 100}},
 		{name: "no GPU time: exactly 0 though the rail moves",
-			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{4242} }},
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{200} }},
+			noNode: true,
 			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl", GPUJoules: 0}},
+		{name: "in no NVML list, but the tree holds /dev/nvidia0: another PID namespace, unknown",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{98765} }},
+			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUUnattributed}},
+		{name: "in no NVML list, but the tree holds /dev/nvidia0: unknown, though every NVML PID is ours",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{200} }},
+			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUUnattributed}},
+		{name: "in no NVML list and no device node, but NVML's PIDs match nothing in our /proc: unknown",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{98765} }},
+			noNode: true,
+			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUUnattributed}},
+		{name: "in no NVML list and the tree's descriptors unreadable: unknown",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return nil }},
+			refuse: "/102/fd",
+			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUUnattributed}},
+		{name: "a foreign process in no PID list but in the utilisation samples is another user",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} },
+				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 10}, {Pid: 4242, SmUtil: 90}}},
+			want: energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
 		{name: "GPU process vanished mid-span",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(call int) []uint32 {
 				if call == 1 {
@@ -161,6 +183,15 @@ func TestNVMLSpans(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			m, procRoot := fixtureMeter(t, mockNVML(tc.script))
+			if tc.noNode {
+				if err := os.Remove(filepath.Join(procRoot, "102", "fd", "7")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.refuse != "" {
+				m.fs = &refusingFS{suffixes: []string{tc.refuse}}
+				m.proc.fs = m.fs
+			}
 			s := m.Begin("ollama")
 			cpuWork(t, m, 1, 10) // the CPU side: 10 J measured, added to every want below
 			tc.want.Joules += 10
@@ -223,3 +254,42 @@ func (d *stepDevice) Utilization(uint64) ([]procUtil, error) { return nil, nil }
 type closerFunc func() error
 
 func (f closerFunc) Close() error { return f() }
+
+// TestNVMLProbeAtStart: each GPU is probed on its own at start (on a fake clock): one frozen
+// GPU beside seven live ones drops NVML, naming it.
+func TestNVMLProbeAtStart(t *testing.T) {
+	for _, step := range []uint64{0, 50_000} {
+		t.Run(fmt.Sprintf("device 0 steps %d mJ", step), func(t *testing.T) {
+			now, sleep, _ := sleepClock()
+			m, err := New(Options{SysfsRoot: t.TempDir(), ProcRoot: t.TempDir(), DevRoot: t.TempDir(), RAPL: "off",
+				nvml: mockNVML(&gpuScript{energy: 5_000_000, step: step, pids: func(int) []uint32 { return nil }}),
+				probeNow: now, probeSleep: sleep})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeOK(t, m)
+			if step == 0 {
+				if m.gpu != nil || reasonFor(m.gpuErr, ReasonNoNVML) != ReasonCounterDead || !strings.Contains(m.gpuErr.Error(), "gpu 0") {
+					t.Fatalf("a frozen GPU beside live ones: gpu = %v, err = %v", m.gpu, m.gpuErr)
+				}
+				return
+			}
+			if m.gpu == nil {
+				t.Fatalf("eight live GPUs dropped: %v", m.gpuErr)
+			}
+		})
+	}
+}
+
+// TestNVMLBackwards: a GPU counter that went backwards over a span is an error, not a figure.
+func TestNVMLBackwards(t *testing.T) {
+	g := &gpus{wait: time.Second, poll: time.Millisecond, sleep: time.Sleep}
+	g.devs = []gpuDevice{&stepDevice{values: []uint64{5000, 5000, 4000}}}
+	var a, b gpuSnap
+	g.snapshot(&a)
+	g.snapshot(&b)
+	r := g.attribute(&a, &b, func(p uint32) bool { return p == 7 }, time.Now())
+	if r.Err == nil || r.Joules != 0 {
+		t.Fatalf("attribute = %+v, want an error", r)
+	}
+}

@@ -37,6 +37,7 @@ const (
 	ReasonHostUnknown     = "host-unknown"         // the host's busy time did not move: who used the CPU is unknown
 	ReasonGPUShared       = "gpu-shared"           // the tree had < 99% of the GPU's process time
 	ReasonGPUVanished     = "gpu-process-vanished" // a GPU process of the tree left mid-span
+	ReasonGPUUnattributed = "gpu-unattributed"     // whether the tree used a GPU is unknown (another PID namespace, unreadable descriptors)
 	ReasonProcessVanished = "process-vanished"     // a process of the tree ended mid-span: its CPU time is short
 	ReasonCounterStale    = "counter-stale"        // NVML's counter did not update after the span ended
 	ReasonCounterWrap     = "counter-wrap"         // a RAPL counter may have wrapped more than once
@@ -128,7 +129,11 @@ type spanSample struct {
 	// (ErrNoData: no NVML). GPUShare: the tree's share of the used devices' process time.
 	// GPUBusy: how many GPUs' worth the tree kept busy over the span, from NVML's per-process
 	// utilisation, for the power model (0 when unknown: the model then assumes one busy GPU).
-	GPUUsed     bool
+	GPUUsed bool
+	// GPUUnknown: whether the tree used a GPU is unknown (it is in no NVML list, but holds a
+	// GPU device node, or its descriptors are unreadable, or NVML lists PIDs of another
+	// namespace): no exact zero.
+	GPUUnknown  bool
 	GPUErr      error
 	GPUJoules   float64
 	GPUShare    float64
@@ -214,6 +219,9 @@ func attribute(s spanSample) energy.Figure {
 
 	gpuMeasured, gpuMethod := true, ""
 	switch {
+	case !s.GPUUsed && s.GPUUnknown:
+		f.Coverage = energy.CoveragePartial
+		rs.add(ReasonGPUUnattributed)
 	case !s.GPUUsed:
 		f.GPUJoules = 0 // exactly: no GPU time, no rail needed
 	case s.GPUVanished:

@@ -2,6 +2,7 @@ package meter
 
 import (
 	"errors"
+	"io/fs"
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/energy"
@@ -276,16 +277,55 @@ func (s *Span) addGPU(in *spanSample, e *endReadings) {
 		r := m.gpu.attribute(&c.gpuA, &c.gpuB, inTree, s.start)
 		in.GPUUsed, in.GPUErr, in.GPUJoules, in.GPUShare = r.Used, r.Err, r.Joules, r.Share
 		in.GPUVanished, in.GPUBusy = r.Vanished, r.Busy
+		if !r.Used {
+			// In no NVML list. Exact zero needs evidence as well: no process of the tree holds
+			// a GPU device node, and every PID NVML lists is a process of our /proc (NVML lists
+			// host PIDs, which a container's /proc does not show).
+			held, known := s.treeHoldsGPU(e.procs)
+			in.GPUUnknown = held || !known || m.foreignGPUPIDs(&c.gpuA, &c.gpuB)
+		}
 	case m.hostGPU:
 		// No NVML: a process that holds no GPU device open had no GPU time.
-		for _, p := range e.procs {
-			if s.b.usesGPU(m.proc, p.pid) {
-				in.GPUUsed = true
-				in.GPUErr = m.gpuErr
-				break
+		held, known := s.treeHoldsGPU(e.procs)
+		switch {
+		case held:
+			in.GPUUsed = true
+			in.GPUErr = m.gpuErr
+		case !known:
+			in.GPUUnknown = true
+		}
+	}
+}
+
+// treeHoldsGPU reports whether a process of the tree holds a GPU device node open, and whether
+// that is known: every process's descriptors could be read.
+func (s *Span) treeHoldsGPU(procs []procSample) (held, known bool) {
+	known = true
+	for _, p := range procs {
+		used, err := s.b.usesGPU(s.m.proc, p.pid)
+		if used {
+			return true, true
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			known = false // unreadable: it may hold one
+		}
+	}
+	return false, known
+}
+
+// foreignGPUPIDs reports whether NVML listed, at either end of the span, a PID that is no
+// process of our /proc: one of another PID namespace, which may be ours under another number.
+func (m *Meter) foreignGPUPIDs(snaps ...*gpuSnap) bool {
+	for _, sn := range snaps {
+		for _, ps := range sn.pids {
+			for _, p := range ps {
+				if _, err := m.proc.stat(int(p)); err != nil {
+					return true
+				}
 			}
 		}
 	}
+	return false
 }
 
 // logSpan logs what a local span's figure was made of, at debug level.
