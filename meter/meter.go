@@ -59,14 +59,14 @@ type Options struct {
 	SkipProbe bool
 	Logger    zerolog.Logger
 
-	nvmlWait time.Duration    // default defaultNVMLWait; tests shorten it
+	nvmlWait time.Duration // default defaultNVMLWait; tests shorten it
 	// The liveness probes' clock (both or neither); nil: the real one. Tests give a fake one.
 	probeNow   func() time.Time
 	probeSleep func(time.Duration)
-	fs       fileSystem       // tests inject refusals
-	now      func() time.Time // tests move time
-	nvml     func() (*gpus, error)
-	apple    func() (*apple, error)
+	fs         fileSystem       // tests inject refusals
+	now        func() time.Time // tests move time
+	nvml       func() (*gpus, error)
+	apple      func() (*apple, error)
 }
 
 // withDefaults checks o and fills in what it leaves unset.
@@ -143,9 +143,10 @@ type Meter struct {
 
 	backends map[string]*backendState
 
-	mu     sync.Mutex
-	active int    // open local spans
-	begins uint64 // local spans begun, ever
+	mu       sync.Mutex
+	active   int                   // open local spans
+	begins   uint64                // local spans begun, ever
+	perToken map[string]hostTokens // by model: what this host measured (learn)
 
 	stop chan struct{}
 	done chan struct{}

@@ -271,7 +271,7 @@ func TestProbeAtStart(t *testing.T) {
 }
 
 func TestStatus(t *testing.T) {
-	m, _ := cpuFixtureMeter(t, nil)
+	m, _ := cpuFixtureMeter(t, func(o *Options) { o.probeNow, o.probeSleep, _ = sleepClock() })
 	rep := m.Status(context.Background(), 10*time.Millisecond)
 	byName := map[string]CounterStatus{}
 	for _, c := range rep.Counters {
@@ -294,5 +294,30 @@ func TestStatus(t *testing.T) {
 	}
 	if ollama.Source != "listen:11434" || len(ollama.Processes) != 3 || ollama.Processes[2].Comm != "gpu (worker) x" {
 		t.Fatalf("ollama status = %+v", ollama)
+	}
+}
+
+// TestNoProcessHostJPerToken: when a backend's processes are not found, a model this host has
+// measured is priced at its own measured J per token (method host-token-model), not at the
+// published default; a model never measured here keeps the default.
+func TestNoProcessHostJPerToken(t *testing.T) {
+	m, _ := cpuFixtureMeter(t, nil)
+	// An estimate is not learnt: here host-unknown (the host's busy time did not move), 0 J.
+	if f := m.Begin("ollama").End(Work{Model: "llama3", CompletionTokens: 1000}); f.Measured() {
+		t.Fatalf("a span on still counters was measured: %+v", f)
+	}
+	s := m.Begin("ollama")
+	cpuWork(t, m, 1, 20)
+	if f := s.End(Work{Model: "llama3", PromptTokens: 100, CompletionTokens: 10}); !f.Measured() || !near(f.Joules, 20) {
+		t.Fatalf("measured span: %+v", f)
+	}
+	// 20 J for 10 output tokens and 100 prompt tokens at a tenth: 1 J per output token.
+	f := m.Begin("nothing").End(Work{Model: "llama3", PromptTokens: 10, CompletionTokens: 5})
+	if f.Method != MethodHostTokenModel || f.Reason != ReasonNoProcess || f.Grade != energy.Estimated || !near(f.Joules, 6) {
+		t.Fatalf("no process, a model measured here: %+v, want 6 J by %s", f, MethodHostTokenModel)
+	}
+	f = m.Begin("nothing").End(Work{Model: "mistral", CompletionTokens: 5})
+	if f.Method != MethodTokenModel || !near(f.Joules, 5*DefaultLocalJPerCompletion) {
+		t.Fatalf("no process, a model never measured here: %+v", f)
 	}
 }

@@ -3,8 +3,8 @@ package meter
 import (
 	"path/filepath"
 	"strings"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/energy"
 )

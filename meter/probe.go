@@ -191,21 +191,21 @@ func (m *Meter) nvmlTarget() probeTarget {
 
 func (m *Meter) hostTarget() probeTarget {
 	// /proc/stat moves by whole ticks (10 ms per CPU): intervals of 100 ms.
-	return probeTarget{name: "host-cpu", period: 10 * time.Millisecond, interval: 100 * time.Millisecond, read: func() (float64, error) {
+	return probeTarget{name: "host-cpu", period: 10 * time.Millisecond, interval: 100 * time.Millisecond, now: m.opts.probeNow, sleep: m.opts.probeSleep, read: func() (float64, error) {
 		h, err := m.proc.hostTimes()
 		return float64(h.busy), err
 	}}
 }
 
 func (m *Meter) procTarget() probeTarget {
-	return probeTarget{name: "process-cpu", period: time.Millisecond, read: func() (float64, error) {
+	return probeTarget{name: "process-cpu", period: time.Millisecond, now: m.opts.probeNow, sleep: m.opts.probeSleep, read: func() (float64, error) {
 		v, err := m.proc.cpuNs(m.selfPID)
 		return float64(v), err
 	}}
 }
 
 func (m *Meter) proxyTarget() probeTarget {
-	return probeTarget{name: "proxy-cpu", period: time.Millisecond, read: func() (float64, error) {
+	return probeTarget{name: "proxy-cpu", period: time.Millisecond, now: m.opts.probeNow, sleep: m.opts.probeSleep, read: func() (float64, error) {
 		v, err := m.selfCPU()
 		return float64(v), err
 	}}

@@ -132,8 +132,11 @@ type tickingFile struct {
 	name string
 }
 
-func (t tickingFile) ReadStart(buf []byte) (int, error) { v, _ := t.f.value(t.name); return copy(buf, v), nil }
-func (t tickingFile) Close() error                      { return nil }
+func (t tickingFile) ReadStart(buf []byte) (int, error) {
+	v, _ := t.f.value(t.name)
+	return copy(buf, v), nil
+}
+func (t tickingFile) Close() error { return nil }
 
 // TestRAPLProbeAtStart: RAPL's zones are probed each on its own at start, on a fake clock; a
 // frozen psys falls back to the packages and DRAM it covers.

@@ -23,8 +23,11 @@ const (
 	MethodCPUTimeShare = "cpu-time-share"
 	MethodGPUModel     = "gpu-model"
 	MethodTokenModel   = "token-model"
-	MethodProcEnergy   = "proc-energy" // macOS: the tree's own CPU energy, proc_pid_rusage ri_energy_nj
-	MethodIOReport     = "ioreport"    // macOS: the GPU rail, IOReport Energy Model / GPU Energy
+	// MethodHostTokenModel: a local backend's processes were not found, so its tokens are
+	// priced at what this host measured per token for the same model (see Meter.learn).
+	MethodHostTokenModel = "host-token-model"
+	MethodProcEnergy     = "proc-energy" // macOS: the tree's own CPU energy, proc_pid_rusage ri_energy_nj
+	MethodIOReport       = "ioreport"    // macOS: the GPU rail, IOReport Energy Model / GPU Energy
 )
 
 // Reasons say, in a stable machine-readable word, why a figure is not measured, or why its
@@ -98,6 +101,9 @@ type spanSample struct {
 	// The token model's prices for this call.
 	PromptTokens, CompletionTokens int
 	JPerPrompt, JPerCompletion     float64
+	// HostJPerToken: what this host measured per output token (a prompt token at
+	// DefaultPromptRatio of one) for the call's model; 0 when it never measured it.
+	HostJPerToken float64
 
 	// The backend's process tree. TreeShort: a process of the tree ended mid-span, so TreeCPU
 	// is only a lower bound.
@@ -166,6 +172,12 @@ func attribute(s spanSample) energy.Figure {
 	}
 	if !s.TreeFound {
 		rs.add(ReasonNoProcess)
+		if s.HostJPerToken > 0 {
+			f := tokenFigure(s, rs)
+			f.Joules = tokenWeight(s.PromptTokens, s.CompletionTokens) * s.HostJPerToken
+			f.Method = MethodHostTokenModel
+			return f
+		}
 		return tokenFigure(s, rs)
 	}
 
@@ -266,6 +278,11 @@ var errRAPLStill = fmt.Errorf("rapl: %w: 0 J while the tree used CPU time", ErrC
 // dominant reports whether part is at least 99% of whole.
 func dominant(part, whole time.Duration) bool {
 	return float64(part) >= dominantShare*float64(whole)
+}
+
+// tokenWeight counts a call's tokens in output tokens: a prompt token is DefaultPromptRatio of one.
+func tokenWeight(prompt, completion int) float64 {
+	return float64(completion) + DefaultPromptRatio*float64(prompt)
 }
 
 // tokenFigure prices the call's tokens.

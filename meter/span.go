@@ -58,6 +58,7 @@ type spanCounters struct {
 	cgA      uint64
 	gpuA     gpuSnap
 	gpuB     gpuSnap
+	gpuAlign *gpuAlign // Begin's end of the GPU window, aligned to a counter update
 
 	// Room for the samples of a small tree (Ollama and a runner or two) without allocating.
 	bufA, bufB [8]procSample
@@ -116,6 +117,7 @@ func (m *Meter) Begin(backend string) *Span {
 	s.c = c
 	if m.gpu != nil {
 		m.gpu.snapshot(&c.gpuA)
+		c.gpuAlign = m.gpu.alignBegin(&c.gpuA)
 	}
 	if m.rapl != nil && !s.overlap {
 		c.hostRead = true
@@ -152,6 +154,7 @@ func (s *Span) End(w Work) energy.Figure {
 	in.CPUWatts, in.GPUWatts = m.opts.CPUWattsPerCore, m.opts.GPUWatts
 	if s.treeErr != nil {
 		m.closeSpan(s)
+		in.HostJPerToken = m.hostJPerToken(w.Model)
 		s.fig = attribute(in) // no tree: priced by tokens, reason no-process
 		return s.fig
 	}
@@ -170,8 +173,41 @@ func (s *Span) End(w Work) energy.Figure {
 	s.addTree(&in, &e)
 	s.addGPU(&in, &e)
 	s.fig = attribute(in)
+	m.learn(w, s.fig)
 	s.logSpan(&in)
 	return s.fig
+}
+
+// hostTokens is what this host measured for one model: joules and tokens (in output tokens).
+type hostTokens struct{ joules, tokens float64 }
+
+// learn keeps a measured, whole figure of a completed call as this host's J per token for its
+// model, for the calls whose processes cannot be found (hostJPerToken).
+func (m *Meter) learn(w Work, f energy.Figure) {
+	tok := tokenWeight(w.PromptTokens, w.CompletionTokens)
+	if w.Failed || w.Model == "" || tok <= 0 || !f.Measured() || f.Coverage != energy.CoverageWhole {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.perToken == nil {
+		m.perToken = map[string]hostTokens{}
+	}
+	h := m.perToken[w.Model]
+	h.joules += f.Joules
+	h.tokens += tok
+	m.perToken[w.Model] = h
+}
+
+// hostJPerToken is this host's measured J per output token for model; 0 when it has none.
+func (m *Meter) hostJPerToken(model string) float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h, ok := m.perToken[model]
+	if !ok || h.tokens <= 0 || h.joules <= 0 {
+		return 0
+	}
+	return h.joules / h.tokens
 }
 
 // endReadings is what End reads at a local span's end.
@@ -274,7 +310,7 @@ func (s *Span) addGPU(in *spanSample, e *endReadings) {
 			}
 			return false
 		}
-		r := m.gpu.attribute(&c.gpuA, &c.gpuB, inTree, s.start)
+		r := m.gpu.attribute(&c.gpuA, &c.gpuB, c.gpuAlign, inTree, s.start)
 		in.GPUUsed, in.GPUErr, in.GPUJoules, in.GPUShare = r.Used, r.Err, r.Joules, r.Share
 		in.GPUVanished, in.GPUBusy = r.Vanished, r.Busy
 		if !r.Used {

@@ -26,8 +26,8 @@ muts = [
  ("double wrap ignored (gap check)", "rapl.go", "if gap > z.window || float64(step)", "if float64(step)"),
  ("implausible step ignored", "rapl.go", "if gap > z.window || float64(step) > r.maxWatts*(gap+2*time.Millisecond).Seconds()*1e6 {", "if gap > z.window {"),
  ("wrap epoch ignored", "rapl.go", "if a.epoch != b.epoch {", "if false {"),
- ("stale NVML accepted", "gpu.go", "\t\t\treturn 0, fmt.Errorf(\"nvml: %w within %v\", ErrCounterStale, g.wait)\n", "\t\t\tfor k, i := range used {\n\t\t\t\tif !done[k] {\n\t\t\t\t\tfinal[k], done[k] = end.energy[i], true\n\t\t\t\t}\n\t\t\t}\n\t\t\tbreak\n"),
- ("no wait for NVML update", "gpu.go", "\t\t\tif e != end.energy[i] {", "\t\t\tif true {\n\t\t\t\te = end.energy[i]"),
+ ("stale NVML accepted", "gpu.go", "\t\t\treturn fmt.Errorf(\"nvml: %w within %v\", ErrCounterStale, g.wait)\n", "\t\t\tfor _, i := range devs {\n\t\t\t\tif !done[i] {\n\t\t\t\t\tval[i], at[i] = from.energy[i], g.now()\n\t\t\t\t}\n\t\t\t}\n\t\t\treturn nil\n"),
+ ("no wait for NVML update", "gpu.go", "\t\t\tif e != from.energy[i] {", "\t\t\tif true {\n\t\t\t\te = from.energy[i]"),
  ("psys added to packages", "rapl.go", "maxWatts: maxWatts, zones: psys}", "maxWatts: maxWatts, zones: append(append(psys, pkgs...), drams...)}"),
  ("core zones added", "rapl.go", "\t\tcase zn == \"dram\":", "\t\tcase zn == \"dram\" || zn == \"core\":"),
  ("decimal-only zone names", "rapl.go", "(c < '0' || c > '9') && (c < 'a' || c > 'f')", "(c < '0' || c > '9')"),
@@ -84,7 +84,14 @@ muts = [
  ("NVML start probe skipped", "meter.go", "\tif m.gpu != nil {\n\t\twg.Go(func() {\n\t\t\tif res := runProbe(m.nvmlTarget(), false)", "\tif false {\n\t\twg.Go(func() {\n\t\t\tif res := runProbe(m.nvmlTarget(), false)"),
  ("dead NVML used anyway", "meter.go", "\t\t\t\tm.gpu = nil\n", ""),
  ("frozen psys: no package+DRAM fallback", "meter.go", "if !res.Live && res.Err == nil && len(m.rapl.fallback) > 0 {", "if false {"),
- ("NVML energy going backwards accepted", "gpu.go", "\t\tif final[k] < begin.energy[i] {", "\t\tif false {"),
+ ("NVML energy going backwards accepted", "gpu.go", "\t\tif final[i] < align.val[i] {", "\t\tif false {"),
+ ("NVML Begin not aligned to a counter update", "gpu.go", "\t\ta.err = g.nextUpdate(begin, all, a.val, a.at)\n", "\t\t_ = all\n\t\tcopy(a.val, begin.energy)\n\t\tfor i := range a.at {\n\t\t\ta.at[i] = begin.at\n\t\t}\n"),
+ ("NVML span shorter than a period accepted", "gpu.go", "\t\tcase align.at[i].After(end.at):", "\t\tcase false:"),
+ ("NVML rate ceiling removed", "gpu.go", "\t\tif j > limit*window.Seconds() {", "\t\tif false && j > limit*window.Seconds() {"),
+ ("NVML enforced power limit ignored", "gpu.go", "\t\tlimit, err := g.devs[i].PowerLimitW()", "\t\tlimit, err := gpuMaxWatts, error(nil)"),
+ ("NVML window without the poll slack", "gpu.go", "window := at[i].Sub(align.at[i]) + 2*g.poll", "window := at[i].Sub(align.at[i])"),
+ ("failed discovery: host J/token ignored", "rules.go", "\t\tif s.HostJPerToken > 0 {", "\t\tif false {"),
+ ("failed discovery: an estimate learnt as host J/token", "span.go", "tok <= 0 || !f.Measured() ||", "tok <= 0 ||"),
 ]
 only = sys.argv[1:]
 tally = {"CAUGHT": 0, "MISSED": 0, "BUILD": 0, "MISSING": 0}
