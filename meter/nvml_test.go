@@ -374,3 +374,25 @@ func TestNVMLBackwards(t *testing.T) {
 		t.Fatalf("attribute = %+v, want an error", r)
 	}
 }
+
+// utilDevice is a stepDevice with utilisation samples.
+type utilDevice struct {
+	stepDevice
+	util []procUtil
+}
+
+func (d *utilDevice) Utilization(uint64) ([]procUtil, error) { return d.util, nil }
+
+// TestGPUBusy: the GPU power model's GPUs-busy is the tree's SM utilisation per sample instant,
+// in GPUs: 50% then 30% over two instants is 0.4 of a GPU; another process's samples are not
+// the tree's.
+func TestGPUBusy(t *testing.T) {
+	d := &utilDevice{stepDevice: stepDevice{values: []uint64{1}},
+		util: []procUtil{{PID: 7, TimeStamp: 1, SM: 50}, {PID: 9, TimeStamp: 1, SM: 20}, {PID: 7, TimeStamp: 2, SM: 30}}}
+	g := &gpus{devs: []gpuDevice{d}, now: time.Now}
+	snap := gpuSnap{pids: [][]uint32{{7}}}
+	share, busy := g.shares(&snap, &snap, []int{0}, func(p uint32) bool { return p == 7 }, time.Now())
+	if !near(busy, 0.4) || !near(share, 0.8) {
+		t.Fatalf("shares = %v, busy = %v; want 0.8 of the SM time, 0.4 GPUs busy", share, busy)
+	}
+}

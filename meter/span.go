@@ -79,7 +79,9 @@ type procSample struct {
 // only after a new PID was handed out on the host (End reads the last PID from /proc/loadavg,
 // and polls the root's pidfd). The host's CPU time, the proxy's and RAPL are read only when a
 // measured CPU figure is possible: RAPL live and no other local span open. NVML is read only
-// when live.
+// when live; then a goroutine waits (bounded) for each GPU counter's next update, the Begin end
+// of the GPU window. The tree's CPU time read here is booked in the backend's edge book, which
+// splits it among overlapping calls.
 func (m *Meter) Begin(backend string) *Span {
 	s := &Span{m: m, start: time.Now()}
 	if m == nil {

@@ -92,6 +92,7 @@ muts = [
  ("NVML window without the poll slack", "gpu.go", "window := at[i].Sub(align.at[i]) + 2*g.poll", "window := at[i].Sub(align.at[i])"),
  ("failed discovery: host J/token ignored", "rules.go", "\t\tif s.HostJPerToken > 0 {", "\t\tif false {"),
  ("failed discovery: an estimate learnt as host J/token", "span.go", "tok <= 0 || !f.Measured() ||", "tok <= 0 ||"),
+ ("GPU power model's busy factor x10", "gpu.go", "busy += float64(tree) / 100 / float64(len(stamps))", "busy += float64(tree) / 10 / float64(len(stamps))"),
 ]
 only = sys.argv[1:]
 tally = {"CAUGHT": 0, "MISSED": 0, "BUILD": 0, "MISSING": 0}
