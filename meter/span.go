@@ -99,7 +99,7 @@ func (m *Meter) Begin(backend string) *Span {
 	m.mu.Unlock()
 
 	if m.mac != nil {
-		s.mac = m.mac.begin(m, s.b)
+		s.mac = m.mac.begin(m, s)
 		s.start = time.Now()
 		return s
 	}
@@ -161,7 +161,7 @@ func (s *Span) End(w Work) energy.Figure {
 		return s.fig
 	}
 	if s.mac != nil {
-		m.mac.end(m, s.b, s.mac, &in)
+		m.mac.end(m, s, &in)
 		in.Overlap = m.closeSpan(s)
 		s.fig = attribute(in)
 		s.logSpan(&in)

@@ -93,6 +93,7 @@ muts = [
  ("failed discovery: host J/token ignored", "rules.go", "\t\tif s.HostJPerToken > 0 {", "\t\tif false {"),
  ("failed discovery: an estimate learnt as host J/token", "span.go", "tok <= 0 || !f.Measured() ||", "tok <= 0 ||"),
  ("GPU power model's busy factor x10", "gpu.go", "busy += float64(tree) / 100 / float64(len(stamps))", "busy += float64(tree) / 10 / float64(len(stamps))"),
+ ("macOS: overlapping calls each billed the tree's whole time", "apple.go", "\tif booked && s.share.split {", "\tif false && booked && s.share.split {"),
 ]
 only = sys.argv[1:]
 tally = {"CAUGHT": 0, "MISSED": 0, "BUILD": 0, "MISSING": 0}
