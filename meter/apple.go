@@ -151,13 +151,19 @@ func (a *apple) railNext() (uint64, error) {
 
 // begin reads the start of a span: the tree's CPU energy and the GPU clients now, and the rail
 // at its next change, in the background.
-func (a *apple) begin(m *Meter, b *backendState) *appleSpan {
+func (a *apple) begin(m *Meter, s *Span) *appleSpan {
+	b := s.b
 	sp := &appleSpan{}
 	sp.pids, sp.pidsErr = a.tree(m, b, nil)
 	if sp.pidsErr != nil {
 		return sp
 	}
+	b.edges.mu.Lock()
 	a.snap(sp.pids, &sp.a)
+	if sp.a.cpuErr == nil {
+		m.book(b, s, true, sp.a.cpu, 0, time.Now())
+	}
+	b.edges.mu.Unlock()
 	if a.gpu != nil {
 		sp.railA = make(chan railReading, 1)
 		go func() {
@@ -179,7 +185,8 @@ func (a *apple) snap(pids []int, s *appleSnap) {
 }
 
 // end reads the end of a span and puts what the counters saw into in.
-func (a *apple) end(m *Meter, b *backendState, sp *appleSpan, in *spanSample) {
+func (a *apple) end(m *Meter, s *Span, in *spanSample) {
+	b, sp := s.b, s.mac
 	in.PerProcess, in.GPUNoData = true, ReasonNoGPURail
 	in.GPUMethod = MethodIOReport
 	if sp.pidsErr != nil {
@@ -187,12 +194,29 @@ func (a *apple) end(m *Meter, b *backendState, sp *appleSpan, in *spanSample) {
 	}
 	pids, err := a.tree(m, b, nil)
 	if err != nil {
+		b.edges.mu.Lock()
+		b.edges.leave(s)
+		b.edges.mu.Unlock()
 		return
 	}
 	var e appleSnap
+	b.edges.mu.Lock()
 	a.snap(pids, &e)
+	booked := sp.a.cpuErr == nil && e.cpuErr == nil
+	if booked {
+		m.book(b, s, false, e.cpu, 0, time.Now())
+	} else {
+		b.edges.leave(s)
+	}
+	b.edges.mu.Unlock()
 	in.TreeFound = true
 	a.endCPU(sp, &e, in)
+	if booked && s.share.split {
+		// Calls on this backend overlapped: each is billed its share of the tree's CPU time,
+		// as on Linux (see edgeBook); the shares add up to the tree's time over their union.
+		in.TreeCPU, in.TreeShort = time.Duration(s.share.cpu), in.TreeShort || s.share.short
+		in.Split, in.WallShare = true, s.share.wall
+	}
 	inTree := func(pid int) bool { return slices.Contains(pids, pid) || slices.Contains(sp.pids, pid) }
 	a.endGPU(sp, &e, inTree, in)
 }

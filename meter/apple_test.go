@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -542,5 +543,45 @@ func TestAppleSwitch(t *testing.T) {
 	o.Apple = "maybe"
 	if _, err := New(o); err == nil {
 		t.Fatal("apple maybe: no error")
+	}
+}
+
+// TestAppleOverlapUnionBound: on macOS too, overlapping calls on one backend are billed shares
+// of the tree's CPU time that add up to its time over the union of their spans.
+func TestAppleOverlapUnionBound(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "ollama.pid")
+	writeFile(t, pidFile, "10\n")
+	f := &fakeMac{children: map[int][]int{}, procs: map[int]rusageV6{10: {energyNJ: 1_000_000_000}}}
+	f.leaves()
+	m, err := New(Options{RAPL: "off", NVML: "off", SkipProbe: true, ProcRoot: dir, SysfsRoot: dir, DevRoot: dir,
+		Backends: []BackendInfo{{Name: "ollama", URL: "http://127.0.0.1:11434", PIDFile: pidFile}},
+		apple: func() (*apple, error) {
+			return &apple{cpu: f, gpuErr: ErrNoData, sleep: func(time.Duration) {}, now: time.Now, poll: time.Millisecond}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeOK(t, m)
+	burn := func(sec float64) { // 24e6 mach units are 1 s at the fake's timebase (125/3 ns)
+		f.set(func(f *fakeMac) {
+			p := f.procs[10]
+			p.cpuMach += uint64(sec * 24e6)
+			p.energyNJ += uint64(sec * 5e9)
+			f.procs[10] = p
+		})
+		f.leaves()
+	}
+	a := m.Begin("ollama")
+	burn(1)
+	b := m.Begin("ollama")
+	burn(2)
+	fa := a.End(Work{})
+	burn(1)
+	fb := b.End(Work{})
+	for name, fig := range map[string]energy.Figure{"a": fa, "b": fb} {
+		if !strings.HasPrefix(fig.Method, MethodCPUTimeShare) || !strings.Contains(fig.Reason, ReasonSpanOverlap) || !near(fig.CPUJoules, 20) {
+			t.Errorf("%s: %+v, want 2 s × 10 W by %s", name, fig, MethodCPUTimeShare)
+		}
 	}
 }

@@ -39,6 +39,58 @@ type backendState struct {
 	gpuHolders []int     // processes of tree seen holding a GPU device open
 
 	cpuStat sampleFile // the cgroup's cpu.stat kept open
+
+	edges edgeBook
+}
+
+// edgeBook splits a backend tree's CPU time among the calls open on it. At every span edge
+// (a Begin or an End) the tree is sampled; the time it spent since the last edge is split
+// equally among the spans open in between. A span alone is billed its tree's whole time; spans
+// that overlapped are billed shares that add up to the tree's time over the union of their
+// spans, never more.
+type edgeBook struct {
+	mu     sync.Mutex // held across the tree's sample, so edges are booked in the order read
+	open   []*Span
+	last   []procSample
+	lastCg uint64
+	lastAt time.Time
+}
+
+// book books an edge at which the tree read procs (or the cgroup cg) at now: the tree's time
+// since the last edge goes in equal shares to the spans open. s joins the open spans when
+// begin, or leaves them. b.edges.mu is held.
+func (m *Meter) book(b *backendState, s *Span, begin bool, procs []procSample, cg uint64, now time.Time) {
+	e := &b.edges
+	if n := len(e.open); n > 0 {
+		var ns uint64
+		short := false
+		if b.cgroup != "" {
+			ns = cg - min(cg, e.lastCg)
+		} else {
+			st := spanStart{m: m, start: e.lastAt}
+			ns, short = treeDelta(e.last, procs, st.started)
+		}
+		wall := now.Sub(e.lastAt)
+		for _, o := range e.open {
+			o.share.cpu += float64(ns) / float64(n)
+			o.share.wall += wall / time.Duration(n)
+			o.share.short = o.share.short || short
+			o.share.split = o.share.split || n > 1
+		}
+	}
+	e.last, e.lastCg, e.lastAt = append(e.last[:0], procs...), cg, now
+	if begin {
+		e.open = append(e.open, s)
+		return
+	}
+	e.leave(s)
+}
+
+// leave takes s off the open spans, if it is there. b.edges.mu is held.
+func (e *edgeBook) leave(s *Span) {
+	if i := slices.Index(e.open, s); i >= 0 {
+		e.open = slices.Delete(e.open, i, i+1)
+	}
 }
 
 func newBackendState(b BackendInfo, sysfsRoot string) *backendState {
@@ -173,14 +225,14 @@ func (b *backendState) forgetTree(pids []int) {
 // remembered while the tree it belongs to is the cached one: without a new PID it is the same
 // process, and a process keeps its device open while it runs. One seen without is scanned again
 // every time, since it may open one at any moment.
-func (b *backendState) usesGPU(p *procfs, pid int) bool {
+func (b *backendState) usesGPU(p *procfs, pid int) (bool, error) {
 	b.mu.Lock()
 	held := slices.Contains(b.gpuHolders, pid)
 	b.mu.Unlock()
 	if held {
-		return true
+		return true, nil
 	}
-	used, _ := p.usesGPU(pid)
+	used, err := p.usesGPU(pid)
 	if used {
 		b.mu.Lock()
 		if slices.Contains(b.tree, pid) {
@@ -188,7 +240,7 @@ func (b *backendState) usesGPU(p *procfs, pid int) bool {
 		}
 		b.mu.Unlock()
 	}
-	return used
+	return used, err
 }
 
 // cgroupUsage reads the cgroup's CPU time, from its cpu.stat kept open. A cgroup removed and

@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -133,4 +134,47 @@ func closeOK(t testing.TB, c interface{ Close() error }) {
 	if err := c.Close(); err != nil {
 		t.Errorf("close: %v", err)
 	}
+}
+
+// fixtureClocks holds the fake clock (RAPL's) of each fixture meter, which cpuWork moves.
+var fixtureClocks sync.Map // *Meter → *fakeClock
+
+// cpuWork makes the fixture host do sec seconds of the backend tree's CPU work costing joules:
+// thread 100 of PID 100 runs sec longer, the host's busy time (/proc/stat) moves by as much, and
+// RAPL's package-0 counts joules more. The three move together, as on a host where the tree is
+// the only user, so the figure can be measured.
+func cpuWork(t testing.TB, m *Meter, sec, joules float64) {
+	t.Helper()
+	bump := func(p string, field int, by uint64) {
+		t.Helper()
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.SplitN(string(b), "\n", 2)
+		f := strings.Fields(lines[0])
+		v, err := strconv.ParseUint(f[field], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f[field] = strconv.FormatUint(v+by, 10)
+		lines[0] = strings.Join(f, " ")
+		writeFile(t, p, strings.Join(lines, "\n"))
+	}
+	if clk, ok := fixtureClocks.Load(m); ok {
+		clk.(*fakeClock).Advance(time.Duration(sec * float64(time.Second)))
+	}
+	bump(filepath.Join(m.opts.ProcRoot, "100", "task", "100", "schedstat"), 0, uint64(sec*1e9))
+	bump(filepath.Join(m.opts.ProcRoot, "stat"), 1, uint64(sec*userHZ))
+	bump(filepath.Join(m.opts.SysfsRoot, "class", "powercap", "intel-rapl:0", "energy_uj"), 0, uint64(joules*1e6))
+}
+
+func (r *refusingFS) ReadDirNames(name string) ([]string, error) {
+	for _, s := range r.suffixes {
+		if strings.HasSuffix(name, s) {
+			r.refused.Add(1)
+			return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
+		}
+	}
+	return r.osFS.ReadDirNames(name)
 }

@@ -59,11 +59,14 @@ type Options struct {
 	SkipProbe bool
 	Logger    zerolog.Logger
 
-	nvmlWait time.Duration    // default defaultNVMLWait; tests shorten it
-	fs       fileSystem       // tests inject refusals
-	now      func() time.Time // tests move time
-	nvml     func() (*gpus, error)
-	apple    func() (*apple, error)
+	nvmlWait time.Duration // default defaultNVMLWait; tests shorten it
+	// The liveness probes' clock (both or neither); nil: the real one. Tests give a fake one.
+	probeNow   func() time.Time
+	probeSleep func(time.Duration)
+	fs         fileSystem       // tests inject refusals
+	now        func() time.Time // tests move time
+	nvml       func() (*gpus, error)
+	apple      func() (*apple, error)
 }
 
 // withDefaults checks o and fills in what it leaves unset.
@@ -140,9 +143,10 @@ type Meter struct {
 
 	backends map[string]*backendState
 
-	mu     sync.Mutex
-	active int    // open local spans
-	begins uint64 // local spans begun, ever
+	mu       sync.Mutex
+	active   int                   // open local spans
+	begins   uint64                // local spans begun, ever
+	perToken map[string]hostTokens // by model: what this host measured (learn)
 
 	stop chan struct{}
 	done chan struct{}
@@ -284,7 +288,18 @@ func (m *Meter) probeAtStart() {
 	var wg sync.WaitGroup
 	if m.rapl != nil {
 		wg.Go(func() {
-			if res := runProbe(m.raplTarget(), true); !res.Live {
+			res := runProbe(m.raplTarget(), true)
+			if !res.Live && res.Err == nil && len(m.rapl.fallback) > 0 {
+				// A frozen psys: the packages and DRAM it covers may still count.
+				psys := res.Detail
+				if err := m.rapl.useFallback(); err != nil {
+					res.Detail += "; " + err.Error()
+				} else {
+					res = runProbe(m.raplTarget(), true)
+					m.log.Info().Str("psys", psys).Msg("meter: rapl psys failed its liveness probe; using the packages and DRAM")
+				}
+			}
+			if !res.Live {
 				m.rapl, m.raplErr = nil, fmt.Errorf("rapl: %w: %s", errCounterDead, res.Detail)
 			}
 		})

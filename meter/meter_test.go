@@ -2,7 +2,6 @@ package meter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -30,6 +29,8 @@ func cpuFixtureMeter(t *testing.T, edit func(*Options)) (*Meter, string) {
 			{Name: "cgroup", URL: "http://gpu-box:8000", Cgroup: filepath.Join(procRoot, "cgroup", "ollama.service")},
 		},
 	}
+	clk := newFakeClock()
+	o.now = clk.Now
 	if edit != nil {
 		edit(&o)
 	}
@@ -37,7 +38,8 @@ func cpuFixtureMeter(t *testing.T, edit func(*Options)) (*Meter, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeOK(t, m) })
+	fixtureClocks.Store(m, clk)
+	t.Cleanup(func() { fixtureClocks.Delete(m); closeOK(t, m) })
 	return m, procRoot
 }
 
@@ -98,9 +100,10 @@ func TestSpanEndTwice(t *testing.T) {
 
 func TestFixtureMeasured(t *testing.T) {
 	m, _ := cpuFixtureMeter(t, nil)
-	f := m.Begin("ollama").End(Work{})
-	// The fixture's RAPL and host counters stand still: 0 J, but measured, and no GPU.
-	if f.Grade != energy.Measured || f.Method != MethodRAPL || f.Coverage != energy.CoverageWhole || f.Reason != "" || f.Joules != 0 {
+	s := m.Begin("ollama")
+	cpuWork(t, m, 1, 20) // the tree is the host's only user
+	f := s.End(Work{})
+	if f.Grade != energy.Measured || f.Method != MethodRAPL || f.Coverage != energy.CoverageWhole || f.Reason != "" || !near(f.Joules, 20) {
 		t.Fatalf("figure = %+v", f)
 	}
 }
@@ -137,6 +140,7 @@ func TestOverlap(t *testing.T) {
 				if st.begin {
 					spans[st.span] = m.Begin(backend)
 				} else {
+					cpuWork(t, m, 0.5, 5)
 					figs[st.span] = spans[st.span].End(Work{})
 				}
 			}
@@ -239,42 +243,25 @@ func TestGPUNodesWithoutNVML(t *testing.T) {
 		o.DevRoot = t.TempDir()
 		writeFile(t, filepath.Join(o.DevRoot, "nvidia0"), "")
 	})
-	f := m.Begin("ollama").End(Work{})
+	s := m.Begin("ollama")
+	cpuWork(t, m, 1, 10)
+	f := s.End(Work{})
 	if f.Method != "rapl+gpu-model" || f.Reason != ReasonNoNVML || f.GPUJoules <= 0 {
 		t.Fatalf("figure = %+v", f)
 	}
-}
-
-func TestProbe(t *testing.T) {
-	n := 0.0
-	live := runProbe(probeTarget{name: "moving", period: time.Millisecond, read: func() (float64, error) { n++; return n, nil }}, false)
-	if !live.Live || live.ReadCost <= 0 {
-		t.Fatalf("a counter that moves on every read: %+v", live)
-	}
-	dead := runProbe(probeTarget{name: "still", period: time.Millisecond, read: func() (float64, error) { return 1, nil }}, false)
-	if dead.Live {
-		t.Fatalf("a counter that never moves: %+v", dead)
-	}
-	// Moves in bursts: lively in a third of the intervals only.
-	start := time.Now()
-	bursty := runProbe(probeTarget{name: "bursty", period: time.Millisecond, read: func() (float64, error) {
-		if int(time.Since(start)/(20*time.Millisecond))%3 == 0 {
-			n++
-		}
-		return n, nil
-	}}, false)
-	if bursty.Live {
-		t.Fatalf("a counter that moves in a third of the intervals: %+v", bursty)
-	}
-	failing := runProbe(probeTarget{name: "err", period: time.Millisecond, read: func() (float64, error) { return 0, errors.New("eio") }}, false)
-	if failing.Live || failing.Err == nil {
-		t.Fatalf("a failing counter: %+v", failing)
+	// The tree's descriptors cannot be read: whether it used the GPU is unknown, not 0.
+	m.fs = &refusingFS{suffixes: []string{"/fd"}}
+	m.proc.fs = m.fs
+	s = m.Begin("ollama")
+	cpuWork(t, m, 1, 10)
+	if f := s.End(Work{}); f.Coverage != energy.CoveragePartial || f.Reason != ReasonGPUUnattributed || f.GPUJoules != 0 {
+		t.Fatalf("unreadable descriptors: %+v, want partial, %s", f, ReasonGPUUnattributed)
 	}
 }
 
 // TestProbeAtStart: fixture counters stand still, so without SkipProbe RAPL is dropped as dead.
 func TestProbeAtStart(t *testing.T) {
-	m, _ := cpuFixtureMeter(t, func(o *Options) { o.SkipProbe = false })
+	m, _ := cpuFixtureMeter(t, func(o *Options) { o.SkipProbe = false; o.probeNow, o.probeSleep, _ = sleepClock() })
 	if m.rapl != nil || reasonFor(m.raplErr, ReasonNoRAPL) != ReasonCounterDead {
 		t.Fatalf("a still RAPL passed the probe: %v", m.raplErr)
 	}
@@ -284,7 +271,7 @@ func TestProbeAtStart(t *testing.T) {
 }
 
 func TestStatus(t *testing.T) {
-	m, _ := cpuFixtureMeter(t, nil)
+	m, _ := cpuFixtureMeter(t, func(o *Options) { o.probeNow, o.probeSleep, _ = sleepClock() })
 	rep := m.Status(context.Background(), 10*time.Millisecond)
 	byName := map[string]CounterStatus{}
 	for _, c := range rep.Counters {
@@ -307,5 +294,30 @@ func TestStatus(t *testing.T) {
 	}
 	if ollama.Source != "listen:11434" || len(ollama.Processes) != 3 || ollama.Processes[2].Comm != "gpu (worker) x" {
 		t.Fatalf("ollama status = %+v", ollama)
+	}
+}
+
+// TestNoProcessHostJPerToken: when a backend's processes are not found, a model this host has
+// measured is priced at its own measured J per token (method host-token-model), not at the
+// published default; a model never measured here keeps the default.
+func TestNoProcessHostJPerToken(t *testing.T) {
+	m, _ := cpuFixtureMeter(t, nil)
+	// An estimate is not learnt: here host-unknown (the host's busy time did not move), 0 J.
+	if f := m.Begin("ollama").End(Work{Model: "llama3", CompletionTokens: 1000}); f.Measured() {
+		t.Fatalf("a span on still counters was measured: %+v", f)
+	}
+	s := m.Begin("ollama")
+	cpuWork(t, m, 1, 20)
+	if f := s.End(Work{Model: "llama3", PromptTokens: 100, CompletionTokens: 10}); !f.Measured() || !near(f.Joules, 20) {
+		t.Fatalf("measured span: %+v", f)
+	}
+	// 20 J for 10 output tokens and 100 prompt tokens at a tenth: 1 J per output token.
+	f := m.Begin("nothing").End(Work{Model: "llama3", PromptTokens: 10, CompletionTokens: 5})
+	if f.Method != MethodHostTokenModel || f.Reason != ReasonNoProcess || f.Grade != energy.Estimated || !near(f.Joules, 6) {
+		t.Fatalf("no process, a model measured here: %+v, want 6 J by %s", f, MethodHostTokenModel)
+	}
+	f = m.Begin("nothing").End(Work{Model: "mistral", CompletionTokens: 5})
+	if f.Method != MethodTokenModel || !near(f.Joules, 5*DefaultLocalJPerCompletion) {
+		t.Fatalf("no process, a model never measured here: %+v", f)
 	}
 }

@@ -30,7 +30,7 @@ func openNVML(lib nvml.Interface) (*gpus, error) {
 		}
 		return nil, err
 	}
-	g := &gpus{wait: defaultNVMLWait, poll: 5 * time.Millisecond, sleep: time.Sleep,
+	g := &gpus{wait: defaultNVMLWait, poll: 5 * time.Millisecond, now: time.Now, sleep: time.Sleep,
 		closeFn: func() error {
 			if ret := lib.Shutdown(); ret != nvml.SUCCESS {
 				return errors.New(nvml.ErrorString(ret))
@@ -70,6 +70,14 @@ func (n nvmlDevice) EnergyMJ() (uint64, error) {
 		return 0, errors.New(nvml.ErrorString(ret))
 	}
 	return e, nil
+}
+
+func (n nvmlDevice) PowerLimitW() (float64, error) {
+	mw, ret := n.d.GetEnforcedPowerLimit()
+	if ret != nvml.SUCCESS {
+		return 0, errors.New(nvml.ErrorString(ret))
+	}
+	return float64(mw) / 1000, nil
 }
 
 func (n nvmlDevice) PIDs(dst []uint32) ([]uint32, error) {

@@ -4,6 +4,7 @@ package meter
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -35,6 +36,7 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 	srv := dgxh100.New()
 	for i, d := range srv.Devices {
 		dev := d.(*server.Device)
+		dev.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { return 700_000, nvml.SUCCESS } // an H100 SXM's 700 W
 		if i > 0 {
 			idle := uint64(0)
 			dev.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) { idle += 70_000; return idle, nvml.SUCCESS }
@@ -83,15 +85,24 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 func fixtureMeter(t *testing.T, gpu func() (*gpus, error)) (*Meter, string) {
 	t.Helper()
 	procRoot, _ := procFixture(t)
+	clk := newFakeClock()
 	m, err := New(Options{
 		SysfsRoot: sysFixture(t, "sys-one-socket.txtar"), ProcRoot: procRoot, DevRoot: t.TempDir(),
-		SkipProbe: true, nvmlWait: 40 * time.Millisecond, nvml: gpu,
+		SkipProbe: true, nvmlWait: 40 * time.Millisecond, now: clk.Now,
+		nvml: func() (*gpus, error) {
+			g, err := gpu()
+			if g != nil {
+				g.now, g.sleep = clk.Now, clk.Advance // the GPU window and its rate on the fake clock
+			}
+			return g, err
+		},
 		Backends: []BackendInfo{{Name: "ollama", URL: "http://127.0.0.1:11434"}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeOK(t, m) })
+	fixtureClocks.Store(m, clk)
+	t.Cleanup(func() { fixtureClocks.Delete(m); closeOK(t, m) })
 	return m, procRoot
 }
 
@@ -122,7 +133,9 @@ func TestNVMLSpans(t *testing.T) {
 	tests := []struct {
 		name   string
 		script *gpuScript
-		vanish bool // the runner's GPU worker (102) exits mid-span
+		vanish bool   // the runner's GPU worker (102) exits mid-span
+		noNode bool   // 102 does not hold /dev/nvidia0 open
+		refuse string // a /proc path whose listing is refused
 		want   energy.Figure
 	}{
 		{name: "sole user",
@@ -140,8 +153,27 @@ func TestNVMLSpans(t *testing.T) {
 				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 97}, {Pid: 4242, SmUtil: 0}}},
 			want: energy.Figure{Joules: 100, Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl+nvml", GPUJoules: 100}},
 		{name: "no GPU time: exactly 0 though the rail moves",
-			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{4242} }},
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{200} }},
+			noNode: true,
 			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl", GPUJoules: 0}},
+		{name: "in no NVML list, but the tree holds /dev/nvidia0: another PID namespace, unknown",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{98765} }},
+			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUUnattributed}},
+		{name: "in no NVML list, but the tree holds /dev/nvidia0: unknown, though every NVML PID is ours",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{200} }},
+			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUUnattributed}},
+		{name: "in no NVML list and no device node, but NVML's PIDs match nothing in our /proc: unknown",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{98765} }},
+			noNode: true,
+			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUUnattributed}},
+		{name: "in no NVML list and the tree's descriptors unreadable: unknown",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return nil }},
+			refuse: "/102/fd",
+			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUUnattributed}},
+		{name: "a foreign process in no PID list but in the utilisation samples is another user",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} },
+				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 10}, {Pid: 4242, SmUtil: 90}}},
+			want: energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
 		{name: "GPU process vanished mid-span",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(call int) []uint32 {
 				if call == 1 {
@@ -159,7 +191,20 @@ func TestNVMLSpans(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			m, procRoot := fixtureMeter(t, mockNVML(tc.script))
+			if tc.noNode {
+				if err := os.Remove(filepath.Join(procRoot, "102", "fd", "7")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.refuse != "" {
+				m.fs = &refusingFS{suffixes: []string{tc.refuse}}
+				m.proc.fs = m.fs
+			}
 			s := m.Begin("ollama")
+			<-s.c.gpuAlign.done  // Begin's update is seen before the clock moves on
+			cpuWork(t, m, 1, 10) // the CPU side: 10 J measured, added to every want below
+			tc.want.Joules += 10
+			tc.want.CPUJoules = 10
 			if tc.vanish {
 				if err := os.RemoveAll(filepath.Join(procRoot, "102")); err != nil {
 					t.Fatal(err)
@@ -181,18 +226,87 @@ func TestNVMLSpans(t *testing.T) {
 	}
 }
 
-// TestNVMLWaitsForUpdate: a counter that updates only after the span ended is waited for, so
-// the delta is not short.
-func TestNVMLWaitsForUpdate(t *testing.T) {
-	g := &gpus{wait: time.Second, poll: time.Millisecond, sleep: time.Sleep}
-	d := &stepDevice{values: []uint64{1000, 1000, 1000, 1000, 4000}}
-	g.devs = []gpuDevice{d}
-	var a, b gpuSnap
-	g.snapshot(&a) // 1000
-	g.snapshot(&b) // 1000: not updated since
-	r := g.attribute(&a, &b, func(p uint32) bool { return p == 7 }, time.Now())
-	if r.Err != nil || r.Joules != 3 || !r.Used || r.Share != 1 {
-		t.Fatalf("attribute = %+v", r)
+// clockDevice is a GPU whose counter updates every 100 ms of clk at watts, plus jump mJ from
+// jumpAt on (negative: it goes backwards), with an enforced power limit of limit W.
+type clockDevice struct {
+	clk    *fakeClock
+	t0     time.Time
+	watts  float64
+	jump   int64
+	jumpAt time.Duration
+	limit  float64
+}
+
+func (d *clockDevice) Name() string { return "clock" }
+func (d *clockDevice) EnergyMJ() (uint64, error) {
+	since := d.clk.Now().Sub(d.t0)
+	updated := since.Truncate(100 * time.Millisecond)
+	e := int64(1_000_000 + updated.Seconds()*d.watts*1000)
+	if d.jump != 0 && updated >= d.jumpAt {
+		e += d.jump
+	}
+	return uint64(e), nil
+}
+func (d *clockDevice) PIDs(dst []uint32) ([]uint32, error)    { return append(dst, 7), nil }
+func (d *clockDevice) Utilization(uint64) ([]procUtil, error) { return nil, nil }
+func (d *clockDevice) PowerLimitW() (float64, error)          { return d.limit, nil }
+
+// TestNVMLWindow: both ends of a GPU window are counter updates: Begin's is the first update
+// after Begin (found in the background), End's the first after End. The counter updates every
+// 100 ms at 250 W; Begin comes 1 ms after an update.
+func TestNVMLWindow(t *testing.T) {
+	tests := []struct {
+		name      string
+		dev       clockDevice
+		endFirst  bool // End's snapshot is taken before Begin's update is seen: no update within the span
+		span      time.Duration
+		joules    float64
+		err       error
+		errSubstr string
+	}{
+		{name: "300 ms span: 400 ms of updates from 100 to 500 ms, not 500 from 0", dev: clockDevice{watts: 250, limit: 700},
+			span: 300 * time.Millisecond, joules: 100},
+		{name: "1 s span", dev: clockDevice{watts: 250, limit: 700}, span: time.Second, joules: 275},
+		{name: "span shorter than an update period", dev: clockDevice{watts: 250, limit: 700}, endFirst: true, err: ErrCounterStale},
+		{name: "a count above the board's enforced power limit (731 W)", dev: clockDevice{watts: 250, limit: 700, jump: 200_000, jumpAt: 300 * time.Millisecond},
+			span: 300 * time.Millisecond, err: ErrCounterRate},
+		{name: "a count within the power limit after a jump", dev: clockDevice{watts: 250, limit: 700, jump: 100_000, jumpAt: 300 * time.Millisecond},
+			span: 300 * time.Millisecond, joules: 200},
+		{name: "energy went backwards within the span", dev: clockDevice{watts: 250, limit: 700, jump: -500_000, jumpAt: 300 * time.Millisecond},
+			span: 300 * time.Millisecond, errSubstr: "backwards"},
+		{name: "energy went backwards after the span", dev: clockDevice{watts: 250, limit: 700, jump: -500_000, jumpAt: 500 * time.Millisecond},
+			span: 300 * time.Millisecond, errSubstr: "backwards"},
+		{name: "a count at the power limit over the window, seen a poll late at each end", dev: clockDevice{watts: 250, limit: 700, jump: 181_000, jumpAt: 300 * time.Millisecond},
+			span: 300 * time.Millisecond, joules: 281},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock()
+			d := tc.dev
+			d.clk, d.t0 = clk, clk.Now()
+			clk.Advance(time.Millisecond)
+			g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{&d}}
+			var a, b gpuSnap
+			g.snapshot(&a)
+			if tc.endFirst {
+				g.snapshot(&b)
+			}
+			al := g.alignBegin(&a)
+			<-al.done
+			if !tc.endFirst {
+				clk.Advance(tc.span)
+				g.snapshot(&b)
+			}
+			r := g.attribute(&a, &b, al, func(p uint32) bool { return p == 7 }, clk.Now())
+			switch {
+			case tc.err != nil || tc.errSubstr != "":
+				if r.Err == nil || (tc.err != nil && !errors.Is(r.Err, tc.err)) || !strings.Contains(r.Err.Error(), tc.errSubstr) {
+					t.Fatalf("attribute = %+v, want error %v %q", r, tc.err, tc.errSubstr)
+				}
+			case r.Err != nil || !near(r.Joules, tc.joules):
+				t.Fatalf("attribute = %+v, want %v J", r, tc.joules)
+			}
+		})
 	}
 }
 
@@ -211,6 +325,7 @@ func (d *stepDevice) EnergyMJ() (uint64, error) {
 	}
 	return v, nil
 }
+func (d *stepDevice) PowerLimitW() (float64, error)          { return 700, nil }
 func (d *stepDevice) PIDs(dst []uint32) ([]uint32, error)    { return append(dst, 7), nil }
 func (d *stepDevice) Utilization(uint64) ([]procUtil, error) { return nil, nil }
 
@@ -218,3 +333,66 @@ func (d *stepDevice) Utilization(uint64) ([]procUtil, error) { return nil, nil }
 type closerFunc func() error
 
 func (f closerFunc) Close() error { return f() }
+
+// TestNVMLProbeAtStart: each GPU is probed on its own at start (on a fake clock): one frozen
+// GPU beside seven live ones drops NVML, naming it.
+func TestNVMLProbeAtStart(t *testing.T) {
+	for _, step := range []uint64{0, 50_000} {
+		t.Run(fmt.Sprintf("device 0 steps %d mJ", step), func(t *testing.T) {
+			now, sleep, _ := sleepClock()
+			m, err := New(Options{SysfsRoot: t.TempDir(), ProcRoot: t.TempDir(), DevRoot: t.TempDir(), RAPL: "off",
+				nvml:     mockNVML(&gpuScript{energy: 5_000_000, step: step, pids: func(int) []uint32 { return nil }}),
+				probeNow: now, probeSleep: sleep})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeOK(t, m)
+			if step == 0 {
+				if m.gpu != nil || reasonFor(m.gpuErr, ReasonNoNVML) != ReasonCounterDead || !strings.Contains(m.gpuErr.Error(), "gpu 0") {
+					t.Fatalf("a frozen GPU beside live ones: gpu = %v, err = %v", m.gpu, m.gpuErr)
+				}
+				return
+			}
+			if m.gpu == nil {
+				t.Fatalf("eight live GPUs dropped: %v", m.gpuErr)
+			}
+		})
+	}
+}
+
+// TestNVMLBackwards: a GPU counter that went backwards over a span is an error, not a figure.
+func TestNVMLBackwards(t *testing.T) {
+	g := &gpus{wait: time.Second, poll: time.Millisecond, now: time.Now, sleep: time.Sleep}
+	g.devs = []gpuDevice{&stepDevice{values: []uint64{5000, 6000, 6000, 4000}}}
+	var a, b gpuSnap
+	g.snapshot(&a)
+	al := g.alignBegin(&a)
+	<-al.done
+	g.snapshot(&b)
+	r := g.attribute(&a, &b, al, func(p uint32) bool { return p == 7 }, time.Now())
+	if r.Err == nil || r.Joules != 0 {
+		t.Fatalf("attribute = %+v, want an error", r)
+	}
+}
+
+// utilDevice is a stepDevice with utilisation samples.
+type utilDevice struct {
+	stepDevice
+	util []procUtil
+}
+
+func (d *utilDevice) Utilization(uint64) ([]procUtil, error) { return d.util, nil }
+
+// TestGPUBusy: the GPU power model's GPUs-busy is the tree's SM utilisation per sample instant,
+// in GPUs: 50% then 30% over two instants is 0.4 of a GPU; another process's samples are not
+// the tree's.
+func TestGPUBusy(t *testing.T) {
+	d := &utilDevice{stepDevice: stepDevice{values: []uint64{1}},
+		util: []procUtil{{PID: 7, TimeStamp: 1, SM: 50}, {PID: 9, TimeStamp: 1, SM: 20}, {PID: 7, TimeStamp: 2, SM: 30}}}
+	g := &gpus{devs: []gpuDevice{d}, now: time.Now}
+	snap := gpuSnap{pids: [][]uint32{{7}}}
+	share, busy := g.shares(&snap, &snap, []int{0}, func(p uint32) bool { return p == 7 }, time.Now())
+	if !near(busy, 0.4) || !near(share, 0.8) {
+		t.Fatalf("shares = %v, busy = %v; want 0.8 of the SM time, 0.4 GPUs busy", share, busy)
+	}
+}

@@ -7,17 +7,38 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// probeTarget is one counter to probe: a monotone reading and how often it updates.
+// probeTarget is one counter to probe: a monotone reading and how often it updates. A counter
+// made of parts (RAPL's zones, NVML's GPUs) names them in parts and reads each with readParts:
+// every part must pass on its own, so a frozen part cannot hide behind a live one in a sum.
 type probeTarget struct {
-	name     string
-	read     func() (float64, error)
-	period   time.Duration
-	interval time.Duration // 0: six periods, at least 20 ms
+	name      string
+	read      func() (float64, error) // the sum of the parts
+	parts     []string
+	readParts func(dst []float64) error // len(dst) == len(parts)
+	period    time.Duration
+	interval  time.Duration // 0: six periods, at least 20 ms
+	// The probe's clock; nil: the real one. Tests give a fake one, whose sleep moves it, so a
+	// probe's verdict does not depend on the machine's load.
+	now   func() time.Time
+	sleep func(time.Duration)
+}
+
+// partsOf reads t part by part: readParts, or read as a single part.
+func (t probeTarget) partsOf() (names []string, read func(dst []float64) error) {
+	if t.readParts != nil {
+		return t.parts, t.readParts
+	}
+	return []string{t.name}, func(dst []float64) error {
+		v, err := t.read()
+		dst[0] = v
+		return err
+	}
 }
 
 // probeResult is what a probe found.
@@ -30,8 +51,12 @@ type probeResult struct {
 
 // runProbe reads t over intervals of 6 update periods (at least 20 ms), at least five of them
 // and at least probeWindow in all, with a CPU burner on every core when load is set. The
-// counter is live when it advanced ≥ 5 times in ≥ 80% of the intervals.
+// counter is live when each of its parts advanced ≥ 5 times in ≥ 80% of the intervals.
 func runProbe(t probeTarget, load bool) probeResult {
+	now, sleep := t.now, t.sleep
+	if now == nil || sleep == nil {
+		now, sleep = time.Now, time.Sleep
+	}
 	interval := t.interval
 	if interval == 0 {
 		interval = max(6*t.period, 20*time.Millisecond)
@@ -42,37 +67,50 @@ func runProbe(t probeTarget, load bool) probeResult {
 		defer stop()
 	}
 	pause := max(t.period/4, 50*time.Microsecond)
-	last, err := t.read()
-	if err != nil {
+	names, read := t.partsOf()
+	last, v := make([]float64, len(names)), make([]float64, len(names))
+	if err := read(last); err != nil {
 		return probeResult{Detail: err.Error(), Err: err}
 	}
 	var reads int
 	var cost time.Duration
-	good := 0
+	good := make([]int, len(names))
+	advances := make([]int, len(names))
 	for range n {
-		advances := 0
-		end := time.Now().Add(interval)
-		for time.Now().Before(end) {
+		clear(advances)
+		end := now().Add(interval)
+		for now().Before(end) {
 			t0 := time.Now()
-			v, err := t.read()
+			err := read(v)
 			cost += time.Since(t0)
 			reads++
 			if err != nil {
 				return probeResult{Detail: err.Error(), Err: err, ReadCost: cost / time.Duration(reads)}
 			}
-			if v != last {
-				advances++
-				last = v
+			for i := range v {
+				if v[i] != last[i] {
+					advances[i]++
+					last[i] = v[i]
+				}
 			}
-			time.Sleep(pause)
+			sleep(pause)
 		}
-		if advances >= probeAdvances {
-			good++
+		for i, a := range advances {
+			if a >= probeAdvances {
+				good[i]++
+			}
 		}
 	}
-	r := probeResult{ReadCost: cost / time.Duration(max(reads, 1))}
-	r.Live = float64(good) >= probeQuorum*float64(n)
-	r.Detail = fmt.Sprintf("advanced ≥%d times in %d of %d intervals of %v", probeAdvances, good, n, interval)
+	r := probeResult{ReadCost: cost / time.Duration(max(reads, 1)), Live: true}
+	for i, g := range good {
+		if float64(g) < probeQuorum*float64(n) {
+			r.Live = false
+			r.Detail = fmt.Sprintf("%s advanced ≥%d times in only %d of %d intervals of %v", names[i], probeAdvances, g, n, interval)
+			return r
+		}
+	}
+	r.Detail = fmt.Sprintf("each of %s advanced ≥%d times in ≥%d of %d intervals of %v", strings.Join(names, ", "), probeAdvances,
+		int(math.Ceil(probeQuorum*float64(n))), n, interval)
 	return r
 }
 
@@ -95,46 +133,79 @@ func burn(k int) (stop func()) {
 	return func() { done.Store(true); wg.Wait() }
 }
 
+// raplTarget probes each zone summed on its own: a frozen zone fails the probe even beside a
+// live one.
 func (m *Meter) raplTarget() probeTarget {
 	r := m.rapl
-	return probeTarget{name: "rapl", period: time.Millisecond, read: func() (float64, error) {
-		v, err := r.read()
-		return float64(v.uj), err
-	}}
+	t := probeTarget{name: "rapl", period: time.Millisecond, now: m.opts.probeNow, sleep: m.opts.probeSleep,
+		read: func() (float64, error) {
+			v, err := r.read()
+			return float64(v.uj), err
+		},
+		readParts: func(dst []float64) error {
+			for i, z := range r.zones {
+				v, err := z.readEnergy(r.fs)
+				if err != nil {
+					return fmt.Errorf("rapl %s: %w", z.name, err)
+				}
+				dst[i] = float64(v)
+			}
+			return nil
+		}}
+	for _, z := range r.zones {
+		t.parts = append(t.parts, z.name)
+	}
+	return t
 }
 
+// nvmlTarget probes each GPU on its own: a frozen GPU fails the probe beside a live one.
 func (m *Meter) nvmlTarget() probeTarget {
 	g := m.gpu
-	return probeTarget{name: "nvml", period: 100 * time.Millisecond, read: func() (float64, error) {
-		var sum float64
-		for _, d := range g.devs {
-			e, err := d.EnergyMJ()
-			if err != nil {
-				return 0, err
+	t := probeTarget{name: "nvml", period: 100 * time.Millisecond, now: m.opts.probeNow, sleep: m.opts.probeSleep,
+		read: func() (float64, error) {
+			var sum float64
+			for _, d := range g.devs {
+				e, err := d.EnergyMJ()
+				if err != nil {
+					return 0, err
+				}
+				sum += float64(e)
 			}
-			sum += float64(e)
-		}
-		return sum, nil
-	}}
+			return sum, nil
+		},
+		readParts: func(dst []float64) error {
+			for i, d := range g.devs {
+				e, err := d.EnergyMJ()
+				if err != nil {
+					return fmt.Errorf("gpu %d %s: %w", i, d.Name(), err)
+				}
+				dst[i] = float64(e)
+			}
+			return nil
+		}}
+	for i, d := range g.devs {
+		t.parts = append(t.parts, fmt.Sprintf("gpu %d %s", i, d.Name()))
+	}
+	return t
 }
 
 func (m *Meter) hostTarget() probeTarget {
 	// /proc/stat moves by whole ticks (10 ms per CPU): intervals of 100 ms.
-	return probeTarget{name: "host-cpu", period: 10 * time.Millisecond, interval: 100 * time.Millisecond, read: func() (float64, error) {
+	return probeTarget{name: "host-cpu", period: 10 * time.Millisecond, interval: 100 * time.Millisecond, now: m.opts.probeNow, sleep: m.opts.probeSleep, read: func() (float64, error) {
 		h, err := m.proc.hostTimes()
 		return float64(h.busy), err
 	}}
 }
 
 func (m *Meter) procTarget() probeTarget {
-	return probeTarget{name: "process-cpu", period: time.Millisecond, read: func() (float64, error) {
+	return probeTarget{name: "process-cpu", period: time.Millisecond, now: m.opts.probeNow, sleep: m.opts.probeSleep, read: func() (float64, error) {
 		v, err := m.proc.cpuNs(m.selfPID)
 		return float64(v), err
 	}}
 }
 
 func (m *Meter) proxyTarget() probeTarget {
-	return probeTarget{name: "proxy-cpu", period: time.Millisecond, read: func() (float64, error) {
+	return probeTarget{name: "proxy-cpu", period: time.Millisecond, now: m.opts.probeNow, sleep: m.opts.probeSleep, read: func() (float64, error) {
 		v, err := m.selfCPU()
 		return float64(v), err
 	}}

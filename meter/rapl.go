@@ -39,6 +39,7 @@ type rapl struct {
 	now      func() time.Time
 	maxWatts float64
 	zones    []*raplZone
+	fallback []*raplZone // the packages and DRAM when zones is psys, in case psys is frozen
 
 	mu    sync.Mutex
 	epoch uint64 // bumped whenever a zone's reading could hide a second wrap
@@ -88,27 +89,55 @@ func detectRAPL(fsys fileSystem, sysfsRoot string, now func() time.Time, maxWatt
 		}
 		// core, uncore and anything else lie inside a package: never added.
 	}
-	zones := psys
-	if len(zones) == 0 {
-		zones = append(pkgs, drams...)
+	r := &rapl{fs: fsys, now: now, maxWatts: maxWatts, zones: psys}
+	if len(r.zones) == 0 {
+		r.zones = append(pkgs, drams...)
+	} else {
+		r.fallback = append(pkgs, drams...)
 	}
-	if len(zones) == 0 {
+	if len(r.zones) == 0 {
 		return nil, fmt.Errorf("%w: no RAPL zone under %s", ErrNoData, base)
 	}
-	r := &rapl{fs: fsys, now: now, maxWatts: maxWatts, zones: zones}
-	t := now()
+	if err := r.initZones(r.zones); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// useFallback replaces a psys zone that failed its liveness probe by the packages and DRAM,
+// which psys covers. It fails when there are none, or they cannot be read.
+func (r *rapl) useFallback() error {
+	if len(r.fallback) == 0 {
+		return errors.New("rapl: no package or DRAM zone beside psys")
+	}
+	if err := r.initZones(r.fallback); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.close()
+	r.zones, r.fallback = r.fallback, nil
+	r.epoch++
+	return nil
+}
+
+// initZones reads each zone's range and first value, and keeps its energy_uj open.
+func (r *rapl) initZones(zones []*raplZone) error {
+	fsys, maxWatts := r.fs, r.maxWatts
+	var err error
+	t := r.now()
 	for _, z := range zones {
 		z.maxRange, err = readUint(fsys, filepath.Join(z.dir, "max_energy_range_uj"))
 		if err != nil {
-			return nil, fmt.Errorf("rapl %s: %w", z.name, err)
+			return fmt.Errorf("rapl %s: %w", z.name, err)
 		}
 		if z.maxRange == 0 {
-			return nil, fmt.Errorf("rapl %s: max_energy_range_uj is 0", z.name)
+			return fmt.Errorf("rapl %s: max_energy_range_uj is 0", z.name)
 		}
 		z.window = time.Duration(float64(z.maxRange) / maxWatts * float64(time.Microsecond))
 		z.last, err = readUint(fsys, filepath.Join(z.dir, "energy_uj"))
 		if err != nil {
-			return nil, fmt.Errorf("rapl %s: %w", z.name, err)
+			return fmt.Errorf("rapl %s: %w", z.name, err)
 		}
 		z.lastAt = t
 		// Readable: keep it open, one pread per reading from here on. (A refused read stopped
@@ -118,7 +147,7 @@ func detectRAPL(fsys fileSystem, sysfsRoot string, now func() time.Time, maxWatt
 			z.f = f
 		}
 	}
-	return r, nil
+	return nil
 }
 
 // close releases the energy files kept open; a later read fails.

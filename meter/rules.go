@@ -3,6 +3,7 @@ package meter
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"time"
@@ -17,10 +18,16 @@ const (
 	MethodRAPL         = "rapl"
 	MethodNVML         = "nvml"
 	MethodCPUTimeModel = "cpu-time-model"
+	// MethodCPUTimeShare: calls on one backend overlapped, so the tree's CPU time between two
+	// span edges is split equally among the calls open then, × W per core. An estimate.
+	MethodCPUTimeShare = "cpu-time-share"
 	MethodGPUModel     = "gpu-model"
 	MethodTokenModel   = "token-model"
-	MethodProcEnergy   = "proc-energy" // macOS: the tree's own CPU energy, proc_pid_rusage ri_energy_nj
-	MethodIOReport     = "ioreport"    // macOS: the GPU rail, IOReport Energy Model / GPU Energy
+	// MethodHostTokenModel: a local backend's processes were not found, so its tokens are
+	// priced at what this host measured per token for the same model (see Meter.learn).
+	MethodHostTokenModel = "host-token-model"
+	MethodProcEnergy     = "proc-energy" // macOS: the tree's own CPU energy, proc_pid_rusage ri_energy_nj
+	MethodIOReport       = "ioreport"    // macOS: the GPU rail, IOReport Energy Model / GPU Energy
 )
 
 // Reasons say, in a stable machine-readable word, why a figure is not measured, or why its
@@ -30,8 +37,10 @@ const (
 	ReasonNoNVML          = "no-nvml"              // the tree used a GPU but NVML cannot measure it
 	ReasonSpanOverlap     = "span-overlap"         // another local span of this proxy overlapped
 	ReasonHostShared      = "host-shared"          // tree + proxy had < 99% of the host's busy CPU time
+	ReasonHostUnknown     = "host-unknown"         // the host's busy time did not move: who used the CPU is unknown
 	ReasonGPUShared       = "gpu-shared"           // the tree had < 99% of the GPU's process time
 	ReasonGPUVanished     = "gpu-process-vanished" // a GPU process of the tree left mid-span
+	ReasonGPUUnattributed = "gpu-unattributed"     // whether the tree used a GPU is unknown (another PID namespace, unreadable descriptors)
 	ReasonProcessVanished = "process-vanished"     // a process of the tree ended mid-span: its CPU time is short
 	ReasonCounterStale    = "counter-stale"        // NVML's counter did not update after the span ended
 	ReasonCounterWrap     = "counter-wrap"         // a RAPL counter may have wrapped more than once
@@ -92,12 +101,19 @@ type spanSample struct {
 	// The token model's prices for this call.
 	PromptTokens, CompletionTokens int
 	JPerPrompt, JPerCompletion     float64
+	// HostJPerToken: what this host measured per output token (a prompt token at
+	// DefaultPromptRatio of one) for the call's model; 0 when it never measured it.
+	HostJPerToken float64
 
 	// The backend's process tree. TreeShort: a process of the tree ended mid-span, so TreeCPU
 	// is only a lower bound.
 	TreeFound bool
 	TreeShort bool
 	TreeCPU   time.Duration
+	// Split: other calls on the same backend overlapped this one, so TreeCPU and WallShare are
+	// this call's equal shares of the tree's time between span edges (see edgeBook).
+	Split     bool
+	WallShare time.Duration
 	ProxyCPU  time.Duration
 	HostBusy  time.Duration // all CPUs' busy time over the span
 	HostErr   error
@@ -119,7 +135,11 @@ type spanSample struct {
 	// (ErrNoData: no NVML). GPUShare: the tree's share of the used devices' process time.
 	// GPUBusy: how many GPUs' worth the tree kept busy over the span, from NVML's per-process
 	// utilisation, for the power model (0 when unknown: the model then assumes one busy GPU).
-	GPUUsed     bool
+	GPUUsed bool
+	// GPUUnknown: whether the tree used a GPU is unknown (it is in no NVML list, but holds a
+	// GPU device node, or its descriptors are unreadable, or NVML lists PIDs of another
+	// namespace): no exact zero.
+	GPUUnknown  bool
 	GPUErr      error
 	GPUJoules   float64
 	GPUShare    float64
@@ -152,6 +172,12 @@ func attribute(s spanSample) energy.Figure {
 	}
 	if !s.TreeFound {
 		rs.add(ReasonNoProcess)
+		if s.HostJPerToken > 0 {
+			f := tokenFigure(s, rs)
+			f.Joules = tokenWeight(s.PromptTokens, s.CompletionTokens) * s.HostJPerToken
+			f.Method = MethodHostTokenModel
+			return f
+		}
 		return tokenFigure(s, rs)
 	}
 
@@ -161,21 +187,29 @@ func attribute(s spanSample) energy.Figure {
 	if s.PerProcess {
 		cpuNoData, cpuMethod = ReasonNoProcEnergy, MethodProcEnergy
 	}
+	if s.Overlap {
+		rs.add(ReasonSpanOverlap) // with or without a counter: the call was not alone
+	}
+	raplErr := s.RAPLErr
+	if raplErr == nil && !s.PerProcess && !s.Overlap && s.RAPLJoules == 0 && s.TreeCPU > 0 {
+		// A host-wide counter that did not move while the tree ran is not a reading.
+		raplErr = errRAPLStill
+	}
 	switch {
-	case s.RAPLErr != nil:
-		rs.add(reasonFor(s.RAPLErr, cpuNoData))
+	case raplErr != nil:
+		rs.add(reasonFor(raplErr, cpuNoData))
 	default:
-		cpuMeasured = true
-		if s.Overlap {
-			cpuMeasured = false
-			rs.add(ReasonSpanOverlap)
-		}
+		cpuMeasured = !s.Overlap
 		if s.PerProcess {
 			// The tree's own counters: a process that vanished took its energy with it.
 			cpuMeasured = cpuMeasured && !s.TreeShort
 		} else if s.HostErr != nil {
 			cpuMeasured = false
 			rs.add(reasonFor(s.HostErr, ReasonCounterError))
+		} else if s.HostBusy == 0 {
+			// Not one tick of busy time on the host: the 99% rule cannot be decided.
+			cpuMeasured = false
+			rs.add(ReasonHostUnknown)
 		} else if !dominant(s.TreeCPU+s.ProxyCPU, s.HostBusy) {
 			cpuMeasured = false
 			rs.add(ReasonHostShared)
@@ -190,10 +224,16 @@ func attribute(s spanSample) energy.Figure {
 	default:
 		f.CPUJoules = s.TreeCPU.Seconds() * s.CPUWatts
 		cpuMethod = MethodCPUTimeModel
+		if s.Split {
+			cpuMethod = MethodCPUTimeShare
+		}
 	}
 
 	gpuMeasured, gpuMethod := true, ""
 	switch {
+	case !s.GPUUsed && s.GPUUnknown:
+		f.Coverage = energy.CoveragePartial
+		rs.add(ReasonGPUUnattributed)
 	case !s.GPUUsed:
 		f.GPUJoules = 0 // exactly: no GPU time, no rail needed
 	case s.GPUVanished:
@@ -205,7 +245,11 @@ func attribute(s spanSample) energy.Figure {
 		if busy <= 0 {
 			busy = 1
 		}
-		f.GPUJoules = s.GPUWatts * s.Wall.Seconds() * busy
+		wall := s.Wall
+		if s.Split {
+			wall = s.WallShare // overlapping calls share the GPU's time as they share the tree's
+		}
+		f.GPUJoules = s.GPUWatts * wall.Seconds() * busy
 		rs.add(reasonFor(s.GPUErr, cmp.Or(s.GPUNoData, ReasonNoNVML)))
 	case s.Overlap || s.GPUShare < dominantShare:
 		f.Coverage = energy.CoveragePartial
@@ -228,9 +272,17 @@ func attribute(s spanSample) energy.Figure {
 	return f
 }
 
+// errRAPLStill says RAPL read 0 J over a span in which the tree used CPU time.
+var errRAPLStill = fmt.Errorf("rapl: %w: 0 J while the tree used CPU time", ErrCounterStale)
+
 // dominant reports whether part is at least 99% of whole.
 func dominant(part, whole time.Duration) bool {
 	return float64(part) >= dominantShare*float64(whole)
+}
+
+// tokenWeight counts a call's tokens in output tokens: a prompt token is DefaultPromptRatio of one.
+func tokenWeight(prompt, completion int) float64 {
+	return float64(completion) + DefaultPromptRatio*float64(prompt)
 }
 
 // tokenFigure prices the call's tokens.

@@ -2,6 +2,7 @@ package meter
 
 import (
 	"errors"
+	"io/fs"
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/energy"
@@ -31,6 +32,17 @@ type Span struct {
 	treeErr error         // why the backend has no process to meter
 	mac     *appleSpan    // a local span's readings on macOS
 	c       *spanCounters // a local span's readings; nil for a remote one or one with no process
+	share   spanShare     // the span's share of its tree's time, booked at span edges
+}
+
+// spanShare is what the edge book (see edgeBook) billed a span: its share of the tree's CPU
+// time (ns) and of the wall time, whether a process vanished in an interval it shared in, and
+// whether another span of its backend was open with it.
+type spanShare struct {
+	cpu   float64
+	wall  time.Duration
+	short bool
+	split bool
 }
 
 // spanCounters is what a local span read at Begin, and room for what End reads.
@@ -46,6 +58,7 @@ type spanCounters struct {
 	cgA      uint64
 	gpuA     gpuSnap
 	gpuB     gpuSnap
+	gpuAlign *gpuAlign // Begin's end of the GPU window, aligned to a counter update
 
 	// Room for the samples of a small tree (Ollama and a runner or two) without allocating.
 	bufA, bufB [8]procSample
@@ -66,7 +79,9 @@ type procSample struct {
 // only after a new PID was handed out on the host (End reads the last PID from /proc/loadavg,
 // and polls the root's pidfd). The host's CPU time, the proxy's and RAPL are read only when a
 // measured CPU figure is possible: RAPL live and no other local span open. NVML is read only
-// when live.
+// when live; then a goroutine waits (bounded) for each GPU counter's next update, the Begin end
+// of the GPU window. The tree's CPU time read here is booked in the backend's edge book, which
+// splits it among overlapping calls.
 func (m *Meter) Begin(backend string) *Span {
 	s := &Span{m: m, start: time.Now()}
 	if m == nil {
@@ -84,7 +99,7 @@ func (m *Meter) Begin(backend string) *Span {
 	m.mu.Unlock()
 
 	if m.mac != nil {
-		s.mac = m.mac.begin(m, s.b)
+		s.mac = m.mac.begin(m, s)
 		s.start = time.Now()
 		return s
 	}
@@ -92,13 +107,19 @@ func (m *Meter) Begin(backend string) *Span {
 		return s // priced by tokens: nothing to read
 	}
 	c := &spanCounters{}
+	s.b.edges.mu.Lock()
 	c.procsA, c.cgA, s.treeErr = m.sampleTree(s.b, c.bufA[:0], false)
+	if s.treeErr == nil {
+		m.book(s.b, s, true, c.procsA, c.cgA, time.Now())
+	}
+	s.b.edges.mu.Unlock()
 	if s.treeErr != nil {
 		return s
 	}
 	s.c = c
 	if m.gpu != nil {
 		m.gpu.snapshot(&c.gpuA)
+		c.gpuAlign = m.gpu.alignBegin(&c.gpuA)
 	}
 	if m.rapl != nil && !s.overlap {
 		c.hostRead = true
@@ -135,11 +156,12 @@ func (s *Span) End(w Work) energy.Figure {
 	in.CPUWatts, in.GPUWatts = m.opts.CPUWattsPerCore, m.opts.GPUWatts
 	if s.treeErr != nil {
 		m.closeSpan(s)
+		in.HostJPerToken = m.hostJPerToken(w.Model)
 		s.fig = attribute(in) // no tree: priced by tokens, reason no-process
 		return s.fig
 	}
 	if s.mac != nil {
-		m.mac.end(m, s.b, s.mac, &in)
+		m.mac.end(m, s, &in)
 		in.Overlap = m.closeSpan(s)
 		s.fig = attribute(in)
 		s.logSpan(&in)
@@ -153,8 +175,41 @@ func (s *Span) End(w Work) energy.Figure {
 	s.addTree(&in, &e)
 	s.addGPU(&in, &e)
 	s.fig = attribute(in)
+	m.learn(w, s.fig)
 	s.logSpan(&in)
 	return s.fig
+}
+
+// hostTokens is what this host measured for one model: joules and tokens (in output tokens).
+type hostTokens struct{ joules, tokens float64 }
+
+// learn keeps a measured, whole figure of a completed call as this host's J per token for its
+// model, for the calls whose processes cannot be found (hostJPerToken).
+func (m *Meter) learn(w Work, f energy.Figure) {
+	tok := tokenWeight(w.PromptTokens, w.CompletionTokens)
+	if w.Failed || w.Model == "" || tok <= 0 || !f.Measured() || f.Coverage != energy.CoverageWhole {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.perToken == nil {
+		m.perToken = map[string]hostTokens{}
+	}
+	h := m.perToken[w.Model]
+	h.joules += f.Joules
+	h.tokens += tok
+	m.perToken[w.Model] = h
+}
+
+// hostJPerToken is this host's measured J per output token for model; 0 when it has none.
+func (m *Meter) hostJPerToken(model string) float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h, ok := m.perToken[model]
+	if !ok || h.tokens <= 0 || h.joules <= 0 {
+		return 0
+	}
+	return h.joules / h.tokens
 }
 
 // endReadings is what End reads at a local span's end.
@@ -185,7 +240,14 @@ func (s *Span) readEnd(e *endReadings) {
 	if m.gpu != nil {
 		m.gpu.snapshot(&c.gpuB)
 	}
+	s.b.edges.mu.Lock()
 	e.procs, e.cg, e.treeErr = m.sampleTree(s.b, c.bufB[:0], true)
+	if e.treeErr == nil {
+		m.book(s.b, s, false, e.procs, e.cg, time.Now())
+	} else {
+		s.b.edges.leave(s)
+	}
+	s.b.edges.mu.Unlock()
 }
 
 // addCPU puts the RAPL delta, or why there is none, into in, and the host's and the proxy's CPU
@@ -218,21 +280,19 @@ func (s *Span) addCPU(in *spanSample, e *endReadings) {
 	}
 }
 
-// addTree puts the tree's CPU time over the span into in: the cgroup's delta, or the sum of its
-// processes' (short when one vanished).
+// addTree puts the tree's CPU time over the span into in, as the edge book billed it: the
+// cgroup's delta, or the sum of its processes' (short when one vanished); when other spans of
+// the backend were open with this one, only this span's share of it, and its share of the wall
+// time.
 func (s *Span) addTree(in *spanSample, e *endReadings) {
 	if e.treeErr != nil {
 		return
 	}
-	c := s.c
 	in.TreeFound = true
-	if s.b.cgroup != "" {
-		in.TreeCPU = time.Duration(e.cg - min(e.cg, c.cgA))
-		return
+	in.TreeCPU, in.TreeShort = time.Duration(s.share.cpu), s.share.short
+	if s.share.split {
+		in.Split, in.WallShare = true, s.share.wall
 	}
-	st := spanStart{m: s.m, start: s.start}
-	ns, short := treeDelta(c.procsA, e.procs, st.started)
-	in.TreeCPU, in.TreeShort = time.Duration(ns), short
 }
 
 // addGPU puts the GPU side into in: NVML's attribution when live, else whether a process of
@@ -252,19 +312,58 @@ func (s *Span) addGPU(in *spanSample, e *endReadings) {
 			}
 			return false
 		}
-		r := m.gpu.attribute(&c.gpuA, &c.gpuB, inTree, s.start)
+		r := m.gpu.attribute(&c.gpuA, &c.gpuB, c.gpuAlign, inTree, s.start)
 		in.GPUUsed, in.GPUErr, in.GPUJoules, in.GPUShare = r.Used, r.Err, r.Joules, r.Share
 		in.GPUVanished, in.GPUBusy = r.Vanished, r.Busy
+		if !r.Used {
+			// In no NVML list. Exact zero needs evidence as well: no process of the tree holds
+			// a GPU device node, and every PID NVML lists is a process of our /proc (NVML lists
+			// host PIDs, which a container's /proc does not show).
+			held, known := s.treeHoldsGPU(e.procs)
+			in.GPUUnknown = held || !known || m.foreignGPUPIDs(&c.gpuA, &c.gpuB)
+		}
 	case m.hostGPU:
 		// No NVML: a process that holds no GPU device open had no GPU time.
-		for _, p := range e.procs {
-			if s.b.usesGPU(m.proc, p.pid) {
-				in.GPUUsed = true
-				in.GPUErr = m.gpuErr
-				break
+		held, known := s.treeHoldsGPU(e.procs)
+		switch {
+		case held:
+			in.GPUUsed = true
+			in.GPUErr = m.gpuErr
+		case !known:
+			in.GPUUnknown = true
+		}
+	}
+}
+
+// treeHoldsGPU reports whether a process of the tree holds a GPU device node open, and whether
+// that is known: every process's descriptors could be read.
+func (s *Span) treeHoldsGPU(procs []procSample) (held, known bool) {
+	known = true
+	for _, p := range procs {
+		used, err := s.b.usesGPU(s.m.proc, p.pid)
+		if used {
+			return true, true
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			known = false // unreadable: it may hold one
+		}
+	}
+	return false, known
+}
+
+// foreignGPUPIDs reports whether NVML listed, at either end of the span, a PID that is no
+// process of our /proc: one of another PID namespace, which may be ours under another number.
+func (m *Meter) foreignGPUPIDs(snaps ...*gpuSnap) bool {
+	for _, sn := range snaps {
+		for _, ps := range sn.pids {
+			for _, p := range ps {
+				if _, err := m.proc.stat(int(p)); err != nil {
+					return true
+				}
 			}
 		}
 	}
+	return false
 }
 
 // logSpan logs what a local span's figure was made of, at debug level.
