@@ -86,7 +86,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		s.finishStream(w, sw, &res, o, err)
 	case err != nil:
 		// The walk ran: what it spent, and its receipt, go on the error response too.
-		setEnergyHeaders(w.Header().Set, o)
+		setEnergyHeaders(w.Header(), o)
 		writeError(w, o.apiErr)
 	default:
 		s.writeAnswer(w, res.Answer, o)
@@ -180,7 +180,7 @@ func (s *Server) writeAnswer(w http.ResponseWriter, ans *cascade.Answer, o outco
 		return
 	}
 	h := w.Header()
-	setEnergyHeaders(h.Set, o)
+	setEnergyHeaders(h, o)
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
@@ -286,7 +286,15 @@ func (s *Server) setBudgetHeader(h http.Header, tenant string) {
 
 func formatJoules(j float64) string { return strconv.FormatFloat(j, 'f', -1, 64) }
 
-func setEnergyHeaders(set func(k, v string), o outcome) {
+// setEnergyHeaders sets the X-EOC headers of o. The names are canonical constants, so the map
+// entries are set directly, and all the values share one backing array: one allocation where
+// Header.Set makes one per header.
+func setEnergyHeaders(h http.Header, o outcome) {
+	vals := make([]string, 0, 9)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
 	set(HeaderJoules, formatJoules(o.fig.Joules))
 	set(HeaderStage, o.stage)
 	set(HeaderEnergy, string(o.fig.Grade))

@@ -60,12 +60,12 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	o := s.settle(st, resv, err, start, lf)
 	setBackendHeaders(w.Header(), st.backend, st.backendAttempts)
 	if err != nil {
-		setEnergyHeaders(w.Header().Set, o)
+		setEnergyHeaders(w.Header(), o)
 		writeError(w, o.apiErr)
 		return
 	}
 	h := w.Header()
-	setEnergyHeaders(h.Set, o)
+	setEnergyHeaders(h, o)
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)

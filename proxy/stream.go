@@ -145,5 +145,5 @@ func (s *Server) finishStream(w http.ResponseWriter, sw *sseWriter, res *cascade
 	if err := sw.write([]byte("data: [DONE]\n\n")); err != nil {
 		return
 	}
-	setEnergyHeaders(w.Header().Set, o)
+	setEnergyHeaders(w.Header(), o)
 }
