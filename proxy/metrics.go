@@ -30,7 +30,8 @@ func newMetrics(reg prometheus.Registerer, router *cascade.Router) *metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eoc_requests_total",
 			Help: "Chat completion and embeddings requests by answering stage, model and HTTP status."}, []string{"stage", "model", "status"}),
 		joules: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eoc_joules_total",
-			Help: "Joules spent answering, by stage, model and grade (measured or estimated)."}, []string{"stage", "model", "grade"}),
+			Help: "Joules spent answering, by stage, model, grade (measured or estimated) and coverage (whole, or partial: a part such as the GPU has no figure)."},
+			[]string{"stage", "model", "grade", "coverage"}),
 		saved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eoc_joules_saved_total",
 			Help: "Joules that memoized answers saved: what their original answers cost."}, []string{"stage", "model"}),
 		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "eoc_stage_duration_seconds",
@@ -77,7 +78,7 @@ func (m *metrics) observe(stage string, attempts []cascade.Attempt, answered boo
 		m.stage.WithLabelValues(a.Stage, outcome).Observe(a.Duration.Seconds())
 	}
 	if answered {
-		m.joules.WithLabelValues(stage, model, string(e.Grade)).Add(e.Joules)
+		m.joules.WithLabelValues(stage, model, string(e.Grade), e.Coverage).Add(e.Joules)
 		if e.Saved > 0 {
 			m.saved.WithLabelValues(stage, model).Add(e.Saved)
 		}

@@ -586,7 +586,7 @@ func TestMetricsAfterKnownSequence(t *testing.T) {
 	if !regexp.MustCompile(`eoc_meter_counter_live\{counter="rapl"\} [01]\n`).Match(body) {
 		t.Error("no eoc_meter_counter_live for rapl")
 	}
-	if !regexp.MustCompile(`eoc_joules_total\{grade="estimated",model="fake-model",stage="neural"\} [0-9.e+-]+`).Match(body) {
+	if !regexp.MustCompile(`eoc_joules_total\{coverage="whole",grade="estimated",model="fake-model",stage="neural"\} [0-9.e+-]+`).Match(body) {
 		t.Error("no eoc_joules_total for the neural calls")
 	}
 	if !regexp.MustCompile(`eoc_joules_saved_total\{model="fake-model",stage="cache"\} [1-9]`).Match(body) && !regexp.MustCompile(`eoc_joules_saved_total\{model="fake-model",stage="cache"\} 0\.[0-9]*[1-9]`).Match(body) {
