@@ -128,7 +128,7 @@ func (c *darwinCPU) Children(pid int, dst []int) ([]int, error) {
 // darwinGPU reads the GPU rail through IOReport and the GPU clients through IOKit.
 type darwinGPU struct {
 	sub, subbed uintptr // the IOReport subscription to the Energy Model group
-	strs        map[string]uintptr
+	keys        cfKeys  // made once in newDarwinGPU, read-only after
 
 	// CoreFoundation
 	cfStringCreate   func(alloc uintptr, s string, enc uint32) uintptr
@@ -163,7 +163,7 @@ type darwinGPU struct {
 var _ appleGPUReader = (*darwinGPU)(nil)
 
 func newDarwinGPU() (*darwinGPU, error) {
-	g := &darwinGPU{strs: map[string]uintptr{}}
+	g := &darwinGPU{}
 	libs := map[string]map[string]any{
 		libCF: {
 			"CFStringCreateWithCString": &g.cfStringCreate, "CFStringGetCString": &g.cfStringGetC,
@@ -196,12 +196,12 @@ func newDarwinGPU() (*darwinGPU, error) {
 			}
 		}
 	}
-	// Every CFString key is made now, so strs is read-only once the reader is shared: Rail and
+	// Every CFString key is made now, so the reader shares only read-only state: Rail and
 	// Clients run concurrently (the rail watcher beside request goroutines).
-	for _, k := range []string{railGroup, "IOReportChannels", "IOUserClientCreator", "AppUsage", "accumulatedGPUTime"} {
-		g.strs[k] = g.cfStringCreate(0, k, cfStringUTF8)
-	}
-	channels := g.copyChannels(g.str(railGroup), 0, 0, 0, 0)
+	key := func(k string) uintptr { return g.cfStringCreate(0, k, cfStringUTF8) }
+	g.keys = cfKeys{rail: key(railGroup), channels: key("IOReportChannels"), creator: key("IOUserClientCreator"),
+		appUsage: key("AppUsage"), gpuTime: key("accumulatedGPUTime")}
+	channels := g.copyChannels(g.keys.rail, 0, 0, 0, 0)
 	if channels == 0 {
 		return nil, fmt.Errorf("%w: IOReport has no %q group", ErrNoData, railGroup)
 	}
@@ -219,15 +219,8 @@ func newDarwinGPU() (*darwinGPU, error) {
 	return g, nil
 }
 
-// str is one of the CFString keys newDarwinGPU made for the life of the reader. strs is never
-// written after newDarwinGPU returns, so concurrent readers need no lock.
-func (g *darwinGPU) str(s string) uintptr {
-	v, ok := g.strs[s]
-	if !ok {
-		panic("meter: CFString key " + s + " was not made in newDarwinGPU")
-	}
-	return v
-}
+// cfKeys are the CFString keys the reader looks up, kept for its life.
+type cfKeys struct{ rail, channels, creator, appUsage, gpuTime uintptr }
 
 // goString copies a CFString; "" for anything else.
 func (g *darwinGPU) goString(s uintptr) string {
@@ -262,7 +255,7 @@ func (g *darwinGPU) Rail() (uint64, error) {
 		return 0, errors.New("IOReportCreateSamples failed")
 	}
 	defer g.cfRelease(samples)
-	arr := g.cfDictGet(samples, g.str("IOReportChannels"))
+	arr := g.cfDictGet(samples, g.keys.channels)
 	if arr == 0 || g.cfGetTypeID(arr) != g.cfArrayTypeID() {
 		return 0, errors.New("IOReport samples hold no channels")
 	}
@@ -313,7 +306,7 @@ func (g *darwinGPU) client(entry uint32) (gpuClient, bool) {
 		return gpuClient{}, false
 	}
 	defer g.cfRelease(props)
-	pid, ok := parseClientCreator(g.goString(g.cfDictGet(props, g.str("IOUserClientCreator"))))
+	pid, ok := parseClientCreator(g.goString(g.cfDictGet(props, g.keys.creator)))
 	if !ok {
 		return gpuClient{}, false
 	}
@@ -321,14 +314,14 @@ func (g *darwinGPU) client(entry uint32) (gpuClient, bool) {
 	if g.entryID(entry, &cl.id) != 0 {
 		return gpuClient{}, false
 	}
-	usage := g.cfDictGet(props, g.str("AppUsage"))
+	usage := g.cfDictGet(props, g.keys.appUsage)
 	if usage != 0 && g.cfGetTypeID(usage) == g.cfArrayTypeID() {
 		for i := range g.cfArrayCount(usage) {
 			u := g.cfArrayAt(usage, i)
 			if u == 0 || g.cfGetTypeID(u) != g.cfDictTypeID() {
 				continue
 			}
-			if ns, ok := g.int64Of(g.cfDictGet(u, g.str("accumulatedGPUTime"))); ok && ns > 0 {
+			if ns, ok := g.int64Of(g.cfDictGet(u, g.keys.gpuTime)); ok && ns > 0 {
 				cl.ns += uint64(ns)
 			}
 		}
