@@ -26,6 +26,16 @@ type Config struct {
 	Meter    Meter     `yaml:"meter"`
 	Auth     Auth      `yaml:"auth"`
 	Ledger   Ledger    `yaml:"ledger"`
+	// Redis, when set, is the store replicas share (cache, kv learning, budgets, rate limits).
+	Redis Redis `yaml:"redis"`
+	// ReplicaID names this replica in ledger records and file names (default: the hostname).
+	ReplicaID string `yaml:"replica_id"`
+}
+
+// Redis is the store that several replicas share. No URL: each replica keeps its own state.
+type Redis struct {
+	// URL is redis://[user:${REDIS_PASSWORD}@]host:port/db, or rediss:// for TLS.
+	URL Secret `yaml:"url"`
 }
 
 // Limits bound each request.
@@ -162,6 +172,13 @@ type Key struct {
 	ID     string  `yaml:"id"`
 	Key    Secret  `yaml:"key"`
 	Budget *Budget `yaml:"budget"`
+	Limits *Rate   `yaml:"limits"`
+}
+
+// Rate limits a key's calls per minute: RPM requests and TPM completion tokens (0: no limit).
+type Rate struct {
+	RPM int `yaml:"rpm"`
+	TPM int `yaml:"tpm"`
 }
 
 // Budget limits a key's joules per period.

@@ -35,6 +35,7 @@ func (c *Config) Validate(reg Registry) error {
 	c.validateMeter(&p)
 	c.validateAuth(&p)
 	c.validateLedger(&p)
+	c.validateReplicas(&p)
 	return errors.Join(p...)
 }
 

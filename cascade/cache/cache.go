@@ -24,7 +24,9 @@ var (
 // (tenant, model, dimensions, texts) was embedded before. Both share one LRU; their keys are
 // hashed with different prefixes. It is safe for concurrent use.
 type Stage struct {
-	lru *expirable.LRU[string, entry]
+	lru    *expirable.LRU[string, entry]
+	remote Remote        // nil: the LRU is the whole cache
+	ttl    time.Duration // the remote tier's TTL
 }
 
 // entry is one stored answer or one stored set of vectors.
@@ -35,18 +37,27 @@ type entry struct {
 
 // New returns a cache of at most maxEntries answers and vector sets, each kept for ttl.
 func New(maxEntries int, ttl time.Duration) *Stage {
-	return &Stage{lru: expirable.NewLRU[string, entry](maxEntries, nil, ttl)}
+	return &Stage{lru: expirable.NewLRU[string, entry](maxEntries, nil, ttl), ttl: ttl}
+}
+
+// NewShared returns a cache whose answers live in remote for ttl, with an in-process LRU of at
+// most maxEntries in front of it for NearTTL (or ttl, when shorter).
+func NewShared(maxEntries int, ttl time.Duration, remote Remote) *Stage {
+	return &Stage{lru: expirable.NewLRU[string, entry](maxEntries, nil, min(ttl, NearTTL)), remote: remote, ttl: ttl}
 }
 
 // Name is "cache".
 func (*Stage) Name() string { return "cache" }
 
 // Serve returns the stored answer for the request's key, or cascade.ErrMiss.
-func (s *Stage) Serve(_ context.Context, req *cascade.Request, _ cascade.Sink) (*cascade.Answer, error) {
+func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink) (*cascade.Answer, error) {
 	if req.NoCache {
 		return nil, cascade.ErrMiss
 	}
 	ent, ok := s.lru.Get(req.Key())
+	if !ok {
+		ent, ok = s.remoteGet(ctx, req.Tenant, req.Key())
+	}
 	if !ok || ent.ans == nil {
 		return nil, cascade.ErrMiss
 	}
@@ -65,17 +76,21 @@ func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {
 	if !ans.Complete {
 		return
 	}
-	stored := *ans
-	s.lru.Add(req.Key(), entry{ans: &stored})
+	kept := *ans
+	s.lru.Add(req.Key(), entry{ans: &kept})
+	s.remoteSet(req.Tenant, req.Key(), stored{Answer: &kept, Cost: cascade.OriginalCost(ans)})
 }
 
 // ServeEmbed returns the stored vectors for the call's key, or cascade.ErrMiss. Embeddings are
 // deterministic, so a repeat is answered without the upstream.
-func (s *Stage) ServeEmbed(_ context.Context, call *cascade.EmbedCall) (*cascade.Embeddings, error) {
+func (s *Stage) ServeEmbed(ctx context.Context, call *cascade.EmbedCall) (*cascade.Embeddings, error) {
 	if call.NoCache {
 		return nil, cascade.ErrMiss
 	}
 	ent, ok := s.lru.Get(call.Key())
+	if !ok {
+		ent, ok = s.remoteGet(ctx, call.Tenant, call.Key())
+	}
 	if !ok || ent.emb == nil {
 		return nil, cascade.ErrMiss
 	}
@@ -91,8 +106,13 @@ func (s *Stage) ServeEmbed(_ context.Context, call *cascade.EmbedCall) (*cascade
 
 // LearnEmbed stores vectors under the call's key.
 func (s *Stage) LearnEmbed(call *cascade.EmbedCall, e *cascade.Embeddings) {
-	stored := *e
-	s.lru.Add(call.Key(), entry{emb: &stored})
+	kept := *e
+	s.lru.Add(call.Key(), entry{emb: &kept})
+	saved := e.Energy.Saved
+	if saved <= 0 {
+		saved = e.Energy.Joules
+	}
+	s.remoteSet(call.Tenant, call.Key(), stored{Vectors: e.Vectors, PromptTokens: e.PromptTokens, Cost: saved})
 }
 
 // Len is the number of stored answers.

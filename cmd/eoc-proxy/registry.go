@@ -15,6 +15,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade/graph"
 	"github.com/eoc-proxy/eoc-proxy/cascade/kv"
 	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
+	"github.com/eoc-proxy/eoc-proxy/cluster"
 	"github.com/eoc-proxy/eoc-proxy/config"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/ledger"
@@ -30,7 +31,8 @@ type stageDeps struct {
 	files  fs.FS
 	log    zerolog.Logger // the root logger; each factory names its component
 	prom   *prometheus.Registry
-	app    *app // for closers and SIGHUP reloads
+	app    *app            // for closers and SIGHUP reloads
+	shared *cluster.Client // the Redis replicas share; nil without one
 }
 
 // stageFactory builds the stage eoc.yaml lists under its name.
@@ -143,6 +145,9 @@ func component(log zerolog.Logger, name string) zerolog.Logger {
 
 func newCacheStage(d *stageDeps) (cascade.Stage, error) {
 	cs := cache.New(d.cfg.Cascade.Cache.MaxEntries, d.cfg.Cascade.Cache.TTL.D())
+	if d.shared != nil {
+		cs = cache.NewShared(d.cfg.Cascade.Cache.MaxEntries, d.cfg.Cascade.Cache.TTL.D(), d.shared.Cache())
+	}
 	d.prom.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eoc_cache_entries", Help: "Answers in the exact-match cache."},
 		func() float64 { return float64(cs.Len()) }))
 	return cs, nil

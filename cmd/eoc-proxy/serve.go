@@ -179,7 +179,12 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 	// One running figure per model of what a neural call costs here: the neural stage feeds it,
 	// and kv seeds and graph answers report it as what they saved.
 	costs := energy.NewTracker(energy.DefaultTrackerWeight)
-	deps := &stageDeps{cfg: cfg, costs: costs, router: router, meter: m, files: files, log: log, prom: reg, app: a}
+	shared, err := openCluster(cfg, reg, component(log, "redis"), a)
+	if err != nil {
+		a.close()
+		return nil, err
+	}
+	deps := &stageDeps{cfg: cfg, costs: costs, router: router, meter: m, files: files, log: log, prom: reg, app: a, shared: shared}
 	stages := make([]cascade.Stage, 0, len(cfg.Cascade.Stages))
 	for _, name := range cfg.Cascade.Stages {
 		newStage, ok := stageFactories[name]

@@ -1,0 +1,191 @@
+// Package cluster is the Redis plumbing that lets several eoc-proxy replicas share the exact
+// cache, kv learning, joule budgets and rate limits. It is the only package that imports the
+// Redis client: the cascade and the edge declare the small interfaces they need (cache.Remote,
+// kv.Shared, proxy.SharedBudgets, proxy.SharedLimits) and this package implements them.
+//
+// Redis going away degrades, never fails: every operation returns ErrDown (or the cache a miss)
+// at once while Redis is unreachable, the callers fall back to their local state, the outage is
+// logged once and eoc_redis_up reads 0; a background ping notices when Redis is back.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/rs/zerolog"
+)
+
+// ErrDown is returned while Redis is unreachable: the caller uses its local state.
+var ErrDown = errors.New("redis is unreachable")
+
+// Options configure the connection.
+type Options struct {
+	// URL is redis://[user:password@]host:port/db, or rediss:// for TLS.
+	URL string
+	// ReplicaID names this replica in what it publishes, so it can skip its own entries.
+	ReplicaID string
+	Logger    zerolog.Logger
+	// Registry, when set, gets the eoc_redis_up gauge.
+	Registry prometheus.Registerer
+	// OpTimeout bounds one operation (default 1s): past it, Redis counts as down.
+	OpTimeout time.Duration
+	// Probe is how often a down Redis is pinged, and an up one checked (default 500ms).
+	Probe time.Duration
+}
+
+// Client is one replica's connection to the shared store. It is safe for concurrent use.
+type Client struct {
+	rdb     *redis.Client
+	replica string
+	log     zerolog.Logger
+	opTO    time.Duration
+	probe   time.Duration
+	up      atomic.Bool
+	gauge   prometheus.Gauge
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+	backFns []func() // run when Redis comes back (after an outage)
+	mu      sync.Mutex
+}
+
+// Open parses the URL and starts watching Redis. An unreachable Redis is not an error: the
+// client starts down and comes up when Redis answers.
+func Open(o Options) (*Client, error) {
+	ro, err := redis.ParseURL(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	if o.OpTimeout <= 0 {
+		o.OpTimeout = time.Second
+	}
+	if o.Probe <= 0 {
+		o.Probe = 500 * time.Millisecond
+	}
+	ro.DialTimeout = o.OpTimeout
+	ro.ReadTimeout = o.OpTimeout
+	ro.WriteTimeout = o.OpTimeout
+	ro.PoolTimeout = 2 * o.OpTimeout
+	ro.MaxRetries = 1 // one retry on a fresh connection after a restart, no more
+	ro.DisableIdentity = true
+	ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	c := &Client{
+		rdb: redis.NewClient(ro), replica: o.ReplicaID, log: o.Logger, opTO: o.OpTimeout, probe: o.Probe,
+		gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eoc_redis_up",
+			Help: "1 while the shared Redis answers, 0 while replicas run on local state."}),
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	if o.Registry != nil {
+		if err := o.Registry.Register(c.gauge); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.OpTimeout)
+	err = c.rdb.Ping(ctx).Err()
+	cancel()
+	if err != nil {
+		c.logDown(err)
+	} else {
+		c.up.Store(true)
+		c.gauge.Set(1)
+	}
+	go c.watch()
+	return c, nil
+}
+
+// Replica is this replica's id.
+func (c *Client) Replica() string { return c.replica }
+
+// Up reports whether Redis answered the last operation.
+func (c *Client) Up() bool { return c.up.Load() }
+
+// OnBack registers f to run (in its own goroutine) each time Redis comes back after an outage.
+func (c *Client) OnBack(f func()) {
+	c.mu.Lock()
+	c.backFns = append(c.backFns, f)
+	c.mu.Unlock()
+}
+
+// Close stops the watcher and closes the connections.
+func (c *Client) Close() error {
+	c.once.Do(func() { close(c.stop) })
+	<-c.done
+	return c.rdb.Close()
+}
+
+func (c *Client) watch() {
+	defer close(c.done)
+	t := time.NewTicker(c.probe)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.opTO)
+		err := c.rdb.Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			c.markDown(err)
+			continue
+		}
+		c.markUp()
+	}
+}
+
+// markDown notes an outage: logged once, when Redis goes from up to down.
+func (c *Client) markDown(err error) {
+	if c.up.CompareAndSwap(true, false) {
+		c.logDown(err)
+	}
+}
+
+func (c *Client) logDown(err error) {
+	c.gauge.Set(0)
+	c.log.Warn().Err(err).Msg("redis unreachable: cache, budgets and limits are local to this replica until it is back")
+}
+
+func (c *Client) markUp() {
+	if !c.up.CompareAndSwap(false, true) {
+		return
+	}
+	c.gauge.Set(1)
+	c.log.Info().Msg("redis is back: sharing resumes")
+	c.mu.Lock()
+	fns := append([]func(){}, c.backFns...)
+	c.mu.Unlock()
+	for _, f := range fns {
+		go f()
+	}
+}
+
+// do runs one operation under the op timeout, unless Redis is down. A connection failure marks
+// Redis down; a reply error (a script's) or a cancelled caller does not.
+func (c *Client) do(ctx context.Context, op func(ctx context.Context) error) error {
+	if !c.up.Load() {
+		return ErrDown
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opTO)
+	defer cancel()
+	err := op(ctx)
+	if err == nil || errors.Is(err, redis.Nil) {
+		return err
+	}
+	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return err // the caller went away
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		return err // Redis answered, with an error
+	}
+	c.markDown(err)
+	return fmt.Errorf("%w: %w", ErrDown, err)
+}
