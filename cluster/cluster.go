@@ -10,6 +10,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -188,4 +190,11 @@ func (c *Client) do(ctx context.Context, op func(ctx context.Context) error) err
 	}
 	c.markDown(err)
 	return fmt.Errorf("%w: %w", ErrDown, err)
+}
+
+// newID names one reservation or published entry: random, unique across replicas.
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -13,26 +13,70 @@ type Budget struct {
 	Per    string // "day" or "month"
 }
 
-// budgetBook admits calls against joule budgets. A call's cost is known only when it ends, so
-// admission reserves the most any call of that key has cost so far; until a key has a settled
-// call, it admits one call at a time. Settling replaces the reservation with the real cost, so
-// concurrent calls cannot together pass the budget by more than the amount a call exceeds the
-// largest cost seen before it; while a key's first call is being priced, the next ones wait. Estimated and measured joules count alike.
-// A budgetBook is safe for concurrent use.
+// The admission rule, the same in this process and in Redis (cluster.Budgets): a call's cost is
+// known only when it ends, so admission reserves budgetHeadroom times the largest cost the key
+// has seen, for every call in flight, re-priced whenever a call costs more. Concurrent calls
+// are admitted while all those reservations fit in what is left; past that, calls run one at a
+// time, each admitted only while the key has spent less than its budget. Until a key has a
+// priced call, its calls also run one at a time. So a key spends at most its budget plus one
+// call, unless calls running together each cost more than budgetHeadroom times the dearest
+// call before them. Estimated and measured joules count alike.
+const budgetHeadroom = 2
+
+// Verdicts of an admission.
+const (
+	verdictAdmit = 0 // reserved
+	verdictWait  = 1 // the key's first or last calls run alone: try again when one settles
+	verdictOver  = 2 // the budget is spent
+)
+
+// decide is the admission rule on one key's figures.
+func decide(spent, limit, maxCost float64, inFlight int) int {
+	r := budgetHeadroom * maxCost
+	switch {
+	case spent >= limit:
+		return verdictOver
+	case maxCost <= 0 && inFlight > 0:
+		return verdictWait
+	case inFlight == 0 || spent+float64(inFlight+1)*r <= limit:
+		return verdictAdmit
+	default:
+		return verdictWait
+	}
+}
+
+// SharedBudgets keeps the budget figures where every replica sees them and applies the same
+// rule atomically (cluster.Budgets, a Lua script on Redis). reserved is what the calls in
+// flight on every replica hold. An error means the store cannot answer: the book then uses
+// its own figures for this replica alone.
+type SharedBudgets interface {
+	// Admit applies the rule to key for period; on verdictAdmit, id names the reservation.
+	Admit(ctx context.Context, key, period string, limit, headroom float64, hold time.Duration) (id string, verdict int, spent, reserved float64, err error)
+	// Settle books cost and ends reservation id ("" for a call admitted locally).
+	Settle(ctx context.Context, key, period, id string, cost, headroom float64) (spent, reserved float64, err error)
+	// Usage is key's spent and reserved joules for period.
+	Usage(ctx context.Context, key, period string, headroom float64) (spent, reserved float64, err error)
+}
+
+// sharedHold is how long a shared reservation lives when its replica never settles it (a
+// crash): past it, the call no longer counts as in flight.
+const sharedHold = 15 * time.Minute
+
+// budgetBook admits calls against joule budgets, on its own figures or on shared ones. It is
+// safe for concurrent use.
 type budgetBook struct {
-	mu    sync.Mutex
-	now   func() time.Time
-	books map[string]*keyBook
+	mu     sync.Mutex
+	now    func() time.Time
+	books  map[string]*keyBook
+	shared SharedBudgets // nil: this replica's figures are the budget's
 }
 
 type keyBook struct {
 	budget   Budget
 	period   string  // the period the figures belong to, e.g. "2026-12-02" or "2026-12"
 	spent    float64 // settled joules this period
-	reserved float64 // reservations of calls in flight
-	inFlight int
-	maxCost  float64 // the largest settled cost, ever: the next reservation
-	settled  bool
+	inFlight int     // calls admitted locally and not settled
+	maxCost  float64 // the largest settled cost, ever
 	changed  chan struct{} // closed and replaced at every settle, to wake waiting admissions
 }
 
@@ -58,24 +102,102 @@ func (k *keyBook) roll(t time.Time) {
 	}
 }
 
+// reserved is what the calls in flight hold.
+func (k *keyBook) reserved() float64 { return float64(k.inFlight) * budgetHeadroom * k.maxCost }
+
 // reservation is an admitted call's claim; settle it exactly once.
 type reservation struct {
 	key    string
 	amount float64
-	period string
+	shared string // the shared reservation's id; "" when admitted on local figures
 }
 
-// admit reserves room for one call of key, or returns a 429 stating the budget. Keys without a
-// budget are always admitted (ok with a zero reservation).
+func (b *budgetBook) over(key string, k *keyBook, spent float64) *APIError {
+	return &APIError{Status: 429, Type: "insufficient_quota", Code: "joule_budget_exceeded",
+		Message: fmt.Sprintf("joule budget exceeded: key %q has used %.6g J of its %.6g J per %s budget", key, spent, k.budget.Joules, k.budget.Per)}
+}
+
+// admit reserves room for one call of key, waiting (at most as long as ctx) while the rule says
+// wait, or returns a 429 stating the budget. Keys without a budget are always admitted (ok
+// with a zero reservation).
 func (b *budgetBook) admit(ctx context.Context, key string) (reservation, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	k, ok := b.books[key]
+	b.mu.Unlock()
 	if !ok {
 		return reservation{}, nil
 	}
-	for !k.settled && k.inFlight > 0 {
-		// No call of this key has been priced yet: wait for the first to settle.
+	if b.shared != nil {
+		r, err, done := b.admitShared(ctx, key, k)
+		if done {
+			return r, err
+		}
+	}
+	return b.admitLocal(ctx, key, k)
+}
+
+// admitShared admits on the shared figures; done is false when the store cannot answer.
+func (b *budgetBook) admitShared(ctx context.Context, key string, k *keyBook) (_ reservation, _ error, done bool) {
+	pause := 2 * time.Millisecond
+	for {
+		period := periodOf(k.budget.Per, b.now())
+		id, verdict, spent, _, err := b.shared.Admit(ctx, key, period, k.budget.Joules, budgetHeadroom, sharedHold)
+		if err != nil {
+			if ctx.Err() != nil {
+				return reservation{}, ctx.Err(), true
+			}
+			return reservation{}, nil, false
+		}
+		b.mirror(k, period, spent)
+		switch verdict {
+		case verdictAdmit:
+			b.mu.Lock()
+			amount := budgetHeadroom * k.maxCost
+			b.mu.Unlock()
+			return reservation{key: key, amount: amount, shared: id}, nil, true
+		case verdictOver:
+			return reservation{}, b.over(key, k, spent), true
+		}
+		// Another replica's call is being priced, or the last calls run alone: poll, waking early
+		// when one of this replica's calls settles.
+		b.mu.Lock()
+		changed := k.changed
+		b.mu.Unlock()
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return reservation{}, ctx.Err(), true
+		case <-changed:
+			t.Stop()
+		case <-t.C:
+		}
+		pause = min(2*pause, 50*time.Millisecond)
+	}
+}
+
+// mirror keeps the shared spend as the local figure, so an outage starts from it.
+func (b *budgetBook) mirror(k *keyBook, period string, spent float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k.roll(b.now())
+	if k.period == period {
+		k.spent = spent
+	}
+}
+
+func (b *budgetBook) admitLocal(ctx context.Context, key string, k *keyBook) (reservation, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for {
+		k.roll(b.now())
+		switch decide(k.spent, k.budget.Joules, k.maxCost, k.inFlight) {
+		case verdictAdmit:
+			k.inFlight++
+			return reservation{key: key, amount: budgetHeadroom * k.maxCost}, nil
+		case verdictOver:
+			return reservation{}, b.over(key, k, k.spent)
+		}
 		changed := k.changed
 		b.mu.Unlock()
 		select {
@@ -86,51 +208,58 @@ func (b *budgetBook) admit(ctx context.Context, key string) (reservation, error)
 		}
 		b.mu.Lock()
 	}
-	k.roll(b.now())
-	over := func() *APIError {
-		return &APIError{Status: 429, Type: "insufficient_quota", Code: "joule_budget_exceeded",
-			Message: fmt.Sprintf("joule budget exceeded: key %q has used %.6g J of its %.6g J per %s budget", key, k.spent, k.budget.Joules, k.budget.Per)}
-	}
-	if k.spent+k.reserved+k.maxCost > k.budget.Joules || k.spent >= k.budget.Joules {
-		return reservation{}, over()
-	}
-	k.reserved += k.maxCost
-	k.inFlight++
-	return reservation{key: key, amount: k.maxCost, period: k.period}, nil
 }
 
 // settle books a call's real cost against its reservation and returns the joules remaining; ok
 // is false for keys without a budget.
 func (b *budgetBook) settle(r reservation, joules float64) (left float64, ok bool) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	k, ok := b.books[r.key]
 	if !ok {
+		b.mu.Unlock()
 		return 0, false
 	}
-	k.inFlight--
-	if r.period == k.period {
-		k.reserved -= r.amount
-	}
 	k.roll(b.now())
-	k.spent += joules
-	if joules > k.maxCost {
-		k.maxCost = joules
+	period := k.period
+	if r.shared == "" {
+		k.inFlight--
 	}
-	k.settled = k.settled || joules > 0 // a call that cost nothing prices nothing
+	k.spent += joules
+	k.maxCost = max(k.maxCost, joules)
+	left = k.budget.Joules - k.spent - k.reserved()
 	close(k.changed)
 	k.changed = make(chan struct{})
-	return k.budget.Joules - k.spent - k.reserved, true
+	b.mu.Unlock()
+	if b.shared != nil {
+		// A call admitted locally during an outage is booked too when the store is back.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		spent, reserved, err := b.shared.Settle(ctx, r.key, period, r.shared, joules, budgetHeadroom)
+		cancel()
+		if err == nil {
+			b.mirror(k, period, spent)
+			return k.budget.Joules - spent - reserved, true
+		}
+	}
+	return left, true
 }
 
 // remaining is the key's budget less what is spent and reserved; ok is false without a budget.
 func (b *budgetBook) remaining(key string) (float64, bool) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	k, ok := b.books[key]
 	if !ok {
+		b.mu.Unlock()
 		return 0, false
 	}
 	k.roll(b.now())
-	return k.budget.Joules - k.spent - k.reserved, true
+	period, left := k.period, k.budget.Joules-k.spent-k.reserved()
+	b.mu.Unlock()
+	if b.shared != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if spent, reserved, err := b.shared.Usage(ctx, key, period, budgetHeadroom); err == nil {
+			return k.budget.Joules - spent - reserved, true
+		}
+	}
+	return left, true
 }

@@ -62,3 +62,47 @@ func TestBudgetFreeCallDoesNotPrice(t *testing.T) {
 		t.Fatalf("after a free call: %v %v", r2, err)
 	}
 }
+
+// Calls that run together cost more than one alone (they share the machine), so the first
+// call's price understates the rest: 200 concurrent calls on a 0.5 J key spent 2.19 J (issue
+// 11). The key may spend its budget plus one call, no more.
+func TestBudgetConcurrentCallsCannotOverrun(t *testing.T) {
+	const limit, alone, together = 0.5, 0.0025, 0.004
+	b := newBudgetBook(map[string]Budget{"k": {Joules: limit, Per: "day"}}, time.Now)
+	var running atomic.Int32
+	var mu sync.Mutex
+	spent := 0.0
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			r, err := b.admit(ctx, "k")
+			if err != nil {
+				return
+			}
+			cost := alone
+			if running.Add(1) > 1 {
+				cost = together
+			}
+			time.Sleep(2 * time.Millisecond)
+			running.Add(-1)
+			mu.Lock()
+			spent += cost
+			mu.Unlock()
+			_, _ = b.settle(r, cost)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if spent > limit+together {
+		t.Fatalf("spent %.4f J of a %.4f J budget: more than one call over", spent, limit)
+	}
+	if spent < limit {
+		t.Fatalf("spent %.4f J: the budget of %.4f J was not used", spent, limit)
+	}
+}

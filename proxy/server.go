@@ -39,6 +39,9 @@ type Options struct {
 	// client disconnects included) before its response or trailers are written: the ledger.
 	// An error is logged; the call goes on.
 	Record func(Call) error
+	// SharedBudgets, when set, holds the budgets' figures for every replica (Redis); the
+	// edge falls back to its own while it cannot answer.
+	SharedBudgets SharedBudgets
 }
 
 // Call is what the edge reports about one cascade call, for the ledger.
@@ -89,6 +92,7 @@ func New(o Options) *Server {
 		}
 	}
 	s.budgets = newBudgetBook(budgets, time.Now)
+	s.budgets.shared = o.SharedBudgets
 	r := chi.NewRouter()
 	r.Use(s.requestID, s.accessLog, s.recoverer)
 	r.Group(func(r chi.Router) {

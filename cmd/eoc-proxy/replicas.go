@@ -8,6 +8,7 @@ import (
 
 	"github.com/eoc-proxy/eoc-proxy/cluster"
 	"github.com/eoc-proxy/eoc-proxy/config"
+	"github.com/eoc-proxy/eoc-proxy/proxy"
 )
 
 // openCluster connects to the shared Redis when eoc.yaml names one (nil otherwise). An
@@ -36,4 +37,12 @@ func replicaID(cfg *config.Config) string {
 		return "replica"
 	}
 	return h
+}
+
+// shareEdge gives the edge the shared budgets (and limits) when replicas share a Redis.
+func shareEdge(o *proxy.Options, c *cluster.Client) {
+	if c == nil {
+		return
+	}
+	o.SharedBudgets = c.Budgets()
 }

@@ -213,7 +213,7 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 		a.close()
 		return nil, err
 	}
-	a.handler = proxy.New(proxy.Options{
+	opts := proxy.Options{
 		Cascade:        c,
 		Logger:         component(log, "proxy"),
 		MaxBodyBytes:   cfg.Limits.MaxBodyBytes,
@@ -222,7 +222,9 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 		Registry:       reg,
 		MetricsNeedKey: cfg.Auth.MetricsNeedKey,
 		Record:         record,
-	})
+	}
+	shareEdge(&opts, shared)
+	a.handler = proxy.New(opts)
 	return a, nil
 }
 

@@ -1,0 +1,134 @@
+package cluster
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Budgets keeps the joule budgets' figures in Redis for every replica (proxy.SharedBudgets).
+// Per key, a hash eoc:budget:{id} holds the period, the joules spent in it and the largest
+// cost ever settled, and a sorted set eoc:budget:{id}:inflight the calls in flight, scored by
+// when they stop counting (a replica that died mid-call). The admission rule runs in one Lua
+// script, so replicas cannot both take the last room; it is proxy.decide's rule, and Redis's
+// clock times the reservations.
+type Budgets struct{ c *Client }
+
+// Budgets returns the shared budget figures.
+func (c *Client) Budgets() *Budgets { return &Budgets{c: c} }
+
+func budgetKeys(key string) []string {
+	h := "eoc:budget:{" + key + "}"
+	return []string{h, h + ":inflight"}
+}
+
+// rollLua starts a new period's spend when the period changed.
+const rollLua = `
+if redis.call('HGET', KEYS[1], 'period') ~= ARGV[1] then
+  redis.call('HSET', KEYS[1], 'period', ARGV[1], 'spent', '0')
+end
+`
+
+// ARGV: period, limit, headroom, hold (ms), id. Returns verdict, spent, reserved.
+var admitScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+` + rollLua + `
+local spent = tonumber(redis.call('HGET', KEYS[1], 'spent') or '0')
+local max = tonumber(redis.call('HGET', KEYS[1], 'max') or '0')
+local n = redis.call('ZCARD', KEYS[2])
+local limit = tonumber(ARGV[2])
+local r = max * tonumber(ARGV[3])
+local verdict = 1
+if spent >= limit then
+  verdict = 2
+elseif max <= 0 and n > 0 then
+  verdict = 1
+elseif n == 0 or spent + (n + 1) * r <= limit then
+  verdict = 0
+end
+if verdict == 0 then
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[5])
+  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[4]))
+  n = n + 1
+end
+return {verdict, tostring(spent), tostring(n * r)}
+`)
+
+// ARGV: period, id ("" for none), cost, headroom. Returns spent, reserved.
+var settleScript = redis.NewScript(`
+if ARGV[2] ~= '' then redis.call('ZREM', KEYS[2], ARGV[2]) end
+` + rollLua + `
+local cost = tonumber(ARGV[3])
+local spent = redis.call('HINCRBYFLOAT', KEYS[1], 'spent', ARGV[3])
+local max = tonumber(redis.call('HGET', KEYS[1], 'max') or '0')
+if cost > max then
+  redis.call('HSET', KEYS[1], 'max', ARGV[3])
+  max = cost
+end
+return {spent, tostring(redis.call('ZCARD', KEYS[2]) * max * tonumber(ARGV[4]))}
+`)
+
+// ARGV: period, headroom. Returns spent, reserved.
+var usageScript = redis.NewScript(`
+local spent = '0'
+if redis.call('HGET', KEYS[1], 'period') == ARGV[1] then
+  spent = redis.call('HGET', KEYS[1], 'spent') or '0'
+end
+local max = tonumber(redis.call('HGET', KEYS[1], 'max') or '0')
+return {spent, tostring(redis.call('ZCARD', KEYS[2]) * max * tonumber(ARGV[2]))}
+`)
+
+func fmtF(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// Admit applies the admission rule to key atomically; on verdict 0 id names the reservation.
+func (b *Budgets) Admit(ctx context.Context, key, period string, limit, headroom float64, hold time.Duration) (id string, verdict int, spent, reserved float64, err error) {
+	id = newID()
+	var res []any
+	err = b.c.do(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = admitScript.Run(ctx, b.c.rdb, budgetKeys(key), period, fmtF(limit), fmtF(headroom), hold.Milliseconds(), id).Slice()
+		return err
+	})
+	if err != nil {
+		return "", 0, 0, 0, err
+	}
+	v, _ := res[0].(int64)
+	spent, reserved = parseF(res[1]), parseF(res[2])
+	if v != 0 {
+		id = ""
+	}
+	return id, int(v), spent, reserved, nil
+}
+
+// Settle books cost and ends reservation id ("" books the cost alone).
+func (b *Budgets) Settle(ctx context.Context, key, period, id string, cost, headroom float64) (spent, reserved float64, err error) {
+	return b.pair(ctx, settleScript, key, period, id, fmtF(cost), fmtF(headroom))
+}
+
+// Usage is key's spent and reserved joules for period.
+func (b *Budgets) Usage(ctx context.Context, key, period string, headroom float64) (spent, reserved float64, err error) {
+	return b.pair(ctx, usageScript, key, period, fmtF(headroom))
+}
+
+func (b *Budgets) pair(ctx context.Context, s *redis.Script, key string, args ...any) (float64, float64, error) {
+	var res []any
+	err := b.c.do(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = s.Run(ctx, b.c.rdb, budgetKeys(key), args...).Slice()
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return parseF(res[0]), parseF(res[1]), nil
+}
+
+func parseF(v any) float64 {
+	s, _ := v.(string)
+	f, _ := strconv.ParseFloat(s, 64)
+	return f
+}

@@ -1,0 +1,133 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/eoc-proxy/eoc-proxy/internal/redistest"
+)
+
+func open(t *testing.T, url, replica string) *Client {
+	t.Helper()
+	c, err := Open(Options{URL: url, ReplicaID: replica, Logger: zerolog.Nop(), Probe: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestCacheSharedAndScoped(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := open(t, srv.URL, "a"), open(t, srv.URL, "b")
+	ctx := context.Background()
+	a.Cache().Set(ctx, "t1", "k", []byte("v"), time.Minute)
+	if got, ok := b.Cache().Get(ctx, "t1", "k"); !ok || string(got) != "v" {
+		t.Fatalf("replica b: %q %v", got, ok)
+	}
+	if _, ok := b.Cache().Get(ctx, "t2", "k"); ok {
+		t.Fatal("another tenant read the entry")
+	}
+}
+
+func TestBudgetsAtomicAcrossClients(t *testing.T) {
+	srv := redistest.Start(t)
+	books := []*Budgets{open(t, srv.URL, "a").Budgets(), open(t, srv.URL, "b").Budgets()}
+	ctx := context.Background()
+	// Price the key with one call.
+	id, v, _, _, err := books[0].Admit(ctx, "k", "p", 1, 2, time.Minute)
+	if err != nil || v != 0 {
+		t.Fatalf("%v %v", v, err)
+	}
+	if _, v, _, _, _ := books[1].Admit(ctx, "k", "p", 1, 2, time.Minute); v != 1 {
+		t.Fatalf("a second call before the first was priced: verdict %d", v)
+	}
+	if spent, _, err := books[0].Settle(ctx, "k", "p", id, 0.01, 2); err != nil || spent != 0.01 {
+		t.Fatalf("settle: %v %v", spent, err)
+	}
+	var mu sync.Mutex
+	spent := 0.01
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := books[i%2]
+			for {
+				id, v, _, _, err := b.Admit(ctx, "k", "p", 1, 2, time.Minute)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				switch v {
+				case 1:
+					time.Sleep(time.Millisecond)
+					continue
+				case 2:
+					return
+				}
+				mu.Lock()
+				spent += 0.015 // dearer than the first call, as calls that share a machine are
+				mu.Unlock()
+				_, _, _ = b.Settle(ctx, "k", "p", id, 0.015, 2)
+				return
+			}
+		}()
+	}
+	wg.Wait()
+	if spent > 1+0.015 || spent < 1 {
+		t.Fatalf("spent %v of 1 J", spent)
+	}
+	if s, r, err := books[1].Usage(ctx, "k", "p", 2); err != nil || r != 0 || s < 1 {
+		t.Fatalf("usage %v %v %v", s, r, err)
+	}
+	if s, _, _ := books[1].Usage(ctx, "k", "next", 2); s != 0 {
+		t.Fatalf("a new period starts at %v", s)
+	}
+}
+
+func TestDownAndBack(t *testing.T) {
+	srv := redistest.Start(t)
+	c := open(t, srv.URL, "a")
+	back := make(chan struct{}, 1)
+	c.OnBack(func() { back <- struct{}{} })
+	if !c.Up() {
+		t.Fatal("not up")
+	}
+	srv.Kill()
+	ctx := context.Background()
+	if _, _, _, _, err := c.Budgets().Admit(ctx, "k", "p", 1, 2, time.Minute); !errors.Is(err, ErrDown) {
+		t.Fatalf("admit with redis gone: %v", err)
+	}
+	if c.Up() {
+		t.Fatal("still up")
+	}
+	start := time.Now()
+	if _, ok := c.Cache().Get(ctx, "t", "k"); ok || time.Since(start) > 50*time.Millisecond {
+		t.Fatalf("a down cache answered %v after %v", ok, time.Since(start))
+	}
+	srv.Restart()
+	select {
+	case <-back:
+	case <-time.After(5 * time.Second):
+		t.Fatal("never came back")
+	}
+	if !c.Up() {
+		t.Fatal("not up after restart")
+	}
+}
+
+func TestUnreachableAtStart(t *testing.T) {
+	c := open(t, "redis://127.0.0.1:1/0", "a")
+	if c.Up() {
+		t.Fatal("up without a server")
+	}
+	if _, err := Open(Options{URL: "http://x"}); err == nil {
+		t.Fatal("a non-redis URL parsed")
+	}
+}
