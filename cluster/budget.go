@@ -88,9 +88,9 @@ func fmtF(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 func (b *Budgets) Admit(ctx context.Context, key, period string, limit, headroom float64, hold time.Duration) (id string, verdict int, spent, reserved float64, err error) {
 	id = newID()
 	var res []any
-	err = b.c.do(ctx, func(ctx context.Context) error {
+	err = b.c.do(ctx, func(ctx context.Context, rdb *redis.Client) error {
 		var err error
-		res, err = admitScript.Run(ctx, b.c.rdb, budgetKeys(key), period, fmtF(limit), fmtF(headroom), hold.Milliseconds(), id).Slice()
+		res, err = admitScript.Run(ctx, rdb, budgetKeys(key), period, fmtF(limit), fmtF(headroom), hold.Milliseconds(), id).Slice()
 		return err
 	})
 	if err != nil {
@@ -116,9 +116,9 @@ func (b *Budgets) Usage(ctx context.Context, key, period string, headroom float6
 
 func (b *Budgets) pair(ctx context.Context, s *redis.Script, key string, args ...any) (float64, float64, error) {
 	var res []any
-	err := b.c.do(ctx, func(ctx context.Context) error {
+	err := b.c.do(ctx, func(ctx context.Context, rdb *redis.Client) error {
 		var err error
-		res, err = s.Run(ctx, b.c.rdb, budgetKeys(key), args...).Slice()
+		res, err = s.Run(ctx, rdb, budgetKeys(key), args...).Slice()
 		return err
 	})
 	if err != nil {

@@ -21,9 +21,9 @@ func cacheKey(tenant, key string) string { return "eoc:cache:" + tenant + ":" + 
 // Get returns the stored value, or false on a miss or while Redis is down.
 func (s *Cache) Get(ctx context.Context, tenant, key string) ([]byte, bool) {
 	var b []byte
-	err := s.c.do(ctx, func(ctx context.Context) error {
+	err := s.c.do(ctx, func(ctx context.Context, rdb *redis.Client) error {
 		var err error
-		b, err = s.c.rdb.Get(ctx, cacheKey(tenant, key)).Bytes()
+		b, err = rdb.Get(ctx, cacheKey(tenant, key)).Bytes()
 		return err
 	})
 	if err != nil {
@@ -37,8 +37,8 @@ func (s *Cache) Get(ctx context.Context, tenant, key string) ([]byte, bool) {
 
 // Set stores val for ttl; while Redis is down it does nothing.
 func (s *Cache) Set(ctx context.Context, tenant, key string, val []byte, ttl time.Duration) {
-	err := s.c.do(ctx, func(ctx context.Context) error {
-		return s.c.rdb.Set(ctx, cacheKey(tenant, key), val, ttl).Err()
+	err := s.c.do(ctx, func(ctx context.Context, rdb *redis.Client) error {
+		return rdb.Set(ctx, cacheKey(tenant, key), val, ttl).Err()
 	})
 	if err != nil && !errors.Is(err, ErrDown) {
 		s.c.log.Debug().Err(err).Msg("cache set")

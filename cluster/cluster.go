@@ -36,7 +36,7 @@ type Options struct {
 	Logger    zerolog.Logger
 	// Registry, when set, gets the eoc_redis_up gauge.
 	Registry prometheus.Registerer
-	// OpTimeout bounds one operation (default 1s): past it, Redis counts as down.
+	// OpTimeout bounds one operation (default 2s): past it, Redis counts as down.
 	OpTimeout time.Duration
 	// Probe is how often a down Redis is pinged, and an up one checked (default 500ms).
 	Probe time.Duration
@@ -44,7 +44,8 @@ type Options struct {
 
 // Client is one replica's connection to the shared store. It is safe for concurrent use.
 type Client struct {
-	rdb     *redis.Client
+	rdb     atomic.Pointer[redis.Client]
+	ropts   *redis.Options
 	replica string
 	log     zerolog.Logger
 	opTO    time.Duration
@@ -66,7 +67,7 @@ func Open(o Options) (*Client, error) {
 		return nil, fmt.Errorf("redis url: %w", err)
 	}
 	if o.OpTimeout <= 0 {
-		o.OpTimeout = time.Second
+		o.OpTimeout = 2 * time.Second
 	}
 	if o.Probe <= 0 {
 		o.Probe = 500 * time.Millisecond
@@ -76,21 +77,26 @@ func Open(o Options) (*Client, error) {
 	ro.WriteTimeout = o.OpTimeout
 	ro.PoolTimeout = 2 * o.OpTimeout
 	ro.MaxRetries = 1 // one retry on a fresh connection after a restart, no more
+	ro.DialerRetries = 1
 	ro.DisableIdentity = true
 	ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	// The client's own log lines (each failed dial) would repeat an outage on every call: this
+	// package logs it once, and the client's lines go to debug.
+	redis.SetLogger(debugLog{o.Logger})
 	c := &Client{
-		rdb: redis.NewClient(ro), replica: o.ReplicaID, log: o.Logger, opTO: o.OpTimeout, probe: o.Probe,
+		ropts: ro, replica: o.ReplicaID, log: o.Logger, opTO: o.OpTimeout, probe: o.Probe,
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eoc_redis_up",
-			Help: "1 while the shared Redis answers, 0 while replicas run on local state."}),
+			Help: "Whether the shared Redis answers (1); 0 while this replica runs on local state."}),
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
+	c.rdb.Store(redis.NewClient(ro))
 	if o.Registry != nil {
 		if err := o.Registry.Register(c.gauge); err != nil {
 			return nil, err
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.OpTimeout)
-	err = c.rdb.Ping(ctx).Err()
+	err = c.rdb.Load().Ping(ctx).Err()
 	cancel()
 	if err != nil {
 		c.logDown(err)
@@ -119,7 +125,7 @@ func (c *Client) OnBack(f func()) {
 func (c *Client) Close() error {
 	c.once.Do(func() { close(c.stop) })
 	<-c.done
-	return c.rdb.Close()
+	return c.rdb.Load().Close()
 }
 
 func (c *Client) watch() {
@@ -133,7 +139,7 @@ func (c *Client) watch() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.opTO)
-		err := c.rdb.Ping(ctx).Err()
+		err := c.rdb.Load().Ping(ctx).Err()
 		cancel()
 		if err != nil {
 			c.markDown(err)
@@ -159,6 +165,10 @@ func (c *Client) markUp() {
 	if !c.up.CompareAndSwap(false, true) {
 		return
 	}
+	// The pool's connections died with the old server: start a fresh pool, and close the old
+	// one once the calls that may still hold it are done.
+	old := c.rdb.Swap(redis.NewClient(c.ropts))
+	time.AfterFunc(10*time.Second, func() { _ = old.Close() })
 	c.gauge.Set(1)
 	c.log.Info().Msg("redis is back: sharing resumes")
 	c.mu.Lock()
@@ -171,18 +181,18 @@ func (c *Client) markUp() {
 
 // do runs one operation under the op timeout, unless Redis is down. A connection failure marks
 // Redis down; a reply error (a script's) or a cancelled caller does not.
-func (c *Client) do(ctx context.Context, op func(ctx context.Context) error) error {
+func (c *Client) do(ctx context.Context, op func(ctx context.Context, rdb *redis.Client) error) error {
 	if !c.up.Load() {
 		return ErrDown
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.opTO)
+	opCtx, cancel := context.WithTimeout(ctx, c.opTO)
 	defer cancel()
-	err := op(ctx)
+	err := op(opCtx, c.rdb.Load())
 	if err == nil || errors.Is(err, redis.Nil) {
 		return err
 	}
-	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return err // the caller went away
+	if ctx.Err() != nil {
+		return err // the caller went away, or its own deadline passed first
 	}
 	var re redis.Error
 	if errors.As(err, &re) {
@@ -197,4 +207,11 @@ func newID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// debugLog takes the Redis client's log lines at debug level.
+type debugLog struct{ log zerolog.Logger }
+
+func (d debugLog) Printf(_ context.Context, format string, v ...any) {
+	d.log.Debug().Msgf(format, v...)
 }

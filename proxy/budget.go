@@ -73,17 +73,20 @@ type budgetBook struct {
 
 type keyBook struct {
 	budget   Budget
-	period   string  // the period the figures belong to, e.g. "2026-12-02" or "2026-12"
-	spent    float64 // settled joules this period
-	inFlight int     // calls admitted locally and not settled
-	maxCost  float64 // the largest settled cost, ever
+	period   string        // the period the figures belong to, e.g. "2026-12-02" or "2026-12"
+	spent    float64       // settled joules this period
+	inFlight int           // calls admitted locally and not settled
+	maxCost  float64       // the largest settled cost, ever
 	changed  chan struct{} // closed and replaced at every settle, to wake waiting admissions
+	// poller is held by the one call of this replica that polls the shared figures while the
+	// rule says wait; the others wait for it here, so a queue costs Redis one poll at a time.
+	poller chan struct{}
 }
 
 func newBudgetBook(budgets map[string]Budget, now func() time.Time) *budgetBook {
 	b := &budgetBook{now: now, books: map[string]*keyBook{}}
 	for id, bg := range budgets {
-		b.books[id] = &keyBook{budget: bg, changed: make(chan struct{})}
+		b.books[id] = &keyBook{budget: bg, changed: make(chan struct{}), poller: make(chan struct{}, 1)}
 	}
 	return b
 }
@@ -138,7 +141,12 @@ func (b *budgetBook) admit(ctx context.Context, key string) (reservation, error)
 
 // admitShared admits on the shared figures; done is false when the store cannot answer.
 func (b *budgetBook) admitShared(ctx context.Context, key string, k *keyBook) (_ reservation, _ error, done bool) {
-	pause := 2 * time.Millisecond
+	pause, polling := 2*time.Millisecond, false
+	defer func() {
+		if polling {
+			<-k.poller
+		}
+	}()
 	for {
 		period := periodOf(k.budget.Per, b.now())
 		id, verdict, spent, _, err := b.shared.Admit(ctx, key, period, k.budget.Joules, budgetHeadroom, sharedHold)
@@ -158,8 +166,17 @@ func (b *budgetBook) admitShared(ctx context.Context, key string, k *keyBook) (_
 		case verdictOver:
 			return reservation{}, b.over(key, k, spent), true
 		}
-		// Another replica's call is being priced, or the last calls run alone: poll, waking early
-		// when one of this replica's calls settles.
+		// Another call is being priced, or the last calls run alone: poll, one call of this
+		// replica at a time, waking early when one of this replica's calls settles.
+		if !polling {
+			select {
+			case k.poller <- struct{}{}:
+				polling = true
+				continue
+			case <-ctx.Done():
+				return reservation{}, ctx.Err(), true
+			}
+		}
 		b.mu.Lock()
 		changed := k.changed
 		b.mu.Unlock()

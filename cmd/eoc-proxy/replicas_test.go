@@ -1,0 +1,154 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
+	"github.com/eoc-proxy/eoc-proxy/internal/redistest"
+)
+
+// replicaCall posts one chat question to a replica as key and returns the status, headers and
+// body.
+func replicaCall(t *testing.T, s *stack, key, question string) (int, http.Header, string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]}`, fakes.DefaultModel, question)
+	req, err := http.NewRequest(http.MethodPost, s.URL+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Error(err)
+		return 0, nil, ""
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// twoReplicas starts two proxies on one real redis-server, in front of one fake upstream
+// (each token priced at 0.0001 J, so a default call of 12 prompt and 4 completion tokens costs
+// 0.0016 J).
+func twoReplicas(t *testing.T, extra string) (a, b *stack, fake *fakes.Server, srv *redistest.Server) {
+	t.Helper()
+	srv = redistest.Start(t)
+	fake = fakes.NewOpenAI(t, fakes.Config{Reply: "shared answer", Chunks: 4, Delay: 2 * time.Millisecond})
+	cfg := func(id string) string {
+		return fmt.Sprintf(`
+log_level: error
+cascade: {stages: [cache, neural]}
+backends: [{name: up, type: openai, url: %q, models: ["fake-*"], timeout: 60s}]
+redis: {url: %q}
+replica_id: %s
+meter: {rapl: {enabled: "off"}, nvml: {enabled: "off"}, token_models: [{models: ["fake-*"], joules_per_prompt_token: 0.0001, joules_per_completion_token: 0.0001}]}
+%s`, fake.BaseURL(), srv.URL, id, extra)
+	}
+	return startStack(t, cfg("a")), startStack(t, cfg("b")), fake, srv
+}
+
+const replicaKeys = `
+auth:
+  keys:
+    - {id: team-a, key: key-a}
+    - {id: team-b, key: key-b}
+    - {id: thrifty, key: key-t, budget: {joules: 0.05, per: day}}
+`
+
+func TestTwoReplicasShareOneRedis(t *testing.T) {
+	a, b, fake, srv := twoReplicas(t, replicaKeys)
+
+	// A question answered on A is a cache hit on B: the upstream is called once.
+	if st, h, _ := replicaCall(t, a, "key-a", "what is shared?"); st != 200 || h.Get("X-EOC-Stage") != "neural" {
+		t.Fatalf("A: %d %s", st, h.Get("X-EOC-Stage"))
+	}
+	st, h, body := replicaCall(t, b, "key-a", "what is shared?")
+	if st != 200 || h.Get("X-EOC-Stage") != "cache" || !strings.Contains(body, "shared answer") || fake.Requests() != 1 {
+		t.Fatalf("B: %d stage %q, upstream called %d times", st, h.Get("X-EOC-Stage"), fake.Requests())
+	}
+	// Another tenant never gets it.
+	if _, h, _ := replicaCall(t, b, "key-b", "what is shared?"); h.Get("X-EOC-Stage") != "neural" || fake.Requests() != 2 {
+		t.Fatalf("team-b got stage %q", h.Get("X-EOC-Stage"))
+	}
+
+	t.Run("budget", func(t *testing.T) {
+		// 200 concurrent calls, half to each replica, on a 0.05 J/day key: at most the budget
+		// plus one call.
+		var mu sync.Mutex
+		spent, dearest, ok := 0.0, 0.0, 0
+		var wg sync.WaitGroup
+		for i := range 200 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s := a
+				if i%2 == 1 {
+					s = b
+				}
+				st, h, _ := replicaCall(t, s, "key-t", fmt.Sprint("budgeted ", i))
+				j, _ := strconv.ParseFloat(h.Get("X-EOC-Joules"), 64)
+				mu.Lock()
+				defer mu.Unlock()
+				spent += j
+				dearest = max(dearest, j)
+				if st == 200 {
+					ok++
+				} else if st != 429 {
+					t.Errorf("status %d", st)
+				}
+			}()
+		}
+		wg.Wait()
+		t.Logf("%d calls passed, %.4f J spent of 0.05 J, dearest %.4f J", ok, spent, dearest)
+		if spent > 0.05+dearest+1e-9 || ok == 0 {
+			t.Fatalf("spent %.4f J of a 0.05 J budget (dearest call %.4f J), %d calls passed", spent, dearest, ok)
+		}
+	})
+
+	t.Run("redis killed", func(t *testing.T) {
+		srv.Kill()
+		for _, s := range []*stack{a, b} {
+			for _, q := range []string{"after the outage", "after the outage", "what is shared?"} {
+				if st, _, body := replicaCall(t, s, "key-a", q); st != 200 {
+					t.Fatalf("with redis gone: %d %s", st, body)
+				}
+			}
+			if st, _, body := replicaCall(t, s, "key-t", "budget without redis"); st != 200 && st != 429 {
+				t.Fatalf("budgeted key with redis gone: %d %s", st, body)
+			}
+		}
+		metrics := func(s *stack) string {
+			resp, err := http.Get(s.URL + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = resp.Body.Close() }()
+			m, _ := io.ReadAll(resp.Body)
+			return string(m)
+		}
+		if m := metrics(a); !strings.Contains(m, "\neoc_redis_up 0") {
+			t.Fatal("eoc_redis_up is not 0 with redis gone")
+		}
+		// Sharing resumes when Redis is back (empty: a fresh server).
+		srv.Restart()
+		deadline := time.Now().Add(5 * time.Second)
+		for !strings.Contains(metrics(a), "\neoc_redis_up 1") || !strings.Contains(metrics(b), "\neoc_redis_up 1") {
+			if time.Now().After(deadline) {
+				t.Fatal("eoc_redis_up did not come back to 1")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		replicaCall(t, a, "key-a", "after the return")
+		if _, h, _ := replicaCall(t, b, "key-a", "after the return"); h.Get("X-EOC-Stage") != "cache" {
+			t.Fatalf("after the return, B: stage %q", h.Get("X-EOC-Stage"))
+		}
+	})
+}
