@@ -45,6 +45,7 @@ type Stage struct {
 	seeds      map[string]seed
 	est        Estimator   // nil: seeds without joules save the stated default
 	db         *chromem.DB // nil: in memory
+	shared     *sharing    // nil: this replica's learning stays here (shared.go)
 
 	mu   sync.RWMutex
 	cols map[colKey]*collection

@@ -82,6 +82,7 @@ func (s *Stage) Flush() {
 // Close stops accepting answers, learns those already queued and returns. Learn after Close
 // drops. It is safe to call more than once.
 func (s *Stage) Close() error {
+	s.stopSharing()
 	s.qmu.Lock()
 	if !s.closed {
 		s.closed = true
@@ -137,7 +138,11 @@ func (s *Stage) learn(j job) error {
 		ctok:     j.ctok,
 		created:  time.Now().Unix(),
 	}
-	return s.add(ctx, col, e)
+	if err := s.add(ctx, col, e); err != nil {
+		return err
+	}
+	s.publish(j.tenant, j.model, e)
+	return nil
 }
 
 // add persists e (when the store is on disk), indexes it and evicts what overflows.

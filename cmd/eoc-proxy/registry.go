@@ -168,6 +168,11 @@ func newKVStage(d *stageDeps) (cascade.Stage, error) {
 		return nil, err
 	}
 	d.app.closers = append(d.app.closers, st.Close)
+	if d.shared != nil {
+		// Replicas share what they learn; the stream keeps about max_entries of it for a new
+		// replica to replay.
+		st.Share(d.shared.KVStream(d.cfg.Cascade.KV.MaxEntries))
+	}
 	d.prom.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eoc_kv_entries", Help: "Learned entries in the kv stage."},
 		func() float64 { return float64(st.Stats().Entries) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "eoc_kv_learn_joules_total",

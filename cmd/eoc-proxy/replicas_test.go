@@ -16,7 +16,7 @@ import (
 
 // replicaCall posts one chat question to a replica as key and returns the status, headers and
 // body.
-func replicaCall(t *testing.T, s *stack, key, question string) (int, http.Header, string) {
+func replicaCall(t *testing.T, s *stack, key, question string, header ...string) (int, http.Header, string) {
 	t.Helper()
 	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]}`, fakes.DefaultModel, question)
 	req, err := http.NewRequest(http.MethodPost, s.URL+"/v1/chat/completions", strings.NewReader(body))
@@ -25,6 +25,9 @@ func replicaCall(t *testing.T, s *stack, key, question string) (int, http.Header
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Error(err)
@@ -38,21 +41,21 @@ func replicaCall(t *testing.T, s *stack, key, question string) (int, http.Header
 // twoReplicas starts two proxies on one real redis-server, in front of one fake upstream
 // (each token priced at 0.0001 J, so a default call of 12 prompt and 4 completion tokens costs
 // 0.0016 J).
-func twoReplicas(t *testing.T, extra string) (a, b *stack, fake *fakes.Server, srv *redistest.Server) {
+func twoReplicas(t *testing.T, extra string) (a, b *stack, fake *fakes.Server, srv *redistest.Server, cfgC string) {
 	t.Helper()
 	srv = redistest.Start(t)
 	fake = fakes.NewOpenAI(t, fakes.Config{Reply: "shared answer", Chunks: 4, Delay: 2 * time.Millisecond})
 	cfg := func(id string) string {
 		return fmt.Sprintf(`
 log_level: error
-cascade: {stages: [cache, neural]}
+cascade: {stages: [cache, kv, neural], kv: {threshold: 0.9}}
 backends: [{name: up, type: openai, url: %q, models: ["fake-*"], timeout: 60s}]
 redis: {url: %q}
 replica_id: %s
 meter: {rapl: {enabled: "off"}, nvml: {enabled: "off"}, token_models: [{models: ["fake-*"], joules_per_prompt_token: 0.0001, joules_per_completion_token: 0.0001}]}
 %s`, fake.BaseURL(), srv.URL, id, extra)
 	}
-	return startStack(t, cfg("a")), startStack(t, cfg("b")), fake, srv
+	return startStack(t, cfg("a")), startStack(t, cfg("b")), fake, srv, cfg("c")
 }
 
 const replicaKeys = `
@@ -64,7 +67,7 @@ auth:
 `
 
 func TestTwoReplicasShareOneRedis(t *testing.T) {
-	a, b, fake, srv := twoReplicas(t, replicaKeys)
+	a, b, fake, srv, cfgC := twoReplicas(t, replicaKeys)
 
 	// A question answered on A is a cache hit on B: the upstream is called once.
 	if st, h, _ := replicaCall(t, a, "key-a", "what is shared?"); st != 200 || h.Get("X-EOC-Stage") != "neural" {
@@ -78,6 +81,53 @@ func TestTwoReplicasShareOneRedis(t *testing.T) {
 	if _, h, _ := replicaCall(t, b, "key-b", "what is shared?"); h.Get("X-EOC-Stage") != "neural" || fake.Requests() != 2 {
 		t.Fatalf("team-b got stage %q", h.Get("X-EOC-Stage"))
 	}
+
+	t.Run("kv learned on A answers on B", func(t *testing.T) {
+		if st, h, _ := replicaCall(t, a, "key-a", "How do I reset my password?"); st != 200 || h.Get("X-EOC-Stage") != "neural" {
+			t.Fatalf("A: %d %s", st, h.Get("X-EOC-Stage"))
+		}
+		// A learns it in the background: wait until A answers the variant from kv.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, h, _ := replicaCall(t, a, "key-a", "How do I reset my password", "Cache-Control", "no-store"); h.Get("X-EOC-Stage") == "kv" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("A never learned the answer")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		learned := time.Now()
+		// The variant is not stored on B (no-store), so only A's entry can answer it there.
+		for {
+			st, h, body := replicaCall(t, b, "key-a", "how do i reset my password", "Cache-Control", "no-store")
+			if st == 200 && h.Get("X-EOC-Stage") == "kv" && strings.Contains(body, "shared answer") {
+				t.Logf("on B %v after A learned it", time.Since(learned).Round(time.Millisecond))
+				break
+			}
+			if time.Since(learned) > time.Second {
+				t.Fatalf("B still answers from %q a second after A learned it", h.Get("X-EOC-Stage"))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		// Another tenant does not get it.
+		if _, h, _ := replicaCall(t, b, "key-b", "how do i reset my password", "Cache-Control", "no-store"); h.Get("X-EOC-Stage") != "neural" {
+			t.Fatalf("team-b got stage %q", h.Get("X-EOC-Stage"))
+		}
+		// A replica started now replays what was learned: it starts warm.
+		c := startStack(t, cfgC)
+		deadline = time.Now().Add(5 * time.Second)
+		for {
+			_, h, _ := replicaCall(t, c, "key-a", "How do I reset my password!", "Cache-Control", "no-store")
+			if h.Get("X-EOC-Stage") == "kv" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a new replica did not replay the stream: stage %q", h.Get("X-EOC-Stage"))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
 
 	t.Run("budget", func(t *testing.T) {
 		// 200 concurrent calls, half to each replica, on a 0.05 J/day key: at most the budget
@@ -125,30 +175,39 @@ func TestTwoReplicasShareOneRedis(t *testing.T) {
 				t.Fatalf("budgeted key with redis gone: %d %s", st, body)
 			}
 		}
-		metrics := func(s *stack) string {
-			resp, err := http.Get(s.URL + "/metrics")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = resp.Body.Close() }()
-			m, _ := io.ReadAll(resp.Body)
-			return string(m)
-		}
-		if m := metrics(a); !strings.Contains(m, "\neoc_redis_up 0") {
+		if m := metrics(t, a); !strings.Contains(m, "\neoc_redis_up 0") {
 			t.Fatal("eoc_redis_up is not 0 with redis gone")
 		}
 		// Sharing resumes when Redis is back (empty: a fresh server).
 		srv.Restart()
-		deadline := time.Now().Add(5 * time.Second)
-		for !strings.Contains(metrics(a), "\neoc_redis_up 1") || !strings.Contains(metrics(b), "\neoc_redis_up 1") {
-			if time.Now().After(deadline) {
-				t.Fatal("eoc_redis_up did not come back to 1")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitMetric(t, a, "\neoc_redis_up 1", 5*time.Second)
+		waitMetric(t, b, "\neoc_redis_up 1", 5*time.Second)
 		replicaCall(t, a, "key-a", "after the return")
 		if _, h, _ := replicaCall(t, b, "key-a", "after the return"); h.Get("X-EOC-Stage") != "cache" {
 			t.Fatalf("after the return, B: stage %q", h.Get("X-EOC-Stage"))
 		}
 	})
+}
+
+func metrics(t *testing.T, s *stack) string {
+	t.Helper()
+	resp, err := http.Get(s.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	m, _ := io.ReadAll(resp.Body)
+	return string(m)
+}
+
+// waitMetric waits until the replica's /metrics holds want.
+func waitMetric(t *testing.T, s *stack, want string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !strings.Contains(metrics(t, s), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics never held %q", want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
