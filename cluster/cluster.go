@@ -31,6 +31,8 @@ var ErrDown = errors.New("redis is unreachable")
 type Options struct {
 	// URL is redis://[user:password@]host:port/db, or rediss:// for TLS.
 	URL string
+	// Password, when set, overrides the URL's.
+	Password string
 	// ReplicaID names this replica in what it publishes, so it can skip its own entries.
 	ReplicaID string
 	Logger    zerolog.Logger
@@ -64,7 +66,10 @@ type Client struct {
 func Open(o Options) (*Client, error) {
 	ro, err := redis.ParseURL(o.URL)
 	if err != nil {
-		return nil, fmt.Errorf("redis url: %w", err)
+		return nil, errors.New("redis url: does not parse as redis:// or rediss://") // the URL may hold a password
+	}
+	if o.Password != "" {
+		ro.Password = o.Password
 	}
 	if o.OpTimeout <= 0 {
 		o.OpTimeout = 2 * time.Second

@@ -131,3 +131,38 @@ func TestUnreachableAtStart(t *testing.T) {
 		t.Fatal("a non-redis URL parsed")
 	}
 }
+
+func TestLimitsAcrossClients(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := open(t, srv.URL, "a").Limits(), open(t, srv.URL, "b").Limits()
+	ctx := context.Background()
+	passed := 0
+	for i := range 9 {
+		l := a
+		if i%2 == 1 {
+			l = b
+		}
+		ok, retry, err := l.Take(ctx, "k", 5, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			passed++
+		} else if retry <= 0 || retry > time.Minute {
+			t.Fatalf("retry %v", retry)
+		}
+	}
+	if passed != 5 {
+		t.Fatalf("%d passed, want 5", passed)
+	}
+	// Tokens: 100 per minute, spent on another replica.
+	if ok, _, _ := a.Take(ctx, "t", 0, 100); !ok {
+		t.Fatal("refused before any token")
+	}
+	if err := b.AddTokens(ctx, "t", 100); err != nil {
+		t.Fatal(err)
+	}
+	if ok, retry, _ := a.Take(ctx, "t", 0, 100); ok || retry <= 0 || retry > time.Minute {
+		t.Fatalf("tokens spent: %v %v", ok, retry)
+	}
+}

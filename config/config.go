@@ -34,8 +34,11 @@ type Config struct {
 
 // Redis is the store that several replicas share. No URL: each replica keeps its own state.
 type Redis struct {
-	// URL is redis://[user:${REDIS_PASSWORD}@]host:port/db, or rediss:// for TLS.
+	// URL is redis://[user@]host:port/db, or rediss:// for TLS.
 	URL Secret `yaml:"url"`
+	// Password, when set, overrides the URL's: write it as ${REDIS_PASSWORD}, a whole value,
+	// so ${ENV} expansion quotes it whatever it holds.
+	Password Secret `yaml:"password"`
 }
 
 // Limits bound each request.

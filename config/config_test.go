@@ -165,3 +165,34 @@ func TestRegistryDrivesValidation(t *testing.T) {
 		}
 	}
 }
+
+func TestReplicasSection(t *testing.T) {
+	reg := testRegistry
+	reg.LastStage = ""
+	t.Setenv("EOC_TEST_REDIS_PW", "p@ss:word")
+	c, err := Parse([]byte(`
+redis: {url: "rediss://127.0.0.1:6379/0", password: ${EOC_TEST_REDIS_PW}}
+cascade: {stages: [cache]}
+replica_id: eu-1
+auth: {keys: [{id: a, key: k, limits: {rpm: 10, tpm: 1000}}]}
+`), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Redis.URL != "rediss://127.0.0.1:6379/0" || c.Redis.Password != "p@ss:word" || c.ReplicaID != "eu-1" || c.Auth.Keys[0].Limits.RPM != 10 {
+		t.Fatalf("%+v", c)
+	}
+	if m, _ := c.Masked(); strings.Contains(string(m), "p@ss") {
+		t.Fatal("the redis password is printed")
+	}
+	for _, bad := range []string{
+		`cascade: {stages: [cache]}`+"\n"+`redis: {url: "http://x"}`,
+		`redis: {url: "redis://"}`,
+		`replica_id: "a/b"`,
+		`auth: {keys: [{id: a, key: k, limits: {rpm: -1}}]}`,
+	} {
+		if _, err := Parse([]byte(bad), reg); err == nil {
+			t.Errorf("accepted: %s", bad)
+		}
+	}
+}

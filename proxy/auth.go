@@ -12,6 +12,7 @@ type APIKey struct {
 	ID     string
 	Key    string
 	Budget *Budget
+	Limits *Rate // calls and completion tokens per minute (limits.go)
 }
 
 type keyring struct {

@@ -76,6 +76,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if res.Answer != nil {
 		st.answered, st.fig, st.backend = true, res.Answer.Energy, res.Answer.Backend
 		st.backendAttempts = res.Answer.Attempts
+		if u := res.Answer.Usage; u != nil && res.Answer.Backend != "" { // a backend's tokens, not a cache hit's
+			s.limits.addTokens(req.Tenant, u.CompletionTokens)
+		}
 	}
 	o := s.settle(st, resv, err, start, lf)
 	if sw == nil || !sw.started {
@@ -132,6 +135,11 @@ func (s *Server) refuse(w http.ResponseWriter, lf *logFields, apiErr *APIError) 
 // false.
 func (s *Server) admit(ctx context.Context, w http.ResponseWriter, lf *logFields, model string) (reservation, bool) {
 	lf.model = model
+	if apiErr := s.limits.take(ctx, lf.tenant); apiErr != nil {
+		s.setBudgetHeader(w.Header(), lf.tenant)
+		s.fail(w, model, apiErr, lf)
+		return reservation{}, false
+	}
 	resv, err := s.budgets.admit(ctx, lf.tenant)
 	if err != nil {
 		if errors.Is(context.Cause(ctx), errRequestTimeout) {

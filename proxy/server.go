@@ -42,6 +42,8 @@ type Options struct {
 	// SharedBudgets, when set, holds the budgets' figures for every replica (Redis); the
 	// edge falls back to its own while it cannot answer.
 	SharedBudgets SharedBudgets
+	// SharedLimits, likewise, counts the keys' rate limits for every replica.
+	SharedLimits SharedLimits
 }
 
 // Call is what the edge reports about one cascade call, for the ledger.
@@ -70,6 +72,7 @@ type Server struct {
 	router  chi.Router
 	keys    *keyring
 	budgets *budgetBook
+	limits  *limiter
 	metrics *metrics
 }
 
@@ -93,6 +96,7 @@ func New(o Options) *Server {
 	}
 	s.budgets = newBudgetBook(budgets, time.Now)
 	s.budgets.shared = o.SharedBudgets
+	s.limits = newLimiter(o.Keys, o.SharedLimits, time.Now)
 	r := chi.NewRouter()
 	r.Use(s.requestID, s.accessLog, s.recoverer)
 	r.Group(func(r chi.Router) {

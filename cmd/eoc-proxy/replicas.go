@@ -18,7 +18,7 @@ func openCluster(cfg *config.Config, reg prometheus.Registerer, log zerolog.Logg
 	if cfg.Redis.URL == "" {
 		return nil, nil
 	}
-	c, err := cluster.Open(cluster.Options{URL: string(cfg.Redis.URL), ReplicaID: replicaID(cfg), Logger: log, Registry: reg})
+	c, err := cluster.Open(cluster.Options{URL: string(cfg.Redis.URL), Password: string(cfg.Redis.Password), ReplicaID: replicaID(cfg), Logger: log, Registry: reg})
 	if err != nil {
 		return nil, err
 	}
@@ -39,10 +39,11 @@ func replicaID(cfg *config.Config) string {
 	return h
 }
 
-// shareEdge gives the edge the shared budgets (and limits) when replicas share a Redis.
+// shareEdge gives the edge the shared budgets and rate limits when replicas share a Redis.
 func shareEdge(o *proxy.Options, c *cluster.Client) {
 	if c == nil {
 		return
 	}
 	o.SharedBudgets = c.Budgets()
+	o.SharedLimits = c.Limits()
 }

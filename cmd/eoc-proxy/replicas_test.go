@@ -64,6 +64,7 @@ auth:
     - {id: team-a, key: key-a}
     - {id: team-b, key: key-b}
     - {id: thrifty, key: key-t, budget: {joules: 0.05, per: day}}
+    - {id: limited, key: key-l, limits: {rpm: 10}}
 `
 
 func TestTwoReplicasShareOneRedis(t *testing.T) {
@@ -160,6 +161,33 @@ func TestTwoReplicasShareOneRedis(t *testing.T) {
 		t.Logf("%d calls passed, %.4f J spent of 0.05 J, dearest %.4f J", ok, spent, dearest)
 		if spent > 0.05+dearest+1e-9 || ok == 0 {
 			t.Fatalf("spent %.4f J of a 0.05 J budget (dearest call %.4f J), %d calls passed", spent, dearest, ok)
+		}
+	})
+
+	t.Run("rpm across replicas", func(t *testing.T) {
+		// An RPM limit of 10 across two replicas admits 10 in the minute: 30 calls, alternating.
+		passed, refused := 0, 0
+		for i := range 30 {
+			s := a
+			if i%2 == 1 {
+				s = b
+			}
+			st, h, body := replicaCall(t, s, "key-l", fmt.Sprint("limited ", i))
+			switch st {
+			case 200:
+				passed++
+			case 429:
+				refused++
+				ra, _ := strconv.Atoi(h.Get("Retry-After"))
+				if ra < 1 || ra > 60 || !strings.Contains(body, `"code":"rate_limit_exceeded"`) || !strings.Contains(body, `"type":"requests"`) {
+					t.Fatalf("429: Retry-After %q, body %s", h.Get("Retry-After"), body)
+				}
+			default:
+				t.Fatalf("status %d: %s", st, body)
+			}
+		}
+		if passed != 10 || refused != 20 {
+			t.Fatalf("%d passed, %d refused: want 10 and 20", passed, refused)
 		}
 	})
 

@@ -206,6 +206,9 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 		if k.Budget != nil {
 			key.Budget = &proxy.Budget{Joules: k.Budget.Joules, Per: k.Budget.Per}
 		}
+		if k.Limits != nil {
+			key.Limits = &proxy.Rate{RPM: k.Limits.RPM, TPM: k.Limits.TPM}
+		}
 		keys = append(keys, key)
 	}
 	record, err := openLedger(cfg, component(log, "ledger"), a)
