@@ -186,7 +186,7 @@ auth: {keys: [{id: a, key: k, limits: {rpm: 10, tpm: 1000}}]}
 		t.Fatal("the redis password is printed")
 	}
 	for _, bad := range []string{
-		`cascade: {stages: [cache]}`+"\n"+`redis: {url: "http://x"}`,
+		`cascade: {stages: [cache]}` + "\n" + `redis: {url: "http://x"}`,
 		`redis: {url: "redis://"}`,
 		`replica_id: "a/b"`,
 		`auth: {keys: [{id: a, key: k, limits: {rpm: -1}}]}`,
