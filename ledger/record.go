@@ -47,6 +47,9 @@ type Record struct {
 	// when no backend was called (a cache hit). The Figure is their sum plus what earlier
 	// stages spent (a kv embedding).
 	Attempts []Attempt `json:"attempts,omitempty"`
+	// Replica names the replica that served the call, when several share a Redis (config
+	// replica_id); absent for a lone proxy.
+	Replica string `json:"replica,omitempty"`
 	// Receipt is Receipt{Key, Stage, Model, Joules, Grade, Time}.Hash(): the X-EOC-Receipt the
 	// client was sent.
 	Receipt string `json:"receipt"`
@@ -86,7 +89,7 @@ func normalize(r *Record, now func() time.Time) error {
 		return fmt.Errorf("%w: time %v is outside years 1-9999", ErrInvalid, r.Time)
 	}
 	for _, s := range []*string{&r.RequestID, &r.KeyID, &r.Key, &r.Model, &r.Stage, &r.Backend,
-		&r.Coverage, &r.Method, &r.Reason} {
+		&r.Coverage, &r.Method, &r.Reason, &r.Replica} {
 		if !utf8.ValidString(*s) {
 			*s = strings.ToValidUTF8(*s, "\uFFFD")
 		}
@@ -152,6 +155,12 @@ func (r *Record) canonical(b []byte) []byte {
 		b = strconv.AppendFloat(b, a.Joules, 'f', -1, 64)
 		b = append(b, ' ')
 		b = strconv.AppendQuote(b, string(a.Grade))
+		b = append(b, '\n')
+	}
+	// Likewise, a record without a replica has the form it had before replicas were named.
+	if r.Replica != "" {
+		b = append(b, "replica "...)
+		b = strconv.AppendQuote(b, r.Replica)
 		b = append(b, '\n')
 	}
 	b = append(b, r.Receipt...)

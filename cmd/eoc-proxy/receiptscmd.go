@@ -20,7 +20,9 @@ const receiptsUsage = `usage:
   eoc-proxy receipts sum [-by key|model|stage|day] [-json] FILE...
 
 FILE... are a ledger's files, e.g. ledger.jsonl* (rotated files and the active one, in any
-order; set-aside *.torn files are listed, not verified).`
+order; set-aside *.torn files are listed, not verified). Replicas keep one ledger each
+(ledger-<replica_id>.jsonl*): give the files of several and each chain is verified apart, and
+sum totals them all.`
 
 // runReceipts checks and totals the receipts ledger.
 func runReceipts(args []string, stdout io.Writer) error {
@@ -59,11 +61,32 @@ func receiptsVerify(args []string, stdout io.Writer) error {
 		}
 		v.HMACKey = []byte(key)
 	}
-	rep, err := v.Verify(fs.Args()...)
+	chains, _ := ledger.Chains(fs.Args())
+	if len(chains) <= 1 {
+		return verifyChain(v, fs.Args(), *asJSON, stdout)
+	}
+	// Several replicas' ledgers: each is its own chain, verified apart; any break fails all.
+	var errs []error
+	for _, files := range chains {
+		if !*asJSON {
+			if _, err := fmt.Fprintf(stdout, "== %s\n", files[len(files)-1]); err != nil {
+				return err
+			}
+		}
+		if err := verifyChain(v, files, *asJSON, stdout); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// verifyChain verifies the files of one chain and prints its report.
+func verifyChain(v ledger.Verifier, files []string, asJSON bool, stdout io.Writer) error {
+	rep, err := v.Verify(files...)
 	if err != nil && rep.Broken == nil {
 		return err // I/O
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if jerr := enc.Encode(rep); jerr != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,10 +43,11 @@ func replicaCall(t *testing.T, s *stack, key, question string, header ...string)
 // twoReplicas starts two proxies on one real redis-server, in front of one fake upstream
 // (each token priced at 0.0001 J, so a default call of 12 prompt and 4 completion tokens costs
 // 0.0016 J).
-func twoReplicas(t *testing.T, extra string) (a, b *stack, fake *fakes.Server, srv *redistest.Server, cfgC string) {
+func twoReplicas(t *testing.T, extra string) (a, b *stack, fake *fakes.Server, srv *redistest.Server, cfgC, ledgerDir string) {
 	t.Helper()
 	srv = redistest.Start(t)
 	fake = fakes.NewOpenAI(t, fakes.Config{Reply: "shared answer", Chunks: 4, Delay: 2 * time.Millisecond})
+	ledgerDir = t.TempDir()
 	cfg := func(id string) string {
 		return fmt.Sprintf(`
 log_level: error
@@ -52,10 +55,11 @@ cascade: {stages: [cache, kv, neural], kv: {threshold: 0.9}}
 backends: [{name: up, type: openai, url: %q, models: ["fake-*"], timeout: 60s}]
 redis: {url: %q}
 replica_id: %s
+ledger: {path: %q}
 meter: {rapl: {enabled: "off"}, nvml: {enabled: "off"}, token_models: [{models: ["fake-*"], joules_per_prompt_token: 0.0001, joules_per_completion_token: 0.0001}]}
-%s`, fake.BaseURL(), srv.URL, id, extra)
+%s`, fake.BaseURL(), srv.URL, id, filepath.Join(ledgerDir, "receipts.jsonl"), extra)
 	}
-	return startStack(t, cfg("a")), startStack(t, cfg("b")), fake, srv, cfg("c")
+	return startStack(t, cfg("a")), startStack(t, cfg("b")), fake, srv, cfg("c"), ledgerDir
 }
 
 const replicaKeys = `
@@ -68,7 +72,7 @@ auth:
 `
 
 func TestTwoReplicasShareOneRedis(t *testing.T) {
-	a, b, fake, srv, cfgC := twoReplicas(t, replicaKeys)
+	a, b, fake, srv, cfgC, ledgerDir := twoReplicas(t, replicaKeys)
 
 	// A question answered on A is a cache hit on B: the upstream is called once.
 	if st, h, _ := replicaCall(t, a, "key-a", "what is shared?"); st != 200 || h.Get("X-EOC-Stage") != "neural" {
@@ -213,6 +217,27 @@ func TestTwoReplicasShareOneRedis(t *testing.T) {
 		replicaCall(t, a, "key-a", "after the return")
 		if _, h, _ := replicaCall(t, b, "key-a", "after the return"); h.Get("X-EOC-Stage") != "cache" {
 			t.Fatalf("after the return, B: stage %q", h.Get("X-EOC-Stage"))
+		}
+	})
+
+	t.Run("ledgers", func(t *testing.T) {
+		// Each replica keeps its own ledger, named by its replica id; receipts verify and sum
+		// take the files of all of them.
+		files, _ := filepath.Glob(filepath.Join(ledgerDir, "receipts-*.jsonl"))
+		if len(files) != 3 || !strings.HasSuffix(files[0], "receipts-a.jsonl") || !strings.HasSuffix(files[1], "receipts-b.jsonl") {
+			t.Fatalf("ledger files %v", files)
+		}
+		first, err := os.ReadFile(files[1])
+		if err != nil || !strings.Contains(string(first), `"replica":"b"`) {
+			t.Fatalf("no replica in b's records: %v", err)
+		}
+		var out strings.Builder
+		if err := runReceipts(append([]string{"verify"}, files...), &out); err != nil || strings.Count(out.String(), "ok: ") != 3 {
+			t.Fatalf("verify: %v\n%s", err, out.String())
+		}
+		out.Reset()
+		if err := runReceipts(append([]string{"sum", "-by", "key"}, files...), &out); err != nil || !strings.Contains(out.String(), "thrifty") || !strings.Contains(out.String(), "limited") {
+			t.Fatalf("sum: %v\n%s", err, out.String())
 		}
 	})
 }

@@ -236,7 +236,8 @@ func openLedger(cfg *config.Config, log zerolog.Logger, a *app) (func(proxy.Call
 	if cfg.Ledger.Path == "" {
 		return nil, nil
 	}
-	l, err := ledger.Open(ledger.Options{Path: cfg.Ledger.Path, Fsync: cfg.Ledger.Fsync, HMACKey: []byte(cfg.Ledger.HMACKey),
+	replica := replicaID(cfg)
+	l, err := ledger.Open(ledger.Options{Path: ledger.ReplicaPath(cfg.Ledger.Path, replica), Fsync: cfg.Ledger.Fsync, HMACKey: []byte(cfg.Ledger.HMACKey),
 		MaxBytes: cfg.Ledger.MaxBytes, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
@@ -245,7 +246,7 @@ func openLedger(cfg *config.Config, log zerolog.Logger, a *app) (func(proxy.Call
 	return func(c proxy.Call) error {
 		_, err := l.Append(ledger.Record{Time: c.Time, RequestID: c.RequestID, KeyID: c.KeyID, Key: c.Key, Model: c.Model,
 			Stage: c.Stage, Backend: c.Backend, Status: c.Status, Figure: c.Energy,
-			Disconnected: c.Disconnected, Attempts: ledgerAttempts(c.Attempts), Receipt: c.Receipt})
+			Disconnected: c.Disconnected, Attempts: ledgerAttempts(c.Attempts), Receipt: c.Receipt, Replica: replica})
 		return err
 	}, nil
 }
