@@ -69,6 +69,14 @@ type budgetBook struct {
 	now    func() time.Time
 	books  map[string]*keyBook
 	shared SharedBudgets // nil: this replica's figures are the budget's
+	// unsettled are shared reservations whose settle could not reach the store: they are
+	// settled there once it answers again, so they do not hold room until they expire.
+	unsettled []unsettled
+}
+
+type unsettled struct {
+	key, period, id string
+	joules          float64
 }
 
 type keyBook struct {
@@ -157,6 +165,7 @@ func (b *budgetBook) admitShared(ctx context.Context, key string, k *keyBook) (_
 			return reservation{}, nil, false
 		}
 		b.mirror(k, period, spent)
+		b.settleLate(ctx)
 		switch verdict {
 		case verdictAdmit:
 			b.mu.Lock()
@@ -256,8 +265,32 @@ func (b *budgetBook) settle(r reservation, joules float64) (left float64, ok boo
 			b.mirror(k, period, spent)
 			return k.budget.Joules - spent - reserved, true
 		}
+		b.mu.Lock()
+		if len(b.unsettled) < maxUnsettled {
+			b.unsettled = append(b.unsettled, unsettled{key: r.key, period: period, id: r.shared, joules: joules})
+		}
+		b.mu.Unlock()
 	}
 	return left, true
+}
+
+// maxUnsettled bounds the settles kept for the store's return; past it they expire there.
+const maxUnsettled = 10000
+
+// settleLate settles in the store what could not be settled there while it was unreachable.
+func (b *budgetBook) settleLate(ctx context.Context) {
+	b.mu.Lock()
+	late := b.unsettled
+	b.unsettled = nil
+	b.mu.Unlock()
+	for i, u := range late {
+		if _, _, err := b.shared.Settle(ctx, u.key, u.period, u.id, u.joules, budgetHeadroom); err != nil {
+			b.mu.Lock()
+			b.unsettled = append(b.unsettled, late[i:]...)
+			b.mu.Unlock()
+			return
+		}
+	}
 }
 
 // remaining is the key's budget less what is spent and reserved; ok is false without a budget.

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -105,4 +107,88 @@ func TestBudgetConcurrentCallsCannotOverrun(t *testing.T) {
 	if spent < limit {
 		t.Fatalf("spent %.4f J: the budget of %.4f J was not used", spent, limit)
 	}
+}
+
+// flakyShared is a shared store in memory that can be switched off, like a Redis going away.
+type flakyShared struct {
+	mu       sync.Mutex
+	down     bool
+	spent    float64
+	inFlight map[string]bool
+	n        int
+}
+
+func (f *flakyShared) Admit(_ context.Context, _, _ string, limit, headroom float64, _ time.Duration) (string, int, float64, float64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return "", 0, 0, 0, errors.New("down")
+	}
+	if f.spent >= limit {
+		return "", verdictOver, f.spent, 0, nil
+	}
+	f.n++
+	id := fmt.Sprint(f.n)
+	f.inFlight[id] = true
+	return id, verdictAdmit, f.spent, 0, nil
+}
+
+func (f *flakyShared) Settle(_ context.Context, _, _, id string, cost, _ float64) (float64, float64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return 0, 0, errors.New("down")
+	}
+	delete(f.inFlight, id)
+	f.spent += cost
+	return f.spent, 0, nil
+}
+
+func (f *flakyShared) Usage(context.Context, string, string, float64) (float64, float64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return 0, 0, errors.New("down")
+	}
+	return f.spent, 0, nil
+}
+
+func (f *flakyShared) setDown(d bool) {
+	f.mu.Lock()
+	f.down = d
+	f.mu.Unlock()
+}
+
+func TestBudgetSharedStoreGoesAndComesBack(t *testing.T) {
+	sh := &flakyShared{inFlight: map[string]bool{}}
+	b := newBudgetBook(map[string]Budget{"k": {Joules: 10, Per: "day"}}, time.Now)
+	b.shared = sh
+	ctx := context.Background()
+	r, err := b.admit(ctx, "k")
+	if err != nil || r.shared == "" {
+		t.Fatalf("shared admission: %+v %v", r, err)
+	}
+	sh.setDown(true)
+	// The call admitted in the store settles while it is down; a call is admitted locally.
+	if left, _ := b.settle(r, 3); left != 7 {
+		t.Fatalf("left %v while the store is down", left)
+	}
+	r2, err := b.admit(ctx, "k")
+	if err != nil || r2.shared != "" {
+		t.Fatalf("local admission: %+v %v", r2, err)
+	}
+	_, _ = b.settle(r2, 2)
+	sh.setDown(false)
+	// Back: both settles reach the store, and the reservation no longer holds room there.
+	r3, err := b.admit(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh.mu.Lock()
+	spent, held := sh.spent, len(sh.inFlight)
+	sh.mu.Unlock()
+	if spent != 5 || held != 1 {
+		t.Fatalf("store after the outage: spent %v, %d in flight (want 5 and r3 alone)", spent, held)
+	}
+	_, _ = b.settle(r3, 1)
 }
