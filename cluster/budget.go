@@ -58,12 +58,18 @@ end
 return {verdict, tostring(spent), tostring(n * r)}
 `)
 
-// ARGV: period, id ("" for none), cost, headroom. Returns spent, reserved.
+// ARGV: period, id ("" for none), cost, headroom. Returns spent, reserved. A reservation is
+// settled once: a settle retried after a lost reply books nothing more.
 var settleScript = redis.NewScript(`
-if ARGV[2] ~= '' then redis.call('ZREM', KEYS[2], ARGV[2]) end
+local again = false
+if ARGV[2] ~= '' then
+  redis.call('ZREM', KEYS[2], ARGV[2])
+  again = not redis.call('SET', KEYS[1] .. ':settled:' .. ARGV[2], '1', 'NX', 'EX', 3600)
+end
 ` + rollLua + `
 local cost = tonumber(ARGV[3])
-local spent = redis.call('HINCRBYFLOAT', KEYS[1], 'spent', ARGV[3])
+local spent = redis.call('HGET', KEYS[1], 'spent') or '0'
+if not again then spent = redis.call('HINCRBYFLOAT', KEYS[1], 'spent', ARGV[3]) end
 local max = tonumber(redis.call('HGET', KEYS[1], 'max') or '0')
 if cost > max then
   redis.call('HSET', KEYS[1], 'max', ARGV[3])
@@ -88,7 +94,7 @@ func fmtF(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 func (b *Budgets) Admit(ctx context.Context, key, period string, limit, headroom float64, hold time.Duration) (id string, verdict int, spent, reserved float64, err error) {
 	id = newID()
 	var res []any
-	err = b.c.do(ctx, func(ctx context.Context, rdb *redis.Client) error {
+	err = b.c.doPatient(ctx, func(ctx context.Context, rdb *redis.Client) error {
 		var err error
 		res, err = admitScript.Run(ctx, rdb, budgetKeys(key), period, fmtF(limit), fmtF(headroom), hold.Milliseconds(), id).Slice()
 		return err
@@ -116,7 +122,7 @@ func (b *Budgets) Usage(ctx context.Context, key, period string, headroom float6
 
 func (b *Budgets) pair(ctx context.Context, s *redis.Script, key string, args ...any) (float64, float64, error) {
 	var res []any
-	err := b.c.do(ctx, func(ctx context.Context, rdb *redis.Client) error {
+	err := b.c.doPatient(ctx, func(ctx context.Context, rdb *redis.Client) error {
 		var err error
 		res, err = s.Run(ctx, rdb, budgetKeys(key), args...).Slice()
 		return err

@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,6 +138,12 @@ func (c *Client) watch() {
 	defer close(c.done)
 	t := time.NewTicker(c.probe)
 	defer t.Stop()
+	// The pings have a connection of their own, so a busy pool cannot make Redis look down.
+	po := *c.ropts
+	po.PoolSize, po.MinIdleConns, po.MaxRetries = 1, 0, -1
+	ping := redis.NewClient(&po)
+	defer func() { _ = ping.Close() }()
+	slow := 0
 	for {
 		select {
 		case <-c.stop:
@@ -144,14 +151,30 @@ func (c *Client) watch() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.opTO)
-		err := c.rdb.Load().Ping(ctx).Err()
+		err := ping.Ping(ctx).Err()
 		cancel()
-		if err != nil {
+		switch {
+		case err == nil:
+			slow = 0
+			c.markUp()
+		case isTimeout(err):
+			// A Redis that stops answering is down after pingsToDown pings in a row.
+			if slow++; slow >= pingsToDown {
+				c.markDown(err)
+			}
+		default:
 			c.markDown(err)
-			continue
 		}
-		c.markUp()
 	}
+}
+
+// pingsToDown timed-out pings in a row mark a Redis that hangs down.
+const pingsToDown = 3
+
+// isTimeout tells a slow answer (a deadline, a busy pool) from a refused or broken connection.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrPoolTimeout) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // markDown notes an outage: logged once, when Redis goes from up to down.
@@ -200,11 +223,28 @@ func (c *Client) do(ctx context.Context, op func(ctx context.Context, rdb *redis
 		return err // the caller went away, or its own deadline passed first
 	}
 	var re redis.Error
-	if errors.As(err, &re) {
-		return err // Redis answered, with an error
+	if errors.As(err, &re) || isTimeout(err) {
+		return err // Redis answered, with an error; or it is slow, which the pings judge
 	}
 	c.markDown(err)
 	return fmt.Errorf("%w: %w", ErrDown, err)
+}
+
+// doPatient is do for the operations that must not fall back while Redis is merely slow (a
+// budget's admission, a rate limit): it retries until the op succeeds, Redis is down, or ctx
+// ends.
+func (c *Client) doPatient(ctx context.Context, op func(ctx context.Context, rdb *redis.Client) error) error {
+	for {
+		err := c.do(ctx, op)
+		if err == nil || !isTimeout(err) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // newID names one reservation or published entry: random, unique across replicas.

@@ -166,3 +166,18 @@ func TestLimitsAcrossClients(t *testing.T) {
 		t.Fatalf("tokens spent: %v %v", ok, retry)
 	}
 }
+
+func TestSettleOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	b := open(t, srv.URL, "a").Budgets()
+	ctx := context.Background()
+	id, _, _, _, err := b.Admit(ctx, "k", "p", 1, 2, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // a retry after a lost reply
+		if spent, _, err := b.Settle(ctx, "k", "p", id, 0.25, 2); err != nil || spent != 0.25 {
+			t.Fatalf("spent %v, %v", spent, err)
+		}
+	}
+}
