@@ -29,3 +29,13 @@ func Chains(files []string) (chains [][]string, setAside []string) {
 	}
 	return chains, setAside
 }
+
+// Active is the active file of one chain's files (the last in chain order, set-aside files
+// aside).
+func Active(files []string) string {
+	chain, _ := Order(files)
+	if len(chain) == 0 {
+		return ""
+	}
+	return chain[len(chain)-1]
+}

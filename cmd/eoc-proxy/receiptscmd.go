@@ -61,15 +61,17 @@ func receiptsVerify(args []string, stdout io.Writer) error {
 		}
 		v.HMACKey = []byte(key)
 	}
-	chains, _ := ledger.Chains(fs.Args())
+	chains, setAside := ledger.Chains(fs.Args())
 	if len(chains) <= 1 {
 		return verifyChain(v, fs.Args(), *asJSON, stdout)
 	}
 	// Several replicas' ledgers: each is its own chain, verified apart; any break fails all.
+	// The set-aside files are listed once, with the first.
+	chains[0] = append(chains[0], setAside...)
 	var errs []error
 	for _, files := range chains {
 		if !*asJSON {
-			if _, err := fmt.Fprintf(stdout, "== %s\n", files[len(files)-1]); err != nil {
+			if _, err := fmt.Fprintf(stdout, "== %s\n", ledger.Active(files)); err != nil {
 				return err
 			}
 		}

@@ -224,7 +224,7 @@ func TestTwoReplicasShareOneRedis(t *testing.T) {
 		// Each replica keeps its own ledger, named by its replica id; receipts verify and sum
 		// take the files of all of them.
 		files, _ := filepath.Glob(filepath.Join(ledgerDir, "receipts-*.jsonl"))
-		if len(files) != 3 || !strings.HasSuffix(files[0], "receipts-a.jsonl") || !strings.HasSuffix(files[1], "receipts-b.jsonl") {
+		if len(files) < 2 || !strings.HasSuffix(files[0], "receipts-a.jsonl") || !strings.HasSuffix(files[1], "receipts-b.jsonl") {
 			t.Fatalf("ledger files %v", files)
 		}
 		first, err := os.ReadFile(files[1])
@@ -232,11 +232,11 @@ func TestTwoReplicasShareOneRedis(t *testing.T) {
 			t.Fatalf("no replica in b's records: %v", err)
 		}
 		var out strings.Builder
-		if err := runReceipts(append([]string{"verify"}, files...), &out); err != nil || strings.Count(out.String(), "ok: ") != 3 {
+		if err := runReceipts(append([]string{"verify"}, files...), &out); err != nil || strings.Count(out.String(), "ok: ") != len(files) {
 			t.Fatalf("verify: %v\n%s", err, out.String())
 		}
 		out.Reset()
-		if err := runReceipts(append([]string{"sum", "-by", "key"}, files...), &out); err != nil || !strings.Contains(out.String(), "thrifty") || !strings.Contains(out.String(), "limited") {
+		if err := runReceipts(append([]string{"sum", "-by", "key"}, files...), &out); err != nil || !strings.Contains(out.String(), "team-a") || !strings.Contains(out.String(), "team-b") {
 			t.Fatalf("sum: %v\n%s", err, out.String())
 		}
 	})
