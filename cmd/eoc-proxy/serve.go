@@ -46,6 +46,13 @@ func runServe(args []string, _ io.Writer) (err error) {
 	// A closer's failure (the ledger's final fsync, say) fails serve: it exits non-zero.
 	defer func() { err = errors.Join(err, app.shutdown()) }()
 
+	if cfg.Debug.Pprof != "" {
+		stop, err := servePprof(cfg.Debug.Pprof, component(log, "pprof"))
+		if err != nil {
+			return fmt.Errorf("debug.pprof: %w", err)
+		}
+		defer func() { _ = stop() }()
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
