@@ -157,18 +157,24 @@ func TestScanIsExact(t *testing.T) {
 		}
 		return s
 	}
-	for _, n := range []int{0, 1, 3, 4, 5, 9, 1001} {
+	for _, tc := range []struct{ n, kind int }{{0, -1}, {1, -1}, {3, -1}, {4, -1}, {5, -1}, {9, -1}, {1001, -1},
+		{8, 0}, {8, 1}, {8, 2}, {8, 3}, {8, 4}, {7, 2}} { // kind -1: mixed
+		n := tc.n
 		c := newCollection("", "m")
 		var want []int
 		for i := range n {
 			var s sketch
-			switch i % 5 {
+			kind := tc.kind
+			if kind < 0 {
+				kind = i % 5
+			}
+			switch kind {
 			case 0: // unrelated
 				s = sketch{r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64()}
 			case 1: // around the cutoff, anywhere
 				s = flip(q, cut-2+r.IntN(5), 0, sketchBits)
-			case 2: // all the distance in the first half
-				s = flip(q, cut-1+r.IntN(3), 0, sketchBits/2)
+			case 2: // all the distance in the first half, at the cutoff or one past it
+				s = flip(q, cut+r.IntN(2), 0, sketchBits/2)
 			case 3: // all of it in the second half
 				s = flip(q, cut-1+r.IntN(3), sketchBits/2, sketchBits)
 			default: // near
