@@ -38,7 +38,10 @@ func runServe(args []string, _ io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg.LogLevel, os.Stderr)
+	// Log lines are written off the request path (lineWriter); the deferred Close writes the last.
+	logOut := newLineWriter(os.Stderr)
+	defer func() { _ = logOut.Close() }()
+	log := newLogger(cfg.LogLevel, logOut)
 	app, err := build(cfg, filesFor(*path), log)
 	if err != nil {
 		return err
