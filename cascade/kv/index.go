@@ -311,7 +311,13 @@ func join(question, context []float32) ([]float32, bool) {
 	v := make([]float32, 2*len(question))
 	copy(v, question)
 	copy(v[len(question):], context)
-	if normalize(v[:len(question)]) == 0 || normalize(v[len(question):]) == 0 {
+	return joinInPlace(v)
+}
+
+// joinInPlace is join for a vector that holds the two embeddings already, half and half.
+func joinInPlace(v []float32) ([]float32, bool) {
+	half := len(v) / 2
+	if normalize(v[:half]) == 0 || normalize(v[half:]) == 0 {
 		return nil, false
 	}
 	for i := range v {
