@@ -124,14 +124,14 @@ type collection struct {
 	tenant, model string
 	store         *chromem.Collection // nil when the stage is in memory
 
-	mu       sync.RWMutex
-	byID     map[string]*entry
-	slots    []*entry // slot → entry; nil for a free slot
-	lo, hi   []uint64 // each slot's sketch words 0-1 and 2-3, two per slot, in slot order
-	free     []int32
-	fifo     []*entry // insertion order; entries no longer in byID are skipped
-	head     int
-	seq      uint64
+	mu     sync.RWMutex
+	byID   map[string]*entry
+	slots  []*entry // slot → entry; nil for a free slot
+	lo, hi []uint64 // each slot's sketch words 0-1 and 2-3, two per slot, in slot order
+	free   []int32
+	fifo   []*entry // insertion order; entries no longer in byID are skipped
+	head   int
+	seq    uint64
 }
 
 func newCollection(tenant, model string) *collection {
