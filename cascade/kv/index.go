@@ -16,7 +16,7 @@ import (
 // bit with probability acos(c)/π, so the Hamming distance between sketches estimates the angle.
 // A query scans every sketch and keeps those within a cutoff set four standard deviations above
 // the distance expected at the threshold; only those are scored exactly. The scan reads the
-// first 128 bits of every sketch from one array, four entries a pass, and the other 128 bits
+// first 128 bits of every sketch from one array, eight entries a pass, and the other 128 bits
 // only for an entry whose first half is within the cutoff already: the first half's distance is
 // a lower bound of the whole, so the survivors are exactly the full scan's, while an unrelated
 // entry (about 64 bits apart on the first half) costs two XOR-and-popcounts and 16 bytes. At a threshold of 0.95 the cutoff is 46 bits: an
@@ -260,16 +260,20 @@ func nextNear(lo, hi []uint64, sk *sketch, cutoff, start int) int {
 	s0, s1, s2, s3 := sk[0], sk[1], sk[2], sk[3]
 	hi = hi[:len(lo)]
 	i := 2 * start
-	for ; i+8 <= len(lo); i += 8 {
-		w := (*[8]uint64)(lo[i : i+8])
+	for ; i+16 <= len(lo); i += 16 {
+		w := (*[16]uint64)(lo[i : i+16])
 		d0 := bits.OnesCount64(w[0]^s0) + bits.OnesCount64(w[1]^s1)
 		d1 := bits.OnesCount64(w[2]^s0) + bits.OnesCount64(w[3]^s1)
 		d2 := bits.OnesCount64(w[4]^s0) + bits.OnesCount64(w[5]^s1)
 		d3 := bits.OnesCount64(w[6]^s0) + bits.OnesCount64(w[7]^s1)
-		if min(d0, d1, d2, d3) > cutoff {
-			continue // the usual case: four unrelated entries
+		d4 := bits.OnesCount64(w[8]^s0) + bits.OnesCount64(w[9]^s1)
+		d5 := bits.OnesCount64(w[10]^s0) + bits.OnesCount64(w[11]^s1)
+		d6 := bits.OnesCount64(w[12]^s0) + bits.OnesCount64(w[13]^s1)
+		d7 := bits.OnesCount64(w[14]^s0) + bits.OnesCount64(w[15]^s1)
+		if min(d0, d1, d2, d3, d4, d5, d6, d7) > cutoff {
+			continue // the usual case: eight unrelated entries
 		}
-		for k, d := range [4]int{d0, d1, d2, d3} {
+		for k, d := range [8]int{d0, d1, d2, d3, d4, d5, d6, d7} {
 			j := i + 2*k
 			if d <= cutoff && d+bits.OnesCount64(hi[j]^s2)+bits.OnesCount64(hi[j+1]^s3) <= cutoff {
 				return j / 2

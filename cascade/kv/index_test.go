@@ -145,7 +145,7 @@ func TestSketchMatchesOneRow(t *testing.T) {
 
 // TestScanIsExact: the two-pass scan finds exactly the slots a full Hamming distance finds,
 // with distances on both sides of the cutoff, near ones concentrated in either half, and
-// collection sizes that are not a multiple of the scan's four entries a pass.
+// collection sizes that are not a multiple of the scan's eight entries a pass.
 func TestScanIsExact(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
 	cut := hammingCutoff(DefaultThreshold)
@@ -158,7 +158,7 @@ func TestScanIsExact(t *testing.T) {
 		return s
 	}
 	for _, tc := range []struct{ n, kind int }{{0, -1}, {1, -1}, {3, -1}, {4, -1}, {5, -1}, {9, -1}, {1001, -1},
-		{8, 0}, {8, 1}, {8, 2}, {8, 3}, {8, 4}, {7, 2}} { // kind -1: mixed
+		{16, 0}, {16, 1}, {16, 2}, {16, 3}, {16, 4}, {15, 2}, {17, 2}} { // kind -1: mixed
 		n := tc.n
 		c := newCollection("", "m")
 		var want []int
