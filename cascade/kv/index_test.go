@@ -143,9 +143,9 @@ func TestSketchMatchesOneRow(t *testing.T) {
 	}
 }
 
-// TestScanIsExact: the two-pass scan finds exactly the slots a full Hamming distance finds,
-// with distances on both sides of the cutoff, near ones concentrated in either half, and
-// collection sizes that are not a multiple of the scan's eight entries a pass.
+// TestScanIsExact: the scan finds exactly the slots a full Hamming distance finds, with
+// distances on both sides of the cutoff, near ones concentrated in either half, and collections
+// of several sizes.
 func TestScanIsExact(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
 	cut := hammingCutoff(DefaultThreshold)
@@ -186,7 +186,7 @@ func TestScanIsExact(t *testing.T) {
 			}
 		}
 		var got []int
-		for s := nextNear(c.lo, c.hi, &q, cut, 0); s >= 0; s = nextNear(c.lo, c.hi, &q, cut, s+1) {
+		for s := nextNear(c.sketches, &q, cut, 0); s >= 0; s = nextNear(c.sketches, &q, cut, s+1) {
 			got = append(got, s)
 		}
 		if !slices.Equal(got, want) {
