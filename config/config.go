@@ -26,10 +26,18 @@ type Config struct {
 	Meter    Meter     `yaml:"meter"`
 	Auth     Auth      `yaml:"auth"`
 	Ledger   Ledger    `yaml:"ledger"`
+	Debug    Debug     `yaml:"debug"`
 	// Redis, when set, is the store replicas share (cache, kv learning, budgets, rate limits).
 	Redis Redis `yaml:"redis"`
 	// ReplicaID names this replica in ledger records and file names (default: the hostname).
 	ReplicaID string `yaml:"replica_id"`
+}
+
+// Debug holds the operator's diagnostics, all off by default.
+type Debug struct {
+	// Pprof, when set, serves net/http/pprof on this host:port, on its own listener and never
+	// on the public one. Empty (the default) serves nothing.
+	Pprof string `yaml:"pprof"`
 }
 
 // Redis is the store that several replicas share. No URL: each replica keeps its own state.
