@@ -41,6 +41,8 @@ func TestLayers(t *testing.T) {
 		{"config", "config is a leaf", inModule},
 		{"energy", "energy is a leaf", inModule},
 		{"ledger", "the ledger stores figures, it makes none", under(module+"/cascade", module+"/proxy", module+"/meter")},
+		{"cascade", "the shared store is behind interfaces the cascade declares", under("github.com/redis", module+"/cluster")},
+		{"proxy", "the shared store is behind interfaces the edge declares", under("github.com/redis", module+"/cluster")},
 	} {
 		n := 0
 		err := filepath.WalkDir(rule.dir, func(path string, d fs.DirEntry, err error) error {
