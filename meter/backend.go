@@ -73,6 +73,10 @@ func (m *Meter) book(b *backendState, s *Span, begin bool, procs []procSample, c
 		wall := now.Sub(e.lastAt)
 		for _, o := range e.open {
 			o.share.cpu += float64(ns) / float64(n)
+			o.share.union += float64(ns)
+			if n == 1 {
+				o.share.alone += float64(ns)
+			}
 			o.share.wall += wall / time.Duration(n)
 			o.share.short = o.share.short || short
 			o.share.split = o.share.split || n > 1
