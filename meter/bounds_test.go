@@ -101,6 +101,9 @@ func TestBoundsProperty(t *testing.T) {
 		if a := attribute(s); !closeFigure(a, f) || a.Low != f.Low || a.High != f.High {
 			t.Fatalf("sample %d: from inputs %+v, from the sample %+v", i, f, a)
 		}
+		if w := float64(s.CompletionTokens) + 0.1*float64(s.PromptTokens); w > 0 && !nearJ(f.PromptJoules, f.Joules*0.1*float64(s.PromptTokens)/w) {
+			t.Fatalf("sample %d: prompt part %v of %v J for %d+%d tokens; a prompt token weighs a tenth", i, f.PromptJoules, f.Joules, s.PromptTokens, s.CompletionTokens)
+		}
 		if f.PromptTokens+f.CompletionTokens > 0 && !nearJ(f.PromptJoules+f.CompletionJoules, f.Joules) {
 			t.Fatalf("sample %d: split %v + %v of %v J", i, f.PromptJoules, f.CompletionJoules, f.Joules)
 		}
