@@ -62,7 +62,11 @@ type Inputs struct {
 	TreeCPUNS int64 `json:"tree_cpu_ns,omitempty"`
 	// TreeAloneNS is the tree's CPU time while the span was its backend's only one open;
 	// TreeUnionNS the tree's whole CPU time while the span was open (shared or not).
-	TreeAloneNS int64   `json:"tree_alone_ns,omitempty"`
+	TreeAloneNS int64 `json:"tree_alone_ns,omitempty"`
+	// Marked: the span was marked at a stream's first chunk; MarkCPUNS is the tree's CPU time
+	// (the span's share) up to then.
+	Marked      bool    `json:"marked,omitempty"`
+	MarkCPUNS   int64   `json:"mark_cpu_ns,omitempty"`
 	TreeUnionNS int64   `json:"tree_union_ns,omitempty"`
 	Split       bool    `json:"split,omitempty"`
 	WallShareNS int64   `json:"wall_share_ns,omitempty"`

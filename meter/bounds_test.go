@@ -167,3 +167,44 @@ func TestRecompute(t *testing.T) {
 		t.Error("unknown kind accepted")
 	}
 }
+
+// TestPhaseSplit: a span marked at a stream's first chunk splits its figure between prompt and
+// completion by the tree's CPU time before and after the mark; a phase that moved nothing, or
+// a GPU part, says why the split fell back to token weight. Either way the inputs re-derive it.
+func TestPhaseSplit(t *testing.T) {
+	m, _ := cpuFixtureMeter(t, func(o *Options) { o.RAPL = "off" })
+	s := m.Begin("ollama")
+	cpuWork(t, m, 1, 10)
+	s.Mark()
+	cpuWork(t, m, 3, 30)
+	s.Mark() // only the first counts
+	f := s.End(Work{PromptTokens: 100, CompletionTokens: 10})
+	if f.Split != SplitPhases || !nearJ(f.PromptJoules, f.Joules/4) || !nearJ(f.CompletionJoules, f.Joules*3/4) {
+		t.Fatalf("marked span: split %q, %v + %v of %v J; want a quarter for the prompt", f.Split, f.PromptJoules, f.CompletionJoules, f.Joules)
+	}
+	if d, err := Recompute(f); err != nil || Disagreement(f, d) != "" {
+		t.Fatalf("recompute: %v %s", err, Disagreement(f, d))
+	}
+	p, c := f.PerToken()
+	if !nearJ(p, f.Joules/4/100) || !nearJ(c, f.Joules*3/4/10) {
+		t.Fatalf("per token %v, %v", p, c)
+	}
+
+	s = m.Begin("ollama")
+	s.Mark() // no CPU time before the first chunk
+	cpuWork(t, m, 1, 10)
+	f = s.End(Work{PromptTokens: 100, CompletionTokens: 10})
+	if f.Split != energy.SplitTokenWeight+":"+PhaseTooShort {
+		t.Fatalf("empty prefill phase: split %q", f.Split)
+	}
+
+	in := toInputs(good())
+	in.Marked, in.MarkCPUNS = true, int64(time.Second)
+	if f := splitParts(attribute(fromInputs(in)), in); f.Split != energy.SplitTokenWeight+":"+PhaseGPU {
+		t.Fatalf("a figure with a GPU part: split %q", f.Split)
+	}
+	in.Marked = false
+	if f := splitParts(attribute(fromInputs(in)), in); f.Split != energy.SplitTokenWeight {
+		t.Fatalf("unmarked: split %q", f.Split)
+	}
+}

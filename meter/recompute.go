@@ -31,7 +31,7 @@ func spanFigure(in energy.Inputs) (energy.Figure, error) {
 		return energy.Figure{}, fmt.Errorf("inputs made under constants %q; this build has %q", in.Version, ConstantsVersion)
 	}
 	f := attribute(fromInputs(in))
-	f = energy.SplitTokens(f, in.PromptTokens, in.CompletionTokens, in.PromptRatio)
+	f = splitParts(f, in)
 	f.Inputs = energy.One(in)
 	return f, nil
 }
@@ -53,7 +53,7 @@ func toInputs(s spanSample) energy.Inputs {
 		JPerPrompt: s.JPerPrompt, JPerCompletion: s.JPerCompletion, HostJPerToken: s.HostJPerToken,
 		PromptRatio: DefaultPromptRatio,
 		TreeFound:   s.TreeFound, TreeShort: s.TreeShort, TreeCPUNS: int64(s.TreeCPU),
-		TreeAloneNS: int64(s.TreeAlone), TreeUnionNS: int64(s.TreeUnion),
+		TreeAloneNS: int64(s.TreeAlone), TreeUnionNS: int64(s.TreeUnion), Marked: s.Marked, MarkCPUNS: int64(s.MarkCPU),
 		Split: s.Split, WallShareNS: int64(s.WallShare), ProxyCPUNS: int64(s.ProxyCPU), HostBusyNS: int64(s.HostBusy),
 		HostErr: reasonFor(s.HostErr, ReasonCounterError), CPUWatts: s.CPUWatts,
 		RAPLJoules: s.RAPLJoules, RAPLErr: reasonFor(s.RAPLErr, cpuNoData(s.PerProcess)), RAPLGapNS: int64(s.RAPLGap),
@@ -85,6 +85,7 @@ func fromInputs(in energy.Inputs) spanSample {
 		JPerPrompt: in.JPerPrompt, JPerCompletion: in.JPerCompletion, HostJPerToken: in.HostJPerToken,
 		TreeFound: in.TreeFound, TreeShort: in.TreeShort, TreeCPU: time.Duration(in.TreeCPUNS),
 		TreeAlone: time.Duration(in.TreeAloneNS), TreeUnion: time.Duration(in.TreeUnionNS),
+		Marked: in.Marked, MarkCPU: time.Duration(in.MarkCPUNS),
 		Split: in.Split, WallShare: time.Duration(in.WallShareNS), ProxyCPU: time.Duration(in.ProxyCPUNS),
 		HostBusy: time.Duration(in.HostBusyNS), HostErr: errOf(in.HostErr), CPUWatts: in.CPUWatts,
 		RAPLJoules: in.RAPLJoules, RAPLErr: errOf(in.RAPLErr), RAPLGap: time.Duration(in.RAPLGapNS),

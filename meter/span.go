@@ -33,6 +33,9 @@ type Span struct {
 	mac     *appleSpan    // a local span's readings on macOS
 	c       *spanCounters // a local span's readings; nil for a remote one or one with no process
 	share   spanShare     // the span's share of its tree's time, booked at span edges
+	marked  bool          // Mark was called
+	markOK  bool          // Mark read the tree: markCPU is its share up to the first chunk
+	markCPU float64
 }
 
 // spanShare is what the edge book (see edgeBook) billed a span: its share of the tree's CPU
@@ -296,6 +299,7 @@ func (s *Span) addTree(in *spanSample, e *endReadings) {
 	}
 	in.TreeFound = true
 	in.TreeCPU, in.TreeShort = time.Duration(s.share.cpu), s.share.short
+	in.Marked, in.MarkCPU = s.marked, time.Duration(s.markCPU)
 	if s.share.split {
 		in.Split, in.WallShare = true, s.share.wall
 		in.TreeAlone, in.TreeUnion = time.Duration(s.share.alone), time.Duration(s.share.union)

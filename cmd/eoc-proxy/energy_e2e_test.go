@@ -60,7 +60,7 @@ func checkBoundsHeaders(t *testing.T, h http.Header) {
 
 // runBurner serves /v1/chat/completions on a loopback port it prints, burning CPU for each
 // call: "burn-pair" calls are held until two have arrived, so they overlap whatever the load,
-// then each burns; others burn alone. GET /cpu reports the process's CPU time (ns).
+// then each burns; others burn alone. A stream burns again after its first chunk (decode). GET /cpu reports the process's CPU time (ns).
 func runBurner() int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -100,7 +100,7 @@ func runBurner() int {
 			case <-time.After(30 * time.Second): // the test fails on the overlap then
 			}
 		}
-		burn(150 * time.Millisecond)
+		burn(150 * time.Millisecond) // prefill
 		const usage = `"usage":{"prompt_tokens":20,"completion_tokens":5,"total_tokens":25}`
 		head := fmt.Sprintf(`"id":"burn","created":1,"model":%q`, req.Model)
 		if !req.Stream {
@@ -109,12 +109,16 @@ func runBurner() int {
 			return
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
-		for _, c := range []string{
+		for i, c := range []string{
 			`"choices":[{"index":0,"delta":{"role":"assistant","content":"burnt"},"finish_reason":null}]`,
 			`"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]`,
 			`"choices":[],` + usage,
 		} {
 			_, _ = fmt.Fprintf(w, "data: {%s,\"object\":\"chat.completion.chunk\",%s}\n\n", head, c)
+			if i == 0 {
+				http.NewResponseController(w).Flush() //nolint:errcheck // a failed flush fails the test's stream
+				burn(100 * time.Millisecond)          // decode, after the first chunk
+			}
 		}
 		_, _ = io.WriteString(w, "data: [DONE]\n\n")
 	})
@@ -261,7 +265,7 @@ ledger: {path: %q, fsync: every}
 	}
 	e := final.EOC
 	if !(e.Low <= e.Joules && e.Joules <= e.High) || e.ReceiptTime != resp.Trailer.Get("X-EOC-Receipt-Time") ||
-		e.PerPrompt <= 0 || e.PerCompletion <= 0 || e.TokenSplit != energy.SplitTokenWeight {
+		e.PerPrompt <= 0 || e.PerCompletion <= 0 || e.TokenSplit != "phases" {
 		t.Errorf("eoc chunk %+v", e)
 	}
 	// The receipt is checkable from what the client got, with the request's key from the ledger.

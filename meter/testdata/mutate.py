@@ -116,6 +116,10 @@ muts = [
  ("recompute: constants version not checked", "recompute.go", "if in.Version != ConstantsVersion {", "if false {"),
  ("recompute: figure not made from its recorded inputs", "recompute.go", "\tf, _ := spanFigure(in) // the version is this build's\n\treturn f", "\treturn energy.SplitTokens(attribute(s), s.PromptTokens, s.CompletionTokens, DefaultPromptRatio)"),
  ("recompute: recorded reasons not read back", "rules.go", "if recorded, ok := err.(reasonError); ok {", "if recorded, ok := err.(reasonError); ok && false {"),
+ ("split: phases ignored", "phase.go", "\tif !in.Marked || f.Split == \"\" {", "\tif true || f.Split == \"\" {"),
+ ("split: an empty phase used", "phase.go", "case in.MarkCPUNS <= 0 || in.MarkCPUNS >= in.TreeCPUNS:", "case in.MarkCPUNS < 0:"),
+ ("split: a GPU part split by CPU time", "phase.go", "\tcase f.Method != MethodCPUTimeModel && f.Method != MethodCPUTimeShare && f.Method != MethodRAPL:", "\tcase false:"),
+ ("split: the mark books no edge", "phase.go", "\ts.m.bookMark(s.b, procs, cg, time.Now())\n", "\t_ = cg\n"),
  ("split: prompt tokens weigh as completion tokens", "recompute.go", "f = energy.SplitTokens(f, in.PromptTokens, in.CompletionTokens, in.PromptRatio)", "f = energy.SplitTokens(f, in.PromptTokens, in.CompletionTokens, 1)"),
 ]
 only = sys.argv[1:]
