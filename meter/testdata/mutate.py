@@ -119,8 +119,8 @@ muts = [
  ("split: phases ignored", "phase.go", "\tif !in.Marked || f.Split == \"\" {", "\tif true || f.Split == \"\" {"),
  ("split: an empty phase used", "phase.go", "case in.MarkCPUNS <= 0 || in.MarkCPUNS >= in.TreeCPUNS:", "case in.MarkCPUNS < 0:"),
  ("split: a GPU part split by CPU time", "phase.go", "\tcase f.Method != MethodCPUTimeModel && f.Method != MethodCPUTimeShare && f.Method != MethodRAPL:", "\tcase false:"),
- ("split: the mark books no edge", "phase.go", "\ts.m.bookMark(s.b, procs, cg, time.Now())\n", "\t_ = cg\n"),
- ("split: prompt tokens weigh as completion tokens", "recompute.go", "f = energy.SplitTokens(f, in.PromptTokens, in.CompletionTokens, in.PromptRatio)", "f = energy.SplitTokens(f, in.PromptTokens, in.CompletionTokens, 1)"),
+ ("split: the mark books no edge", "phase.go", "\ts.m.bookMark(s.b, procs, cg, time.Now())\n", "\t_, _ = procs, cg\n"),
+ ("split: prompt tokens weigh as completion tokens", "phase.go", "f = energy.SplitTokens(f, in.PromptTokens, in.CompletionTokens, in.PromptRatio)", "f = energy.SplitTokens(f, in.PromptTokens, in.CompletionTokens, 1)"),
 ]
 only = sys.argv[1:]
 tally = {"CAUGHT": 0, "MISSED": 0, "BUILD": 0, "MISSING": 0}
