@@ -204,10 +204,7 @@ ledger: {path: %q, fsync: every}
 	hdrs := make([]http.Header, 2)
 	for i := range 2 {
 		wg.Go(func() {
-			resp := postChatNoFatal(s.URL, fmt.Sprintf(`{"model":"burn-pair","messages":[{"role":"user","content":"pair %d"}]}`, i))
-			if resp != nil {
-				hdrs[i] = resp.Header
-			}
+			hdrs[i] = postChatHeader(s.URL, fmt.Sprintf(`{"model":"burn-pair","messages":[{"role":"user","content":"pair %d"}]}`, i))
 		})
 	}
 	wg.Wait()
@@ -326,8 +323,9 @@ ledger: {path: %q, fsync: every}
 	}
 }
 
-// postChatNoFatal posts a chat call from a goroutine other than the test's: nil on failure.
-func postChatNoFatal(url, body string) *http.Response {
+// postChatHeader posts a chat call from a goroutine other than the test's and returns the
+// response's header: nil on failure.
+func postChatHeader(url, body string) http.Header {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
@@ -343,7 +341,7 @@ func postChatNoFatal(url, body string) *http.Response {
 	if resp.StatusCode != 200 {
 		return nil
 	}
-	return resp
+	return resp.Header
 }
 
 func mustReadFile(t *testing.T, path string) []byte {
