@@ -133,7 +133,7 @@ def run(mut, tmp):
     if src.count(old) != 1:
         return "MISSING", f"pattern found {src.count(old)} times in {f}"
     d = tempfile.mkdtemp(dir=tmp)
-    mutant = os.path.join(d, f)
+    mutant = os.path.join(d, os.path.basename(f))  # f may lie outside meter/ (../energy/…)
     with open(mutant, "w") as out:
         out.write(src.replace(old, new))
     overlay = os.path.join(d, "overlay.json")
