@@ -151,14 +151,9 @@ func (c *Cascade) stageEstimate(took time.Duration, stage energy.Figure) energy.
 	if stage.Reason != "" {
 		reason += ";" + stage.Reason
 	}
-	return energy.Figure{
-		Joules:   took.Seconds() * c.opts.StageWatts,
-		Grade:    energy.Estimated,
-		Coverage: energy.CoverageWhole,
-		Method:   "stage-model",
-		Reason:   reason,
-		Saved:    stage.Saved,
-	}
+	f := energy.StageModel(took, c.opts.StageWatts, reason) // with its bounds and inputs
+	f.Saved = stage.Saved
+	return f
 }
 
 // OriginalCost is what it took to make ans the first time: the neural figure a memoizing stage

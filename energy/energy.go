@@ -41,6 +41,25 @@ type Figure struct {
 	// "" when it is measured and whole.
 	Reason string `json:"reason"`
 
+	// Low and High bound Joules: Low ≤ Joules ≤ High always (see meter/README.md for what each
+	// part's bound is). Both are 0 for a zero figure, and equal to Joules only where the figure
+	// is exact (an exact GPU zero, nothing computed).
+	Low  float64 `json:"joules_low,omitempty"`
+	High float64 `json:"joules_high,omitempty"`
+	// PromptJoules and CompletionJoules split Joules between the prompt (prefill) and the
+	// completion (decode) over PromptTokens and CompletionTokens, the tokens the figure's work
+	// processed; Split says how the split was made (SplitTokenWeight, …). All zero when the
+	// work reported no tokens.
+	PromptJoules     float64 `json:"joules_prompt,omitempty"`
+	CompletionJoules float64 `json:"joules_completion,omitempty"`
+	PromptTokens     int     `json:"prompt_tokens,omitempty"`
+	CompletionTokens int     `json:"completion_tokens,omitempty"`
+	Split            string  `json:"split,omitempty"`
+	// Inputs are the raw inputs of each metered part, in the order Plus added them, from which
+	// the figure can be derived again (meter.Recompute). Empty for figures made before they
+	// were recorded.
+	Inputs InputList `json:"inputs,omitzero"`
+
 	CPUJoules float64 `json:"-"`
 	GPUJoules float64 `json:"-"`
 }
@@ -53,8 +72,9 @@ func (f Figure) Measured() bool { return f.Grade == Measured }
 
 // Plus is the figure of two pieces of work done for one call (an embedding and the answer it
 // found, a failed attempt and the next): the joules add up, the grade and coverage are the
-// weaker of the two, and methods and reasons are joined without repeats. A zero figure adds
-// nothing. Saved is kept from f, else g.
+// weaker of the two, and methods and reasons are joined without repeats. The bounds, the prompt
+// and completion parts and the tokens add up; the inputs are listed f's first. A zero figure
+// adds nothing. Saved is kept from f, else g.
 func (f Figure) Plus(g Figure) Figure {
 	switch {
 	case g.IsZero():
@@ -63,14 +83,22 @@ func (f Figure) Plus(g Figure) Figure {
 		return g
 	}
 	out := Figure{
-		Joules:    f.Joules + g.Joules,
-		Saved:     f.Saved,
-		Grade:     Measured,
-		Coverage:  CoverageWhole,
-		Method:    join(f.Method, g.Method, "+"),
-		Reason:    join(f.Reason, g.Reason, ";"),
-		CPUJoules: f.CPUJoules + g.CPUJoules,
-		GPUJoules: f.GPUJoules + g.GPUJoules,
+		Joules:           f.Joules + g.Joules,
+		Saved:            f.Saved,
+		Grade:            Measured,
+		Coverage:         CoverageWhole,
+		Method:           join(f.Method, g.Method, "+"),
+		Reason:           join(f.Reason, g.Reason, ";"),
+		Low:              f.Low + g.Low,
+		High:             f.High + g.High,
+		PromptJoules:     f.PromptJoules + g.PromptJoules,
+		CompletionJoules: f.CompletionJoules + g.CompletionJoules,
+		PromptTokens:     f.PromptTokens + g.PromptTokens,
+		CompletionTokens: f.CompletionTokens + g.CompletionTokens,
+		Split:            join(f.Split, g.Split, "+"),
+		Inputs:           f.Inputs.concat(g.Inputs),
+		CPUJoules:        f.CPUJoules + g.CPUJoules,
+		GPUJoules:        f.GPUJoules + g.GPUJoules,
 	}
 	if out.Saved == 0 {
 		out.Saved = g.Saved
@@ -116,6 +144,8 @@ func contains(ws []string, w string) bool {
 func (f Figure) Rounded() Figure {
 	f.Joules = RoundNano(f.Joules)
 	f.Saved = RoundNano(f.Saved)
+	f.Low, f.High = RoundNano(f.Low), RoundNano(f.High) // rounding keeps Low ≤ Joules ≤ High
+	f.PromptJoules, f.CompletionJoules = RoundNano(f.PromptJoules), RoundNano(f.CompletionJoules)
 	f.CPUJoules = RoundNano(f.CPUJoules)
 	f.GPUJoules = RoundNano(f.GPUJoules)
 	return f

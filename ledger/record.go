@@ -108,6 +108,9 @@ func normalize(r *Record, now func() time.Time) error {
 	if !finite(r.Joules) || !finite(r.Saved) {
 		return fmt.Errorf("%w: joules %v, joules_saved %v are not finite", ErrInvalid, r.Joules, r.Saved)
 	}
+	if err := checkFigure(r); err != nil {
+		return err
+	}
 	want := r.receipt().Hash()
 	if r.Receipt != "" && r.Receipt != want {
 		return fmt.Errorf("%w: receipt %s does not match its fields (want %s)", ErrInvalid, r.Receipt, want)
@@ -143,6 +146,7 @@ func (r *Record) canonical(b []byte) []byte {
 	}
 	b = strconv.AppendBool(b, r.Disconnected)
 	b = append(b, '\n')
+	b = r.canonicalFigure(b)
 	// A record without attempts has the canonical form it had before attempts were recorded.
 	for _, a := range r.Attempts {
 		b = append(b, "attempt "...)

@@ -216,6 +216,7 @@ func (a *apple) end(m *Meter, s *Span, in *spanSample) {
 		// as on Linux (see edgeBook); the shares add up to the tree's time over their union.
 		in.TreeCPU, in.TreeShort = time.Duration(s.share.cpu), in.TreeShort || s.share.short
 		in.Split, in.WallShare = true, s.share.wall
+		in.TreeAlone, in.TreeUnion = time.Duration(s.share.alone), time.Duration(s.share.union)
 	}
 	inTree := func(pid int) bool { return slices.Contains(pids, pid) || slices.Contains(sp.pids, pid) }
 	a.endGPU(sp, &e, inTree, in)

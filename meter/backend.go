@@ -61,6 +61,19 @@ type edgeBook struct {
 // begin, or leaves them. b.edges.mu is held.
 func (m *Meter) book(b *backendState, s *Span, begin bool, procs []procSample, cg uint64, now time.Time) {
 	e := &b.edges
+	m.bookInterval(b, procs, cg, now)
+	e.last, e.lastCg, e.lastAt = append(e.last[:0], procs...), cg, now
+	if begin {
+		e.open = append(e.open, s)
+		return
+	}
+	e.leave(s)
+}
+
+// bookInterval shares the tree's time since the last edge among the spans open. b.edges.mu is
+// held.
+func (m *Meter) bookInterval(b *backendState, procs []procSample, cg uint64, now time.Time) {
+	e := &b.edges
 	if n := len(e.open); n > 0 {
 		var ns uint64
 		short := false
@@ -73,17 +86,15 @@ func (m *Meter) book(b *backendState, s *Span, begin bool, procs []procSample, c
 		wall := now.Sub(e.lastAt)
 		for _, o := range e.open {
 			o.share.cpu += float64(ns) / float64(n)
+			o.share.union += float64(ns)
+			if n == 1 {
+				o.share.alone += float64(ns)
+			}
 			o.share.wall += wall / time.Duration(n)
 			o.share.short = o.share.short || short
 			o.share.split = o.share.split || n > 1
 		}
 	}
-	e.last, e.lastCg, e.lastAt = append(e.last[:0], procs...), cg, now
-	if begin {
-		e.open = append(e.open, s)
-		return
-	}
-	e.leave(s)
 }
 
 // leave takes s off the open spans, if it is there. b.edges.mu is held.

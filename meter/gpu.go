@@ -144,6 +144,7 @@ type gpuResult struct {
 	Share    float64
 	Vanished bool
 	Busy     float64 // GPU-equivalents busy over the span, for the power model; 0 when unknown
+	LimitW   float64 // the used boards' enforced power limits, summed: the bound's power
 }
 
 // attribute works out the GPU side of a span: which devices the tree used, whether it was their
@@ -160,7 +161,7 @@ func (g *gpus) attribute(begin, end *gpuSnap, align *gpuAlign, inTree func(uint3
 	r.Used = true
 	// Shares and utilisation first: they do not depend on the wait.
 	r.Share, r.Busy = g.shares(begin, end, used, inTree, start)
-	r.Joules, r.Err = g.joules(end, align, used)
+	r.Joules, r.LimitW, r.Err = g.joules(end, align, used)
 	return r
 }
 
@@ -246,30 +247,29 @@ func (g *gpus) shares(begin, end *gpuSnap, used []int, inTree func(uint32) bool,
 // counter did not update (shorter than its period) has no window; a counter that went
 // backwards, or counted faster than the board's enforced power limit allows over the window,
 // is an error.
-func (g *gpus) joules(end *gpuSnap, align *gpuAlign, used []int) (float64, error) {
+func (g *gpus) joules(end *gpuSnap, align *gpuAlign, used []int) (joules, limits float64, err error) {
 	<-align.done // bounded by g.wait
 	if align.err != nil {
-		return 0, fmt.Errorf("after Begin: %w", align.err)
+		return 0, 0, fmt.Errorf("after Begin: %w", align.err)
 	}
 	for _, i := range used {
 		switch {
 		case align.val[i] <= end.energy[i]:
 		case align.at[i].After(end.at):
 			// Begin's update came after End's reading: the span is shorter than the update period.
-			return 0, fmt.Errorf("gpu %d %s: %w: no update within the span", i, g.devs[i].Name(), ErrCounterStale)
+			return 0, 0, fmt.Errorf("gpu %d %s: %w: no update within the span", i, g.devs[i].Name(), ErrCounterStale)
 		default:
-			return 0, fmt.Errorf("gpu %d %s: energy went backwards", i, g.devs[i].Name())
+			return 0, 0, fmt.Errorf("gpu %d %s: energy went backwards", i, g.devs[i].Name())
 		}
 	}
 	final := make([]uint64, len(g.devs))
 	at := make([]time.Time, len(g.devs))
 	if err := g.nextUpdate(end, used, final, at); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var joules float64
 	for _, i := range used {
 		if final[i] < align.val[i] {
-			return 0, fmt.Errorf("gpu %d %s: energy went backwards", i, g.devs[i].Name())
+			return 0, 0, fmt.Errorf("gpu %d %s: energy went backwards", i, g.devs[i].Name())
 		}
 		j := float64(final[i]-align.val[i]) / 1000
 		limit, err := g.devs[i].PowerLimitW()
@@ -279,11 +279,12 @@ func (g *gpus) joules(end *gpuSnap, align *gpuAlign, used []int) (float64, error
 		// Each update is seen at most a poll late: the window is at most this long.
 		window := at[i].Sub(align.at[i]) + 2*g.poll
 		if j > limit*window.Seconds() {
-			return 0, fmt.Errorf("gpu %d %s: %w: %.3f J in %v, limit %.0f W", i, g.devs[i].Name(), ErrCounterRate, j, window, limit)
+			return 0, 0, fmt.Errorf("gpu %d %s: %w: %.3f J in %v, limit %.0f W", i, g.devs[i].Name(), ErrCounterRate, j, window, limit)
 		}
 		joules += j
+		limits += limit
 	}
-	return joules, nil
+	return joules, limits, nil
 }
 
 func (g *gpus) close() error {

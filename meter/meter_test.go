@@ -106,6 +106,12 @@ func TestFixtureMeasured(t *testing.T) {
 	if f.Grade != energy.Measured || f.Method != MethodRAPL || f.Coverage != energy.CoverageWhole || f.Reason != "" || !near(f.Joules, 20) {
 		t.Fatalf("figure = %+v", f)
 	}
+	// The counter was read before the span began and after it ended: the read gap is in the
+	// inputs and widens the low bound beyond the two counter updates.
+	ins := f.Inputs.All()
+	if len(ins) != 1 || ins[0].RAPLGapNS <= 0 || !(f.Low < f.Joules-(2*raplUpdate).Seconds()*f.Joules/(time.Duration(ins[0].WallNS)+time.Duration(ins[0].RAPLGapNS)).Seconds()) {
+		t.Fatalf("figure %v [%v, %v], inputs %+v: no read gap", f.Joules, f.Low, f.High, ins)
+	}
 }
 
 func TestOverlap(t *testing.T) {

@@ -303,8 +303,8 @@ func TestNVMLWindow(t *testing.T) {
 				if r.Err == nil || (tc.err != nil && !errors.Is(r.Err, tc.err)) || !strings.Contains(r.Err.Error(), tc.errSubstr) {
 					t.Fatalf("attribute = %+v, want error %v %q", r, tc.err, tc.errSubstr)
 				}
-			case r.Err != nil || !near(r.Joules, tc.joules):
-				t.Fatalf("attribute = %+v, want %v J", r, tc.joules)
+			case r.Err != nil || !near(r.Joules, tc.joules) || r.LimitW != tc.dev.limit:
+				t.Fatalf("attribute = %+v, want %v J and the board's %v W limit", r, tc.joules, tc.dev.limit)
 			}
 		})
 	}

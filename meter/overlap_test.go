@@ -33,6 +33,13 @@ func TestOverlapUnionBound(t *testing.T) {
 				if !near(f.Joules, union/2) {
 					t.Errorf("%s: %v J, want %v (1 s alone + half of 2 s shared, at 10 W)", name, f.Joules, union/2)
 				}
+				// The share's bounds: at least the 1 s alone at 5 W, at most all 3 s open at 15 W.
+				if !near(f.Low, 5) || !near(f.High, 45) {
+					t.Errorf("%s: bounds [%v, %v], want [5, 45]", name, f.Low, f.High)
+				}
+				if d, err := Recompute(f); err != nil || Disagreement(f, d) != "" {
+					t.Errorf("%s: recompute: %v %s", name, err, Disagreement(f, d))
+				}
 			}
 			if sum := fa.Joules + fb.Joules; sum > union+1e-9 {
 				t.Errorf("overlapping calls bill %v J together, more than the tree's %v J over their union", sum, union)

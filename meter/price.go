@@ -11,10 +11,14 @@ const (
 	// PCIe draws about 300 W while serving.
 	DefaultGPUWatts = 300.0
 	// DefaultRemoteJPerCompletion is the upper end of ML.ENERGY's 0.12–0.4 J per output token
-	// for batched H100/B200 serving (ml.energy leaderboard).
+	// for batched H100/B200 serving (ml.energy leaderboard). Its v3 gives Llama-3.1-8B on one
+	// H100 0.455 J/token at 8 concurrent sequences down to 0.070 at 512 (the token model's
+	// range, tokenModelLow/High). GPU energy only, as the source measures it: the host's CPU
+	// and memory are not in it.
 	DefaultRemoteJPerCompletion = 0.4
-	// DefaultLocalJPerCompletion is ML.ENERGY's figure for Llama-2-7B at batch size 1 on an
-	// A100, about 4.35 J per output token: what an unbatched local server spends.
+	// DefaultLocalJPerCompletion is ML.ENERGY's figure (leaderboard v1) for Llama-2-7B at batch
+	// size 1 on an A100, about 4.35 J per output token: what an unbatched local server spends.
+	// GPU energy only, as the source measures it.
 	DefaultLocalJPerCompletion = 4.35
 	// DefaultPromptRatio prices a prompt token at a tenth of an output token, since prefill
 	// runs a prompt's tokens in parallel. The ratio is our assumption, not a published figure.

@@ -76,6 +76,41 @@ const (
 	probeWindow   = 300 * time.Millisecond
 )
 
+// Bounds. Each part of a figure carries a range (energy.Figure's Low and High); these are the
+// numbers behind them. meter/README.md documents each.
+
+// raplUpdate is how often a RAPL counter updates: about every millisecond (Intel SDM vol. 3B,
+// 15.10.1: "updated approximately every 1 ms"; AMD's MSR behaves alike). Each end of a RAPL
+// window is this much uncertain.
+const raplUpdate = time.Millisecond
+
+// nvmlPeriod is how often NVML's energy counter updates: about every 100 ms (less on recent
+// parts). Both ends of a GPU window sit on updates, so the window may be off the span by up to
+// one period at the board's enforced power limit.
+const nvmlPeriod = 100 * time.Millisecond
+
+// The token model's stated range around its price per token: ML.ENERGY's leaderboard v3 gives
+// Llama-3.1-8B on one H100 0.455 J/token at 8 concurrent sequences down to 0.070 at 512 (batching
+// makes a token up to 0.070/0.455 ≈ 0.15× as dear); its v1 gives Llama-2-7B at batch size 1 on
+// an A100 4.35 J/token (an unbatched, older part: about 9.6× the 0.455). Both are GPU-only
+// figures for 7–8B models: a larger model, or the host's CPU and memory, can lie above High.
+const (
+	tokenModelLow  = 0.070 / 0.455
+	tokenModelHigh = 4.35 / 0.455
+)
+
+// The GPU power model's stated range around its watts per busy GPU (DefaultGPUWatts, 300 W):
+// from a quarter (a lightly loaded board, about 75 W) to an H100 SXM's 700 W board limit.
+const (
+	gpuModelLow  = 0.25
+	gpuModelHigh = 700.0 / DefaultGPUWatts
+)
+
+// ConstantsVersion names the rules and constants above (and the token prices' defaults) as a
+// whole. Every figure's inputs record it; change it whenever a rule or a constant changes, so
+// that Recompute can tell a receipt made under other rules from one that disagrees.
+const ConstantsVersion = "meter-1"
+
 // treeTTL is how long Begin trusts the tree last known complete (walked, or confirmed by an
 // End) without reading the last PID: a child born just before Begin and missed then is found
 // by End, which never trusts a tree walked before the last PID moved, and makes the count
@@ -111,12 +146,20 @@ type spanSample struct {
 	TreeShort bool
 	TreeCPU   time.Duration
 	// Split: other calls on the same backend overlapped this one, so TreeCPU and WallShare are
-	// this call's equal shares of the tree's time between span edges (see edgeBook).
+	// this call's equal shares of the tree's time between span edges (see edgeBook). TreeAlone
+	// is the tree's time while this span was its backend's only one open, TreeUnion its whole
+	// time while this span was open: the share's bounds.
 	Split     bool
 	WallShare time.Duration
-	ProxyCPU  time.Duration
-	HostBusy  time.Duration // all CPUs' busy time over the span
-	HostErr   error
+	TreeAlone time.Duration
+	TreeUnion time.Duration
+	// Marked: the span was marked at a stream's first chunk; MarkCPU is its tree CPU time up to
+	// then (0 when the mark could not read the tree). Only the prompt/completion split reads them.
+	Marked   bool
+	MarkCPU  time.Duration
+	ProxyCPU time.Duration
+	HostBusy time.Duration // all CPUs' busy time over the span
+	HostErr  error
 	// CPU power model, W per busy core.
 	CPUWatts float64
 
@@ -125,6 +168,7 @@ type spanSample struct {
 	// host-wide counter, so no 99% rule, but a short tree count is never a figure.
 	RAPLJoules float64
 	RAPLErr    error
+	RAPLGap    time.Duration // how far the counter's window ran past the span, both ends together
 	PerProcess bool
 	// GPUNoData names a missing GPU counter's reason ("": no-nvml); GPUMethod names the GPU
 	// counter ("": nvml).
@@ -146,6 +190,7 @@ type spanSample struct {
 	GPUVanished bool
 	GPUBusy     float64
 	GPUWatts    float64
+	GPULimitW   float64 // the used boards' enforced power limits, summed (0: unknown)
 }
 
 // attribute applies the rules:
@@ -175,6 +220,7 @@ func attribute(s spanSample) energy.Figure {
 		if s.HostJPerToken > 0 {
 			f := tokenFigure(s, rs)
 			f.Joules = tokenWeight(s.PromptTokens, s.CompletionTokens) * s.HostJPerToken
+			f.Low, f.High = f.Joules*tokenModelLow, f.Joules*tokenModelHigh
 			f.Method = MethodHostTokenModel
 			return f
 		}
@@ -218,15 +264,22 @@ func attribute(s spanSample) energy.Figure {
 	switch {
 	case cpuMeasured:
 		f.CPUJoules = s.RAPLJoules
+		f.Low, f.High = raplBounds(s)
 	case s.TreeShort:
 		rs.add(ReasonProcessVanished)
 		return tokenFigure(s, rs)
 	default:
 		f.CPUJoules = s.TreeCPU.Seconds() * s.CPUWatts
 		cpuMethod = MethodCPUTimeModel
+		low, high := s.TreeCPU, s.TreeCPU
 		if s.Split {
 			cpuMethod = MethodCPUTimeShare
+			// The equal share is a model: the call used at least the tree's time while it was
+			// alone, at most all of it while it was open.
+			low, high = min(s.TreeAlone, s.TreeCPU), max(s.TreeUnion, s.TreeCPU)
 		}
+		f.Low = low.Seconds() * s.CPUWatts * energy.CPUModelLow
+		f.High = high.Seconds() * s.CPUWatts * energy.CPUModelHigh
 	}
 
 	gpuMeasured, gpuMethod := true, ""
@@ -250,6 +303,8 @@ func attribute(s spanSample) energy.Figure {
 			wall = s.WallShare // overlapping calls share the GPU's time as they share the tree's
 		}
 		f.GPUJoules = s.GPUWatts * wall.Seconds() * busy
+		f.Low += f.GPUJoules * gpuModelLow
+		f.High += f.GPUJoules * gpuModelHigh
 		rs.add(reasonFor(s.GPUErr, cmp.Or(s.GPUNoData, ReasonNoNVML)))
 	case s.Overlap || s.GPUShare < dominantShare:
 		f.Coverage = energy.CoveragePartial
@@ -257,6 +312,10 @@ func attribute(s spanSample) energy.Figure {
 	default:
 		f.GPUJoules = s.GPUJoules
 		gpuMethod = cmp.Or(s.GPUMethod, MethodNVML)
+		// Both ends sit on counter updates: each may be a period off the span's edge.
+		slack := nvmlPeriod.Seconds() * cmp.Or(s.GPULimitW, s.GPUWatts)
+		f.Low += max(f.GPUJoules-slack, 0)
+		f.High += f.GPUJoules + slack
 	}
 
 	f.Joules = f.CPUJoules + f.GPUJoules
@@ -270,6 +329,19 @@ func attribute(s spanSample) energy.Figure {
 	}
 	f.Reason = rs.String()
 	return f
+}
+
+// raplBounds is the measured CPU part's range: the counter's window ran RAPLGap past the span
+// and each end is a counter update (raplUpdate) uncertain, at the window's mean power.
+func raplBounds(s spanSample) (low, high float64) {
+	j := s.RAPLJoules
+	window := s.Wall + s.RAPLGap
+	if window <= 0 {
+		return j, j
+	}
+	watts := j / window.Seconds()
+	slack := (s.RAPLGap + 2*raplUpdate).Seconds() * watts
+	return max(j-slack, 0), j + 2*raplUpdate.Seconds()*watts
 }
 
 // errRAPLStill says RAPL read 0 J over a span in which the tree used CPU time.
@@ -289,11 +361,14 @@ func tokenWeight(prompt, completion int) float64 {
 func tokenFigure(s spanSample, rs reasons) energy.Figure {
 	j := float64(s.PromptTokens)*s.JPerPrompt + float64(s.CompletionTokens)*s.JPerCompletion
 	return energy.Figure{Joules: j, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: MethodTokenModel,
-		Reason: rs.String()}
+		Reason: rs.String(), Low: j * tokenModelLow, High: j * tokenModelHigh}
 }
 
 // reasonFor names why a counter reading is unusable. noData names the counter's absence.
 func reasonFor(err error, noData string) string {
+	if recorded, ok := err.(reasonError); ok { //nolint:errorlint // errOf never wraps it
+		return string(recorded) // read back from a ledger record's inputs
+	}
 	switch {
 	case err == nil:
 		return ""

@@ -98,6 +98,11 @@ func TestAttribute(t *testing.T) {
 			if (got.Reason == "") != (got.Grade == energy.Measured && got.Coverage == energy.CoverageWhole) {
 				t.Fatalf("reason %q with grade %s and coverage %s", got.Reason, got.Grade, got.Coverage)
 			}
+			checkBounds(t, got)
+			// The sample written down as ledger inputs and read back gives the same figure.
+			if rt := attribute(fromInputs(toInputs(s))); !closeFigure(rt, got) || rt.Low != got.Low || rt.High != got.High {
+				t.Fatalf("from its inputs =\n %+v\nwant\n %+v", rt, got)
+			}
 		})
 	}
 }

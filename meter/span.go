@@ -33,13 +33,20 @@ type Span struct {
 	mac     *appleSpan    // a local span's readings on macOS
 	c       *spanCounters // a local span's readings; nil for a remote one or one with no process
 	share   spanShare     // the span's share of its tree's time, booked at span edges
+	marked  bool          // Mark was called
+	markOK  bool          // Mark read the tree: markCPU is its share up to the first chunk
+	markCPU float64
 }
 
 // spanShare is what the edge book (see edgeBook) billed a span: its share of the tree's CPU
 // time (ns) and of the wall time, whether a process vanished in an interval it shared in, and
-// whether another span of its backend was open with it.
+// whether another span of its backend was open with it. alone is the tree's time (ns) in the
+// intervals where the span was the only one open, union its whole time in every interval the
+// span shared in: the share's bounds.
 type spanShare struct {
 	cpu   float64
+	alone float64
+	union float64
 	wall  time.Duration
 	short bool
 	split bool
@@ -147,7 +154,7 @@ func (s *Span) End(w Work) energy.Figure {
 	local := s.b != nil && s.b.local
 	in.JPerPrompt, in.JPerCompletion = priceTokens(m, s.b, w.Model, local)
 	if !local {
-		s.fig = attribute(in)
+		s.fig = finish(in)
 		return s.fig
 	}
 	in.Local = true
@@ -157,24 +164,24 @@ func (s *Span) End(w Work) energy.Figure {
 	if s.treeErr != nil {
 		m.closeSpan(s)
 		in.HostJPerToken = m.hostJPerToken(w.Model)
-		s.fig = attribute(in) // no tree: priced by tokens, reason no-process
+		s.fig = finish(in) // no tree: priced by tokens, reason no-process
 		return s.fig
 	}
 	if s.mac != nil {
 		m.mac.end(m, s, &in)
 		in.Overlap = m.closeSpan(s)
-		s.fig = attribute(in)
+		s.fig = finish(in)
 		s.logSpan(&in)
 		return s.fig
 	}
 
-	var e endReadings
+	e := endReadings{end: end}
 	s.readEnd(&e)
 	in.Overlap = m.closeSpan(s)
 	s.addCPU(&in, &e)
 	s.addTree(&in, &e)
 	s.addGPU(&in, &e)
-	s.fig = attribute(in)
+	s.fig = finish(in)
 	m.learn(w, s.fig)
 	s.logSpan(&in)
 	return s.fig
@@ -214,7 +221,8 @@ func (m *Meter) hostJPerToken(model string) float64 {
 
 // endReadings is what End reads at a local span's end.
 type endReadings struct {
-	measureCPU bool // RAPL, host and proxy CPU time were read at both ends
+	end        time.Time // the span's end
+	measureCPU bool      // RAPL, host and proxy CPU time were read at both ends
 	rapl       raplReading
 	raplErr    error
 	host       hostCPU
@@ -265,6 +273,7 @@ func (s *Span) addCPU(in *spanSample, e *endReadings) {
 		in.RAPLErr = e.raplErr
 	default:
 		in.RAPLJoules, in.RAPLErr = m.rapl.joules(c.raplA, e.rapl)
+		in.RAPLGap = max(s.start.Sub(c.raplA.at), 0) + max(e.rapl.at.Sub(e.end), 0)
 	}
 	if !e.measureCPU {
 		return
@@ -290,8 +299,10 @@ func (s *Span) addTree(in *spanSample, e *endReadings) {
 	}
 	in.TreeFound = true
 	in.TreeCPU, in.TreeShort = time.Duration(s.share.cpu), s.share.short
+	in.Marked, in.MarkCPU = s.marked, time.Duration(s.markCPU)
 	if s.share.split {
 		in.Split, in.WallShare = true, s.share.wall
+		in.TreeAlone, in.TreeUnion = time.Duration(s.share.alone), time.Duration(s.share.union)
 	}
 }
 
@@ -314,7 +325,7 @@ func (s *Span) addGPU(in *spanSample, e *endReadings) {
 		}
 		r := m.gpu.attribute(&c.gpuA, &c.gpuB, c.gpuAlign, inTree, s.start)
 		in.GPUUsed, in.GPUErr, in.GPUJoules, in.GPUShare = r.Used, r.Err, r.Joules, r.Share
-		in.GPUVanished, in.GPUBusy = r.Vanished, r.Busy
+		in.GPUVanished, in.GPUBusy, in.GPULimitW = r.Vanished, r.Busy, r.LimitW
 		if !r.Used {
 			// In no NVML list. Exact zero needs evidence as well: no process of the tree holds
 			// a GPU device node, and every PID NVML lists is a process of our /proc (NVML lists

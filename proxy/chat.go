@@ -39,7 +39,7 @@ const (
 )
 
 var trailerNames = strings.Join([]string{HeaderJoules, HeaderStage, HeaderEnergy, HeaderReason, HeaderMethod, HeaderCoverage,
-	HeaderReceipt, HeaderJoulesSaved, HeaderBudgetRemaining}, ", ")
+	HeaderReceipt, HeaderJoulesSaved, HeaderBudgetRemaining, boundsTrailerNames}, ", ")
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -203,11 +203,13 @@ type completion struct {
 
 // outcome is what one call cost, the receipt that vouches for it, and how it ended.
 type outcome struct {
-	stage     string
-	fig       energy.Figure
-	receipt   string
-	remaining *float64 // budget left, for keys with a budget
-	apiErr    *APIError
+	stage   string
+	fig     energy.Figure
+	receipt string
+	// receiptTime is the receipt's Time (X-EOC-Receipt-Time).
+	receiptTime time.Time
+	remaining   *float64 // budget left, for keys with a budget
+	apiErr      *APIError
 }
 
 // settlement is what settle needs to know about one call that reached the cascade, a chat
@@ -242,6 +244,7 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 	now := time.Now()
 	o.receipt = energy.Receipt{Key: st.key, Stage: o.stage, Model: st.model, Joules: o.fig.Joules,
 		Grade: o.fig.Grade, Time: now}.Hash()
+	o.receiptTime = now
 	if left, ok := s.budgets.settle(resv, o.fig.Joules); ok {
 		o.remaining = &left
 	}
@@ -298,7 +301,7 @@ func formatJoules(j float64) string { return strconv.FormatFloat(j, 'f', -1, 64)
 // entries are set directly, and all the values share one backing array: one allocation where
 // Header.Set makes one per header.
 func setEnergyHeaders(h http.Header, o outcome) {
-	vals := make([]string, 0, 9)
+	vals := make([]string, 0, 13)
 	set := func(k, v string) {
 		vals = append(vals, v)
 		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
@@ -318,6 +321,7 @@ func setEnergyHeaders(h http.Header, o outcome) {
 	if o.remaining != nil {
 		set(HeaderBudgetRemaining, formatJoules(*o.remaining))
 	}
+	setBoundsHeaders(set, o)
 }
 
 var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true}

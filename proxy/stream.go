@@ -122,6 +122,7 @@ type eocFigures struct {
 	Receipt     string  `json:"receipt"`
 	// BudgetRemaining is the key's joule budget left, for keys with a budget.
 	BudgetRemaining *float64 `json:"budget_remaining,omitempty"`
+	eocBounds
 }
 
 // finishStream ends a stream that has begun: the final eoc chunk, [DONE] and the trailers, or, if
@@ -135,7 +136,7 @@ func (s *Server) finishStream(w http.ResponseWriter, sw *sseWriter, res *cascade
 	}
 	final := eocChunk{ID: sw.id, Object: "chat.completion.chunk", Created: sw.created, Model: sw.model, Choices: []json.RawMessage{},
 		EOC: eocFigures{Joules: o.fig.Joules, Stage: o.stage, Energy: string(o.fig.Grade), Coverage: o.fig.Coverage,
-			Method: o.fig.Method, Reason: o.fig.Reason, JoulesSaved: o.fig.Saved, Receipt: o.receipt}}
+			Method: o.fig.Method, Reason: o.fig.Reason, JoulesSaved: o.fig.Saved, Receipt: o.receipt, eocBounds: boundsOf(o)}}
 	if o.remaining != nil {
 		final.EOC.BudgetRemaining = o.remaining
 	}

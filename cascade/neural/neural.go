@@ -120,6 +120,13 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Si
 func (s *Stage) attempt(ctx context.Context, route *cascade.Route, req *cascade.Request, sink cascade.Sink) (*cascade.Answer, energy.Figure, error) {
 	done := s.router.Start(route)
 	span := s.meter.Begin(route.Name)
+	if sink != nil {
+		inner := sink
+		sink = func(ch *cascade.Chunk) error {
+			span.Mark() // the first chunk ends prefill: the meter splits the figure there
+			return inner(ch)
+		}
+	}
 	ans, err := route.Backend.Chat(ctx, req, sink)
 	w := meter.Work{Model: req.Chat.Model, Failed: err != nil}
 	if ans != nil && ans.Usage != nil {

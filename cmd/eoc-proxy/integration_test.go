@@ -100,6 +100,7 @@ func checkEnergyHeaders(t *testing.T, h http.Header, stage string) {
 	if !hex64.MatchString(h.Get("X-EOC-Receipt")) {
 		t.Errorf("X-EOC-Receipt %q", h.Get("X-EOC-Receipt"))
 	}
+	checkBoundsHeaders(t, h)
 }
 
 var dialects = []struct {

@@ -18,6 +18,7 @@ func init() { register("receipts", runReceipts) }
 const receiptsUsage = `usage:
   eoc-proxy receipts verify [-hmac-key-env NAME] [-partial] [-json] FILE...
   eoc-proxy receipts sum [-by key|model|stage|day] [-json] FILE...
+  eoc-proxy receipts recompute FILE...
 
 FILE... are a ledger's files, e.g. ledger.jsonl* (rotated files and the active one, in any
 order; set-aside *.torn files are listed, not verified). Replicas keep one ledger each
@@ -34,6 +35,8 @@ func runReceipts(args []string, stdout io.Writer) error {
 		return receiptsVerify(args[1:], stdout)
 	case "sum":
 		return receiptsSum(args[1:], stdout)
+	case "recompute":
+		return receiptsRecompute(args[1:], stdout)
 	case "help", "-h", "-help", "--help":
 		_, _ = fmt.Fprintln(stdout, receiptsUsage) // help asked for: a failed write has no one to tell
 		return flag.ErrHelp

@@ -97,6 +97,33 @@ muts = [
  ("failed discovery: an estimate learnt as host J/token", "span.go", "tok <= 0 || !f.Measured() ||", "tok <= 0 ||"),
  ("GPU power model's busy factor x10", "gpu.go", "busy += float64(tree) / 100 / float64(len(stamps))", "busy += float64(tree) / 10 / float64(len(stamps))"),
  ("macOS: overlapping calls each billed the tree's whole time", "apple.go", "\tif booked && s.share.split {", "\tif false && booked && s.share.split {"),
+ # Bounds, re-derivable receipts and the token split (issue 10, items 5-7).
+ ("bounds: CPU model's low end widened to 0", "rules.go", "f.Low = low.Seconds() * s.CPUWatts * energy.CPUModelLow", "f.Low = low.Seconds() * s.CPUWatts * 0"),
+ ("bounds: CPU model's high end narrowed to the figure", "rules.go", "f.High = high.Seconds() * s.CPUWatts * energy.CPUModelHigh", "f.High = high.Seconds() * s.CPUWatts * 1"),
+ ("bounds: share's high end without the other calls' time", "rules.go", "max(s.TreeUnion, s.TreeCPU)", "s.TreeCPU"),
+ ("bounds: share's low end at the share", "rules.go", "low, high = min(s.TreeAlone, s.TreeCPU), max(", "low, high = s.TreeCPU, max("),
+ ("bounds: edge book counts shared intervals as alone", "backend.go", "\t\t\tif n == 1 {\n\t\t\t\to.share.alone", "\t\t\tif n >= 1 {\n\t\t\t\to.share.alone"),
+ ("bounds: NVML period slack removed", "rules.go", "slack := nvmlPeriod.Seconds() * cmp.Or(s.GPULimitW, s.GPUWatts)", "slack := 0 * cmp.Or(s.GPULimitW, s.GPUWatts)"),
+ ("bounds: NVML board limit ignored", "rules.go", "cmp.Or(s.GPULimitW, s.GPUWatts)", "s.GPUWatts"),
+ ("bounds: NVML limits not summed", "gpu.go", "\t\tlimits += limit\n", ""),
+ ("bounds: RAPL read gap ignored", "rules.go", "slack := (s.RAPLGap + 2*raplUpdate).Seconds() * watts", "slack := (2 * raplUpdate).Seconds() * watts"),
+ ("bounds: RAPL read gap not measured", "span.go", "in.RAPLGap = max(s.start.Sub(c.raplA.at), 0) + max(e.rapl.at.Sub(e.end), 0)", "_ = e.end"),
+ ("bounds: token model's range narrowed", "rules.go", "tokenModelHigh = 4.35 / 0.455", "tokenModelHigh = 1.0"),
+ ("bounds: token model's range widened", "rules.go", "tokenModelLow  = 0.070 / 0.455", "tokenModelLow  = 0.0"),
+ ("bounds: GPU model's range narrowed", "rules.go", "f.High += f.GPUJoules * gpuModelHigh", "f.High += f.GPUJoules"),
+ ("bounds: Plus does not add the high ends", "../energy/energy.go", "High:             f.High + g.High,", "High:             f.High,"),
+ ("bounds: rounding drops the bounds", "../energy/energy.go", "f.Low, f.High = RoundNano(f.Low), RoundNano(f.High)", "f.Low, f.High = RoundNano(f.Low), RoundNano(f.Joules)"),
+ ("recompute: tolerance widened to a millijoule", "recompute.go", "recomputeAbs = 2e-9", "recomputeAbs = 1e-3"),
+ ("recompute: method not compared", "recompute.go", "\t\t{\"method\", recorded.Method, derived.Method},\n", ""),
+ ("recompute: bounds not compared", "recompute.go", "\t\t{\"joules_low\", recorded.Low, derived.Low},\n", ""),
+ ("recompute: constants version not checked", "recompute.go", "if in.Version != ConstantsVersion {", "if false {"),
+ ("recompute: figure not made from its recorded inputs", "recompute.go", "\tf, _ := spanFigure(in) // the version is this build's\n\treturn f", "\treturn energy.SplitTokens(attribute(s), s.PromptTokens, s.CompletionTokens, DefaultPromptRatio)"),
+ ("recompute: recorded reasons not read back", "rules.go", "if recorded, ok := err.(reasonError); ok {", "if recorded, ok := err.(reasonError); ok && false {"),
+ ("split: phases ignored", "phase.go", "\tif !in.Marked || f.Split == \"\" {", "\tif true || f.Split == \"\" {"),
+ ("split: an empty phase used", "phase.go", "case in.MarkCPUNS <= 0 || in.MarkCPUNS >= in.TreeCPUNS:", "case in.MarkCPUNS < 0:"),
+ ("split: a GPU part split by CPU time", "phase.go", "\tcase f.Method != MethodCPUTimeModel && f.Method != MethodCPUTimeShare && f.Method != MethodRAPL:", "\tcase false:"),
+ ("split: the mark books no edge", "phase.go", "\ts.m.bookMark(s.b, procs, cg, time.Now())\n", "\t_, _ = procs, cg\n"),
+ ("split: prompt tokens weigh as completion tokens", "phase.go", "f = energy.SplitTokens(f, in.PromptTokens, in.CompletionTokens, in.PromptRatio)", "f = energy.SplitTokens(f, in.PromptTokens, in.CompletionTokens, 1)"),
 ]
 
 
@@ -106,7 +133,7 @@ def run(mut, tmp):
     if src.count(old) != 1:
         return "MISSING", f"pattern found {src.count(old)} times in {f}"
     d = tempfile.mkdtemp(dir=tmp)
-    mutant = os.path.join(d, f)
+    mutant = os.path.join(d, os.path.basename(f))  # f may lie outside meter/ (../energy/…)
     with open(mutant, "w") as out:
         out.write(src.replace(old, new))
     overlay = os.path.join(d, "overlay.json")

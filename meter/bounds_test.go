@@ -1,0 +1,210 @@
+package meter
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
+)
+
+// checkBounds fails unless 0 ≤ Low ≤ Joules ≤ High.
+func checkBounds(t *testing.T, f energy.Figure) {
+	t.Helper()
+	if !(0 <= f.Low && f.Low <= f.Joules && f.Joules <= f.High) {
+		t.Fatalf("bounds broken: low %v, joules %v, high %v (%s, %s)", f.Low, f.Joules, f.High, f.Method, f.Reason)
+	}
+}
+
+func nearJ(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+
+// TestBoundsValues states each part's bound (meter/README.md, "Bounds").
+func TestBoundsValues(t *testing.T) {
+	tokens := 100*0.4 + 50*4.0
+	tests := []struct {
+		name      string
+		edit      func(*spanSample)
+		low, high float64
+	}{
+		{"rapl and nvml: read gap and one NVML period at the board limit", func(s *spanSample) {
+			s.RAPLGap = 8 * time.Millisecond
+			s.GPULimitW = 350
+		},
+			// RAPL: 120 J over 2.008 s; slack (gap + 2 updates) low, 2 updates high. NVML ±0.1 s × 350 W.
+			120 - 0.010*120/2.008 + 400 - 35, 120 + 0.002*120/2.008 + 400 + 35},
+		{"nvml without a known limit: the GPU watts", func(*spanSample) {},
+			120 - 0.002*120/2 + 400 - 30, 120 + 0.002*120/2 + 400 + 30},
+		{"cpu time model: 5-15 W a core", func(s *spanSample) { s.RAPLErr = ErrNoData; s.GPUUsed = false },
+			15, 45},
+		{"cpu time share: alone × low W to union × high W", func(s *spanSample) {
+			s.RAPLErr, s.GPUUsed, s.Overlap, s.Split = ErrNoData, false, true, true
+			s.TreeAlone, s.TreeUnion = time.Second, 5*time.Second
+		}, 5, 75},
+		{"token model: ML.ENERGY's spread", func(s *spanSample) { s.Local = false },
+			tokens * 0.070 / 0.455, tokens * 4.35 / 0.455},
+		{"gpu power model: a quarter to 700 W", func(s *spanSample) { s.GPUErr = ErrNoData; s.GPUBusy = 0 },
+			120 - 0.002*120/2 + 600*0.25, 120 + 0.002*120/2 + 600*700/300},
+		{"exact GPU zero adds no width", func(s *spanSample) { s.GPUUsed = false },
+			120 - 0.002*120/2, 120 + 0.002*120/2},
+		{"a partial GPU adds nothing", func(s *spanSample) { s.GPUShare = 0.5 },
+			120 - 0.002*120/2, 120 + 0.002*120/2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := good()
+			tc.edit(&s)
+			f := attribute(s)
+			checkBounds(t, f)
+			if !nearJ(f.Low, tc.low) || !nearJ(f.High, tc.high) {
+				t.Fatalf("bounds [%v, %v] of %v J, want [%v, %v]", f.Low, f.High, f.Joules, tc.low, tc.high)
+			}
+		})
+	}
+}
+
+// randomSample draws a sample over every switch the rules read.
+func randomSample(r *rand.Rand) spanSample {
+	d := func(max time.Duration) time.Duration { return time.Duration(r.Int64N(int64(max))) }
+	pick := func(errs ...error) error { return errs[r.IntN(len(errs))] }
+	s := spanSample{
+		Local: r.IntN(5) > 0, Overlap: r.IntN(3) == 0, Wall: d(5 * time.Second),
+		PromptTokens: r.IntN(2000), CompletionTokens: r.IntN(500), JPerPrompt: r.Float64(), JPerCompletion: 5 * r.Float64(),
+		HostJPerToken: float64(r.IntN(2)) * r.Float64(),
+		TreeFound:     r.IntN(6) > 0, TreeShort: r.IntN(6) == 0, TreeCPU: d(8 * time.Second),
+		Split: r.IntN(3) == 0, WallShare: d(5 * time.Second), TreeAlone: d(8 * time.Second), TreeUnion: d(16 * time.Second),
+		ProxyCPU: d(time.Second), HostBusy: d(10 * time.Second), HostErr: pick(nil, nil, nil, errors.New("x")),
+		CPUWatts:   1 + 20*r.Float64(),
+		RAPLJoules: 300 * r.Float64(), RAPLErr: pick(nil, nil, ErrNoData, ErrCounterWrap, errCounterDead), RAPLGap: d(20 * time.Millisecond),
+		PerProcess: r.IntN(5) == 0,
+		GPUUsed:    r.IntN(2) == 0, GPUUnknown: r.IntN(4) == 0, GPUErr: pick(nil, nil, ErrNoData, fmt.Errorf("%w", ErrCounterStale)),
+		GPUJoules: 1000 * r.Float64(), GPUShare: r.Float64() + 0.05, GPUVanished: r.IntN(6) == 0, GPUBusy: 2 * r.Float64(),
+		GPUWatts: 50 + 600*r.Float64(), GPULimitW: float64(r.IntN(2)) * 700,
+	}
+	if r.IntN(5) == 0 {
+		s.RAPLJoules = 0
+	}
+	return s
+}
+
+// TestBoundsProperty: every figure the rules can make has 0 ≤ Low ≤ Joules ≤ High, sums of
+// figures keep it, and a sample read back from its inputs gives the same figure.
+func TestBoundsProperty(t *testing.T) {
+	r := rand.New(rand.NewPCG(10, 5))
+	var sum energy.Figure
+	for i := range 20000 {
+		s := randomSample(r)
+		f := finish(s)
+		checkBounds(t, f)
+		if a := attribute(s); !closeFigure(a, f) || a.Low != f.Low || a.High != f.High {
+			t.Fatalf("sample %d: from inputs %+v, from the sample %+v", i, f, a)
+		}
+		if w := float64(s.CompletionTokens) + 0.1*float64(s.PromptTokens); w > 0 && !nearJ(f.PromptJoules, f.Joules*0.1*float64(s.PromptTokens)/w) {
+			t.Fatalf("sample %d: prompt part %v of %v J for %d+%d tokens; a prompt token weighs a tenth", i, f.PromptJoules, f.Joules, s.PromptTokens, s.CompletionTokens)
+		}
+		if f.PromptTokens+f.CompletionTokens > 0 && !nearJ(f.PromptJoules+f.CompletionJoules, f.Joules) {
+			t.Fatalf("sample %d: split %v + %v of %v J", i, f.PromptJoules, f.CompletionJoules, f.Joules)
+		}
+		f.Inputs = energy.InputList{} // the sum's inputs would grow quadratically
+		sum = sum.Plus(f)
+		checkBounds(t, sum)
+		checkBounds(t, sum.Rounded())
+	}
+}
+
+// TestRecompute: a span's figure is derived again from its recorded inputs, an edited figure
+// disagrees, and inputs of unknown constants or kind fail.
+func TestRecompute(t *testing.T) {
+	s := good()
+	s.RAPLGap, s.GPULimitW = 3*time.Millisecond, 400
+	f := finish(s).Plus(energy.StageModel(3*time.Millisecond, 10, "in-process-stage")).Plus(finish(randomSample(rand.New(rand.NewPCG(1, 2)))))
+	f = f.Rounded()
+	if f.Inputs.Len() != 3 {
+		t.Fatalf("%d inputs, want 3", f.Inputs.Len())
+	}
+	got, err := Recompute(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := Disagreement(f, got); d != "" {
+		t.Fatalf("recorded figure disagrees with its inputs: %s", d)
+	}
+	edits := map[string]func(*energy.Figure){
+		"joules":      func(f *energy.Figure) { f.Joules += 1e-6 },
+		"low":         func(f *energy.Figure) { f.Low *= 0.999 },
+		"high":        func(f *energy.Figure) { f.High *= 1.001 },
+		"grade":       func(f *energy.Figure) { f.Grade = energy.Measured },
+		"method":      func(f *energy.Figure) { f.Method = "rapl" },
+		"reason":      func(f *energy.Figure) { f.Reason = "" },
+		"prompt part": func(f *energy.Figure) { f.PromptJoules += 1 },
+	}
+	for name, edit := range edits {
+		e := f
+		edit(&e)
+		if Disagreement(e, got) == "" {
+			t.Errorf("%s edited: no disagreement", name)
+		}
+	}
+	// Rounding to nanojoules is not a disagreement.
+	e := f
+	e.Joules = energy.RoundNano(e.Joules + 4e-10)
+	if d := Disagreement(e, got); d != "" {
+		t.Errorf("rounding: %s", d)
+	}
+
+	if _, err := Recompute(energy.Figure{Joules: 1}); !errors.Is(err, ErrNoInputs) {
+		t.Errorf("no inputs: %v", err)
+	}
+	in := toInputs(s)
+	in.Version = "meter-0"
+	if _, err := Recompute(energy.Figure{Inputs: energy.ListOf(in)}); err == nil {
+		t.Error("unknown constants version accepted")
+	}
+	in.Version, in.Kind = ConstantsVersion, "magic"
+	if _, err := Recompute(energy.Figure{Inputs: energy.ListOf(in)}); err == nil {
+		t.Error("unknown kind accepted")
+	}
+}
+
+// TestPhaseSplit: a span marked at a stream's first chunk splits its figure between prompt and
+// completion by the tree's CPU time before and after the mark; a phase that moved nothing, or
+// a GPU part, says why the split fell back to token weight. Either way the inputs re-derive it.
+func TestPhaseSplit(t *testing.T) {
+	m, _ := cpuFixtureMeter(t, func(o *Options) { o.RAPL = "off" })
+	s := m.Begin("ollama")
+	cpuWork(t, m, 1, 10)
+	s.Mark()
+	cpuWork(t, m, 3, 30)
+	s.Mark() // only the first counts
+	f := s.End(Work{PromptTokens: 100, CompletionTokens: 10})
+	if f.Split != SplitPhases || !nearJ(f.PromptJoules, f.Joules/4) || !nearJ(f.CompletionJoules, f.Joules*3/4) {
+		t.Fatalf("marked span: split %q, %v + %v of %v J; want a quarter for the prompt", f.Split, f.PromptJoules, f.CompletionJoules, f.Joules)
+	}
+	if d, err := Recompute(f); err != nil || Disagreement(f, d) != "" {
+		t.Fatalf("recompute: %v %s", err, Disagreement(f, d))
+	}
+	p, c := f.PerToken()
+	if !nearJ(p, f.Joules/4/100) || !nearJ(c, f.Joules*3/4/10) {
+		t.Fatalf("per token %v, %v", p, c)
+	}
+
+	s = m.Begin("ollama")
+	s.Mark() // no CPU time before the first chunk
+	cpuWork(t, m, 1, 10)
+	f = s.End(Work{PromptTokens: 100, CompletionTokens: 10})
+	if f.Split != energy.SplitTokenWeight+":"+PhaseTooShort {
+		t.Fatalf("empty prefill phase: split %q", f.Split)
+	}
+
+	in := toInputs(good())
+	in.Marked, in.MarkCPUNS = true, int64(time.Second)
+	if f := splitParts(attribute(fromInputs(in)), in); f.Split != energy.SplitTokenWeight+":"+PhaseGPU {
+		t.Fatalf("a figure with a GPU part: split %q", f.Split)
+	}
+	in.Marked = false
+	if f := splitParts(attribute(fromInputs(in)), in); f.Split != energy.SplitTokenWeight {
+		t.Fatalf("unmarked: split %q", f.Split)
+	}
+}

@@ -1,0 +1,61 @@
+package proxy
+
+import (
+	"strings"
+	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
+)
+
+// The X-EOC headers of a figure's bounds and receipt time (issue 10), in Go's canonical form.
+const (
+	// HeaderJoulesLow and HeaderJoulesHigh bound X-EOC-Joules: Low ≤ Joules ≤ High.
+	HeaderJoulesLow  = "X-Eoc-Joules-Low"
+	HeaderJoulesHigh = "X-Eoc-Joules-High"
+	// HeaderReceiptTime is the receipt's time, RFC 3339 UTC with nanoseconds as the receipt
+	// hashes it, so a client can check X-EOC-Receipt without the ledger.
+	HeaderReceiptTime = "X-Eoc-Receipt-Time"
+	// HeaderJoulesSavedGrade is the grade of X-EOC-Joules-Saved: always estimated (a saving is
+	// what a call that was not made would have cost); its basis is in X-EOC-Energy-Reason.
+	HeaderJoulesSavedGrade = "X-Eoc-Joules-Saved-Grade"
+)
+
+// boundsTrailerNames are the trailers a stream adds for them.
+var boundsTrailerNames = strings.Join([]string{HeaderJoulesLow, HeaderJoulesHigh, HeaderReceiptTime, HeaderJoulesSavedGrade}, ", ")
+
+// setBoundsHeaders sets the bounds, the receipt time and the saving's grade of o through set.
+func setBoundsHeaders(set func(k, v string), o outcome) {
+	set(HeaderJoulesLow, formatJoules(o.fig.Low))
+	set(HeaderJoulesHigh, formatJoules(o.fig.High))
+	if !o.receiptTime.IsZero() {
+		set(HeaderReceiptTime, o.receiptTime.UTC().Format(time.RFC3339Nano))
+	}
+	if o.fig.Saved > 0 {
+		set(HeaderJoulesSavedGrade, string(energy.Estimated))
+	}
+}
+
+// eocBounds are the final eoc chunk's bounds, receipt time, saving's grade and joules per
+// token (the figure's prompt and completion parts over the tokens its work processed).
+type eocBounds struct {
+	JoulesLow                float64 `json:"joules_low"`
+	JoulesHigh               float64 `json:"joules_high"`
+	ReceiptTime              string  `json:"receipt_time,omitempty"`
+	JoulesSavedGrade         string  `json:"joules_saved_grade,omitempty"`
+	JoulesPerPromptToken     float64 `json:"joules_per_prompt_token,omitempty"`
+	JoulesPerCompletionToken float64 `json:"joules_per_completion_token,omitempty"`
+	// TokenSplit says how the joules were split between prompt and completion (token-weight).
+	TokenSplit string `json:"token_split,omitempty"`
+}
+
+func boundsOf(o outcome) eocBounds {
+	b := eocBounds{JoulesLow: o.fig.Low, JoulesHigh: o.fig.High, TokenSplit: o.fig.Split}
+	if !o.receiptTime.IsZero() {
+		b.ReceiptTime = o.receiptTime.UTC().Format(time.RFC3339Nano)
+	}
+	if o.fig.Saved > 0 {
+		b.JoulesSavedGrade = string(energy.Estimated)
+	}
+	b.JoulesPerPromptToken, b.JoulesPerCompletionToken = o.fig.PerToken()
+	return b
+}
