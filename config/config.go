@@ -26,6 +26,8 @@ type Config struct {
 	Meter    Meter     `yaml:"meter"`
 	Auth     Auth      `yaml:"auth"`
 	Ledger   Ledger    `yaml:"ledger"`
+	// Telemetry exports OpenTelemetry traces; off unless otlp_endpoint is set.
+	Telemetry Telemetry `yaml:"telemetry"`
 }
 
 // Limits bound each request.
@@ -155,6 +157,9 @@ type Auth struct {
 	Keys []Key `yaml:"keys"`
 	// MetricsNeedKey makes GET /metrics take one of the keys too (default: open).
 	MetricsNeedKey bool `yaml:"metrics_need_key"`
+	// AdminKeys are ids of Keys that may open GET /ui and its data; with Keys set and no admin
+	// key, the page is closed.
+	AdminKeys []string `yaml:"admin_keys"`
 }
 
 // Key is one proxy API key; its ID names the tenant.
@@ -326,3 +331,9 @@ func (c *Config) Masked() ([]byte, error) { return yaml.Marshal(c) }
 
 // StageOn reports whether a stage is in the walk.
 func (c *Config) StageOn(name string) bool { return slices.Contains(c.Cascade.Stages, name) }
+
+// Telemetry configures OpenTelemetry. With no OTLPEndpoint no exporter runs and no span is kept.
+type Telemetry struct {
+	// OTLPEndpoint is the OTLP/HTTP traces URL, e.g. http://127.0.0.1:4318/v1/traces.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
+}

@@ -76,6 +76,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if res.Answer != nil {
 		st.answered, st.fig, st.backend = true, res.Answer.Energy, res.Answer.Backend
 		st.backendAttempts = res.Answer.Attempts
+		if res.Answer.Usage != nil {
+			st.tokens = res.Answer.Usage.CompletionTokens
+		}
 	}
 	o := s.settle(st, resv, err, start, lf)
 	if sw == nil || !sw.started {
@@ -213,6 +216,7 @@ type settlement struct {
 	backend                string
 	backendAttempts        []cascade.BackendAttempt
 	wrote                  bool // bytes went out before an error
+	tokens                 int  // the answer's completion tokens, for the page's J per token
 }
 
 // settle runs once per call that reached the cascade, success or not: it computes the receipt,
@@ -250,6 +254,7 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 		}
 	}
 	s.metrics.observe(st.stage, st.attempts, st.answered, o.fig, model, status, time.Since(start))
+	s.ui.observe(&st, o.stage, model, o.fig, status, o.receipt, now)
 	if n := len(st.attempts); n > 0 {
 		lf.upstream = st.attempts[n-1].Duration
 	}

@@ -39,6 +39,12 @@ type Options struct {
 	// client disconnects included) before its response or trailers are written: the ledger.
 	// An error is logged; the call goes on.
 	Record func(Call) error
+	// AdminKeyIDs are the ids of the Keys that may open GET /ui and its data (config:
+	// auth.admin_keys). With Keys set and none of them an admin's, the page is closed to all.
+	AdminKeyIDs []string
+	// Counters, when set, reports the energy counters' liveness for the page (cmd hands it the
+	// meter's own report; the edge does not import the meter).
+	Counters func() []Counter
 }
 
 // Call is what the edge reports about one cascade call, for the ledger.
@@ -68,6 +74,7 @@ type Server struct {
 	keys    *keyring
 	budgets *budgetBook
 	metrics *metrics
+	ui      *uiStats
 }
 
 // New builds the handler tree.
@@ -81,7 +88,7 @@ func New(o Options) *Server {
 	if o.BodyTimeout <= 0 {
 		o.BodyTimeout = 30 * time.Second
 	}
-	s := &Server{opts: o, cascade: o.Cascade, log: o.Logger, keys: newKeyring(o.Keys)}
+	s := &Server{opts: o, cascade: o.Cascade, log: o.Logger, keys: newKeyring(o.Keys), ui: newUIStats(time.Now())}
 	budgets := map[string]Budget{}
 	for _, k := range o.Keys {
 		if k.Budget != nil {
@@ -97,6 +104,7 @@ func New(o Options) *Server {
 		r.Post("/v1/embeddings", s.embeddings)
 		r.Get("/v1/models", s.models)
 	})
+	s.uiRoutes(r)
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	if o.Registry != nil {

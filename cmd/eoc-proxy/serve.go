@@ -217,6 +217,8 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 		Registry:       reg,
 		MetricsNeedKey: cfg.Auth.MetricsNeedKey,
 		Record:         record,
+		AdminKeyIDs:    cfg.Auth.AdminKeys,
+		Counters:       counterStates(m),
 	})
 	return a, nil
 }
@@ -280,4 +282,17 @@ func meterOptions(cfg *config.Config, log zerolog.Logger) meter.Options {
 		o.Backends = append(o.Backends, meter.BackendInfo{Name: kvEmbedderName, URL: e.URL})
 	}
 	return o
+}
+
+// counterStates reports the meter's counters to the page as serve found them at start, the same
+// states eoc_meter_counter_live shows (the edge does not import the meter).
+func counterStates(m *meter.Meter) func() []proxy.Counter {
+	return func() []proxy.Counter {
+		cs := m.Counters()
+		out := make([]proxy.Counter, len(cs))
+		for i, c := range cs {
+			out[i] = proxy.Counter{Name: c.Name, Live: c.Live, Reason: c.Reason}
+		}
+		return out
+	}
 }
