@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 )
 
@@ -72,12 +74,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	err := s.guard(req.ID, func() error { return s.cascade.Walk(ctx, req, &res, sink) })
 	st := settlement{id: req.ID, tenant: req.Tenant, key: req.Key(), model: req.Chat.Model,
-		stage: res.Stage, attempts: res.Attempts, wrote: res.Wrote}
+		stage: res.Stage, attempts: res.Attempts, wrote: res.Wrote, span: trace.SpanFromContext(ctx)}
 	if res.Answer != nil {
 		st.answered, st.fig, st.backend = true, res.Answer.Energy, res.Answer.Backend
 		st.backendAttempts = res.Answer.Attempts
 		if res.Answer.Usage != nil {
-			st.tokens = res.Answer.Usage.CompletionTokens
+			st.tokens, st.promptTokens = res.Answer.Usage.CompletionTokens, res.Answer.Usage.PromptTokens
 		}
 	}
 	o := s.settle(st, resv, err, start, lf)
@@ -217,6 +219,8 @@ type settlement struct {
 	backendAttempts        []cascade.BackendAttempt
 	wrote                  bool // bytes went out before an error
 	tokens                 int  // the answer's completion tokens, for the page's J per token
+	promptTokens           int
+	span                   trace.Span // the call's span: a no-op one when untraced
 }
 
 // settle runs once per call that reached the cascade, success or not: it computes the receipt,
@@ -254,7 +258,7 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 		}
 	}
 	s.metrics.observe(st.stage, st.attempts, st.answered, o.fig, model, status, time.Since(start))
-	s.ui.observe(&st, o.stage, model, o.fig, status, o.receipt, now)
+	s.observe(&st, o, model, status, now)
 	if n := len(st.attempts); n > 0 {
 		lf.upstream = st.attempts[n-1].Duration
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 )
@@ -45,6 +46,10 @@ type Options struct {
 	// Counters, when set, reports the energy counters' liveness for the page (cmd hands it the
 	// meter's own report; the edge does not import the meter).
 	Counters func() []Counter
+	// Tracing, when set, gets a span per call with a child per stage tried and per backend
+	// attempt, carrying the energy figure (config: telemetry). Nil traces nothing; a client's
+	// traceparent is still passed upstream.
+	Tracing trace.TracerProvider
 }
 
 // Call is what the edge reports about one cascade call, for the ledger.
@@ -75,6 +80,7 @@ type Server struct {
 	budgets *budgetBook
 	metrics *metrics
 	ui      *uiStats
+	tracer  trace.Tracer // nil: no spans
 }
 
 // New builds the handler tree.
@@ -96,10 +102,13 @@ func New(o Options) *Server {
 		}
 	}
 	s.budgets = newBudgetBook(budgets, time.Now)
+	if o.Tracing != nil {
+		s.tracer = o.Tracing.Tracer(tracerName)
+	}
 	r := chi.NewRouter()
 	r.Use(s.requestID, s.accessLog, s.recoverer)
 	r.Group(func(r chi.Router) {
-		r.Use(s.authenticate)
+		r.Use(s.traced, s.authenticate)
 		r.Post("/v1/chat/completions", s.chat)
 		r.Post("/v1/embeddings", s.embeddings)
 		r.Get("/v1/models", s.models)

@@ -76,6 +76,13 @@ type UICall struct {
 	energy.Figure
 }
 
+// observe hands one settled call to the page's figures and to the call's span: settle's one call
+// for both.
+func (s *Server) observe(st *settlement, o outcome, model string, status int, now time.Time) {
+	s.ui.observe(st, o.stage, model, o.fig, status, o.receipt, now)
+	endCall(st.span, st, o, status)
+}
+
 func newUIStats(now time.Time) *uiStats {
 	return &uiStats{start: now, stages: map[string]*uiTotal{}, models: map[string]*uiTotal{}, pairs: map[uiPair]*uiPairStats{}}
 }

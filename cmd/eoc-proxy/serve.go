@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eoc-proxy/eoc-proxy/backends"
 	"github.com/eoc-proxy/eoc-proxy/cascade"
@@ -26,6 +27,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/ledger"
 	"github.com/eoc-proxy/eoc-proxy/meter"
 	"github.com/eoc-proxy/eoc-proxy/proxy"
+	"github.com/eoc-proxy/eoc-proxy/telemetry"
 )
 
 func runServe(args []string, _ io.Writer) (err error) {
@@ -208,6 +210,11 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 		a.close()
 		return nil, err
 	}
+	tracing, err := startTelemetry(cfg, a)
+	if err != nil {
+		a.close()
+		return nil, err
+	}
 	a.handler = proxy.New(proxy.Options{
 		Cascade:        c,
 		Logger:         component(log, "proxy"),
@@ -219,6 +226,7 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 		Record:         record,
 		AdminKeyIDs:    cfg.Auth.AdminKeys,
 		Counters:       counterStates(m),
+		Tracing:        tracing,
 	})
 	return a, nil
 }
@@ -282,6 +290,21 @@ func meterOptions(cfg *config.Config, log zerolog.Logger) meter.Options {
 		o.Backends = append(o.Backends, meter.BackendInfo{Name: kvEmbedderName, URL: e.URL})
 	}
 	return o
+}
+
+// startTelemetry starts the OTLP trace exporter when telemetry.otlp_endpoint is set (nil, and no
+// exporter, otherwise); shutdown flushes what it holds, for at most 5 s.
+func startTelemetry(cfg *config.Config, a *app) (trace.TracerProvider, error) {
+	tp, shutdown, err := telemetry.Setup(telemetry.Options{Endpoint: cfg.Telemetry.OTLPEndpoint, Version: buildVersion()})
+	if err != nil || tp == nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return shutdown(ctx)
+	})
+	return tp, nil
 }
 
 // counterStates reports the meter's counters to the page as serve found them at start, the same
