@@ -22,8 +22,10 @@
     const tr = el("tr", attrs);
     for (const c of cells) {
       if (c instanceof Node) { tr.append(c); continue; }
-      const [text, cls] = Array.isArray(c) ? c : [c, ""];
-      tr.append(el("td", cls ? { class: cls } : {}, text));
+      const [text, cls, title] = Array.isArray(c) ? c : [c, ""];
+      const attrs = cls ? { class: cls } : {};
+      if (title) attrs.title = title;
+      tr.append(el("td", attrs, text));
     }
     return tr;
   }
@@ -119,7 +121,7 @@
       : [row([d.auth ? "no key has a budget" : "auth is off: no keys", "", "", ""])]);
     fill("calls-table", (d.calls || []).map(c => row([new Date(c.time).toLocaleTimeString(), stageName(c.stage), c.model, c.backend || "–",
       [c.status, "num"], [fmtJ(c.joules), "num"], bounds(c), [fmtJ(c.joules_saved), "num"], c.grade || "–", c.method || "–",
-      c.reason || "–", [(c.receipt || "").slice(0, 16), "receipt"]])));
+      c.reason || "–", [(c.receipt || "").slice(0, 16), "receipt", c.receipt]])));
   }
 
   const status = document.getElementById("status");
