@@ -227,6 +227,7 @@ func (b *base) do(ctx context.Context, method, u string, body []byte, accept []s
 	}
 	h["Accept"] = accept
 	h["User-Agent"] = hdrUA
+	injectTrace(ctx, h)
 	if b.auth != nil {
 		h["Authorization"] = b.auth
 	}

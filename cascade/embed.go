@@ -120,14 +120,21 @@ func (c *Cascade) Embed(ctx context.Context, call *EmbedCall, res *EmbedResult) 
 	for i, st := range stages {
 		res.Stage = st.Name()
 		start := time.Now()
-		e, err := st.(EmbedStage).ServeEmbed(ctx, call)
+		sctx, span := StartSpan(ctx, SpanStage, st.Name())
+		e, err := st.(EmbedStage).ServeEmbed(sctx, call)
 		took := time.Since(start)
 		res.Attempts = append(res.Attempts, Attempt{Stage: st.Name(), Duration: took, Err: err})
 		if errors.Is(err, ErrMiss) {
+			span.End(stageResult(call.Req.Model, nil, err))
 			continue
 		}
 		if e != nil && e.Energy.IsZero() {
 			e.Energy = c.stageEstimate(took, e.Energy)
+		}
+		if e != nil {
+			span.End(SpanResult{Model: call.Req.Model, Backend: e.Backend, Outcome: stageOutcome(err), Err: err, Energy: e.Energy})
+		} else {
+			span.End(stageResult(call.Req.Model, nil, err))
 		}
 		if err != nil {
 			if i == len(stages)-1 || ctx.Err() != nil {

@@ -85,7 +85,8 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 		res.Stage = st.Name()
 		writing = res.Stage
 		start := time.Now()
-		ans, err := st.Serve(ctx, req, tracked)
+		sctx, span := StartSpan(ctx, SpanStage, st.Name())
+		ans, err := st.Serve(sctx, req, tracked)
 		took := time.Since(start)
 		res.Attempts = append(res.Attempts, Attempt{Stage: st.Name(), Duration: took, Err: err})
 		var se *SpentError
@@ -93,6 +94,7 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 			spent = spent.Plus(se.Energy)
 		}
 		if errors.Is(err, ErrMiss) {
+			span.End(stageResult(req.Chat.Model, nil, err))
 			continue
 		}
 		if ans != nil {
@@ -101,6 +103,7 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 			}
 			ans.Energy, ans.Spent, ans.SpentTime = ans.Energy.Plus(ans.Spent), energy.Figure{}, 0
 		}
+		span.End(stageResult(req.Chat.Model, ans, err))
 		if err != nil {
 			if i == len(c.stages)-1 || res.Wrote || ctx.Err() != nil {
 				res.Answer = withSpent(ans, spent)

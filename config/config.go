@@ -31,6 +31,8 @@ type Config struct {
 	Redis Redis `yaml:"redis"`
 	// ReplicaID names this replica in ledger records and file names (default: the hostname).
 	ReplicaID string `yaml:"replica_id"`
+	// Telemetry exports OpenTelemetry traces; off unless otlp_endpoint is set.
+	Telemetry Telemetry `yaml:"telemetry"`
 }
 
 // Debug holds the operator's diagnostics, all off by default.
@@ -176,6 +178,9 @@ type Auth struct {
 	Keys []Key `yaml:"keys"`
 	// MetricsNeedKey makes GET /metrics take one of the keys too (default: open).
 	MetricsNeedKey bool `yaml:"metrics_need_key"`
+	// AdminKeys are ids of Keys that may open GET /ui and its data; with Keys set and no admin
+	// key, the page is closed.
+	AdminKeys []string `yaml:"admin_keys"`
 }
 
 // Key is one proxy API key; its ID names the tenant.
@@ -354,3 +359,9 @@ func (c *Config) Masked() ([]byte, error) { return yaml.Marshal(c) }
 
 // StageOn reports whether a stage is in the walk.
 func (c *Config) StageOn(name string) bool { return slices.Contains(c.Cascade.Stages, name) }
+
+// Telemetry configures OpenTelemetry. With no OTLPEndpoint no exporter runs and no span is kept.
+type Telemetry struct {
+	// OTLPEndpoint is the OTLP/HTTP traces URL, e.g. http://127.0.0.1:4318/v1/traces.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
+}

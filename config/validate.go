@@ -190,6 +190,16 @@ func (c *Config) validateAuth(p *problems) {
 			p.oneOf(f+".budget.per", k.Budget.Per, []string{"day", "month"})
 		}
 	}
+	for i, id := range c.Auth.AdminKeys {
+		if !ids[id] {
+			p.add(fmt.Sprintf("auth.admin_keys[%d]", i), "%q is not the id of one of auth.keys", id)
+		}
+	}
+	if e := c.Telemetry.OTLPEndpoint; e != "" {
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			p.add("telemetry.otlp_endpoint", "%q is not an http(s) URL", e)
+		}
+	}
 }
 
 // validateLedger checks the ledger's fsync mode.

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 )
 
@@ -72,12 +74,15 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	err := s.guard(req.ID, func() error { return s.cascade.Walk(ctx, req, &res, sink) })
 	st := settlement{id: req.ID, tenant: req.Tenant, key: req.Key(), model: req.Chat.Model,
-		stage: res.Stage, attempts: res.Attempts, wrote: res.Wrote}
+		stage: res.Stage, attempts: res.Attempts, wrote: res.Wrote, span: trace.SpanFromContext(ctx)}
 	if res.Answer != nil {
 		st.answered, st.fig, st.backend = true, res.Answer.Energy, res.Answer.Backend
 		st.backendAttempts = res.Answer.Attempts
-		if u := res.Answer.Usage; u != nil && res.Answer.Backend != "" { // a backend's tokens, not a cache hit's
-			s.limits.addTokens(req.Tenant, u.CompletionTokens)
+		if u := res.Answer.Usage; u != nil {
+			st.tokens, st.promptTokens = u.CompletionTokens, u.PromptTokens
+			if res.Answer.Backend != "" { // a backend's tokens, not a cache hit's
+				s.limits.addTokens(req.Tenant, u.CompletionTokens)
+			}
 		}
 	}
 	o := s.settle(st, resv, err, start, lf)
@@ -223,6 +228,9 @@ type settlement struct {
 	backend                string
 	backendAttempts        []cascade.BackendAttempt
 	wrote                  bool // bytes went out before an error
+	tokens                 int  // the answer's completion tokens, for the page's J per token
+	promptTokens           int
+	span                   trace.Span // the call's span: a no-op one when untraced
 }
 
 // settle runs once per call that reached the cascade, success or not: it computes the receipt,
@@ -261,6 +269,7 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 		}
 	}
 	s.metrics.observe(st.stage, st.attempts, st.answered, o.fig, model, status, time.Since(start))
+	s.observe(&st, o, model, status, now)
 	if n := len(st.attempts); n > 0 {
 		lf.upstream = st.attempts[n-1].Duration
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 )
@@ -44,6 +45,16 @@ type Options struct {
 	SharedBudgets SharedBudgets
 	// SharedLimits, likewise, counts the keys' rate limits for every replica.
 	SharedLimits SharedLimits
+	// AdminKeyIDs are the ids of the Keys that may open GET /ui and its data (config:
+	// auth.admin_keys). With Keys set and none of them an admin's, the page is closed to all.
+	AdminKeyIDs []string
+	// Counters, when set, reports the energy counters' liveness for the page (cmd hands it the
+	// meter's own report; the edge does not import the meter).
+	Counters func() []Counter
+	// Tracing, when set, gets a span per call with a child per stage tried and per backend
+	// attempt, carrying the energy figure (config: telemetry). Nil traces nothing; a client's
+	// traceparent is still passed upstream.
+	Tracing trace.TracerProvider
 }
 
 // Call is what the edge reports about one cascade call, for the ledger.
@@ -74,6 +85,8 @@ type Server struct {
 	budgets *budgetBook
 	limits  *limiter
 	metrics *metrics
+	ui      *uiStats
+	tracer  trace.Tracer // nil: no spans
 }
 
 // New builds the handler tree.
@@ -87,7 +100,7 @@ func New(o Options) *Server {
 	if o.BodyTimeout <= 0 {
 		o.BodyTimeout = 30 * time.Second
 	}
-	s := &Server{opts: o, cascade: o.Cascade, log: o.Logger, keys: newKeyring(o.Keys)}
+	s := &Server{opts: o, cascade: o.Cascade, log: o.Logger, keys: newKeyring(o.Keys), ui: newUIStats(time.Now())}
 	budgets := map[string]Budget{}
 	for _, k := range o.Keys {
 		if k.Budget != nil {
@@ -97,14 +110,18 @@ func New(o Options) *Server {
 	s.budgets = newBudgetBook(budgets, time.Now)
 	s.budgets.shared = o.SharedBudgets
 	s.limits = newLimiter(o.Keys, o.SharedLimits, time.Now)
+	if o.Tracing != nil {
+		s.tracer = o.Tracing.Tracer(tracerName)
+	}
 	r := chi.NewRouter()
 	r.Use(s.requestID, s.accessLog, s.recoverer)
 	r.Group(func(r chi.Router) {
-		r.Use(s.authenticate)
+		r.Use(s.traced, s.authenticate)
 		r.Post("/v1/chat/completions", s.chat)
 		r.Post("/v1/embeddings", s.embeddings)
 		r.Get("/v1/models", s.models)
 	})
+	s.uiRoutes(r)
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	if o.Registry != nil {

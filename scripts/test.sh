@@ -36,4 +36,7 @@ phase unit go test -race ./...
 # mutants build through -overlay, two at a time on two cores (about 5 minutes).
 phase mutate bash -c 'cd meter && python3 testdata/mutate.py'
 export EOC_E2E=1
+# The Node SDK scenario (e2e/node_test.go) needs `npm ci --prefix e2e/node` (.ci/run does it);
+# without those modules it fails.
+export EOC_E2E_NODE_MODULES="${EOC_E2E_NODE_MODULES:-$root/e2e/node/node_modules}"
 phase e2e go test -race -tags e2e -count=1 -timeout 15m -v ./e2e/...

@@ -30,10 +30,12 @@ func (s *Stage) ServeEmbed(ctx context.Context, call *cascade.EmbedCall) (*casca
 		}
 		done := s.router.Start(route)
 		var e cascade.Embeddings
-		e, err = embed(ctx, s.meter, route.Name, be, call.Req)
+		actx, span := cascade.StartSpan(ctx, cascade.SpanAttempt, route.Name)
+		e, err = embed(actx, s.meter, route.Name, be, call.Req)
 		done(outcome(ctx, err))
 		spent = spent.Plus(e.Energy)
 		tries = append(tries, attemptOf(ctx, route.Name, e.Energy, err))
+		span.End(attemptResult(call.Req.Model, tries[len(tries)-1], nil, err))
 		e.Energy, e.Attempts = spent, tries
 		if err == nil || ctx.Err() != nil || !retryable(err) {
 			return &e, err

@@ -90,9 +90,11 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Si
 	for i := 0; i < len(cands); i++ {
 		route := cands[i]
 		cascade.Announce(ctx, route.Name, len(tries)+1)
-		ans, fig, err := s.attempt(ctx, route, req, tracked)
+		actx, span := cascade.StartSpan(ctx, cascade.SpanAttempt, route.Name)
+		ans, fig, err := s.attempt(actx, route, req, tracked)
 		spent = spent.Plus(fig)
 		tries = append(tries, attemptOf(ctx, route.Name, fig, err))
+		span.End(attemptResult(req.Chat.Model, tries[len(tries)-1], ans, err))
 		if err == nil {
 			ans.Energy, ans.Attempts = spent, tries
 			return ans, nil
@@ -188,6 +190,15 @@ func outcome(ctx context.Context, err error) cascade.Outcome {
 		return cascade.Failed
 	}
 	return cascade.Neutral // the sink's error: the client went away
+}
+
+// attemptResult is what an attempt's span ends with.
+func attemptResult(model string, a cascade.BackendAttempt, ans *cascade.Answer, err error) cascade.SpanResult {
+	r := cascade.SpanResult{Model: model, Backend: a.Backend, Outcome: a.Outcome, Err: err, Energy: a.Energy}
+	if ans != nil {
+		r.Usage = ans.Usage
+	}
+	return r
 }
 
 // attemptOf describes one attempt for the ledger.

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eoc-proxy/eoc-proxy/backends"
 	"github.com/eoc-proxy/eoc-proxy/cascade"
@@ -26,6 +27,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/ledger"
 	"github.com/eoc-proxy/eoc-proxy/meter"
 	"github.com/eoc-proxy/eoc-proxy/proxy"
+	"github.com/eoc-proxy/eoc-proxy/telemetry"
 )
 
 func runServe(args []string, _ io.Writer) (err error) {
@@ -226,6 +228,11 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 		a.close()
 		return nil, err
 	}
+	tracing, err := startTelemetry(cfg, a)
+	if err != nil {
+		a.close()
+		return nil, err
+	}
 	opts := proxy.Options{
 		Cascade:        c,
 		Logger:         component(log, "proxy"),
@@ -235,6 +242,9 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 		Registry:       reg,
 		MetricsNeedKey: cfg.Auth.MetricsNeedKey,
 		Record:         record,
+		AdminKeyIDs:    cfg.Auth.AdminKeys,
+		Counters:       counterStates(m),
+		Tracing:        tracing,
 	}
 	shareEdge(&opts, shared)
 	a.handler = proxy.New(opts)
@@ -301,4 +311,32 @@ func meterOptions(cfg *config.Config, log zerolog.Logger) meter.Options {
 		o.Backends = append(o.Backends, meter.BackendInfo{Name: kvEmbedderName, URL: e.URL})
 	}
 	return o
+}
+
+// startTelemetry starts the OTLP trace exporter when telemetry.otlp_endpoint is set (nil, and no
+// exporter, otherwise); shutdown flushes what it holds, for at most 5 s.
+func startTelemetry(cfg *config.Config, a *app) (trace.TracerProvider, error) {
+	tp, shutdown, err := telemetry.Setup(telemetry.Options{Endpoint: cfg.Telemetry.OTLPEndpoint, Version: buildVersion()})
+	if err != nil || tp == nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return shutdown(ctx)
+	})
+	return tp, nil
+}
+
+// counterStates reports the meter's counters to the page as serve found them at start, the same
+// states eoc_meter_counter_live shows (the edge does not import the meter).
+func counterStates(m *meter.Meter) func() []proxy.Counter {
+	return func() []proxy.Counter {
+		cs := m.Counters()
+		out := make([]proxy.Counter, len(cs))
+		for i, c := range cs {
+			out[i] = proxy.Counter{Name: c.Name, Live: c.Live, Reason: c.Reason}
+		}
+		return out
+	}
 }

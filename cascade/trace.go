@@ -1,0 +1,96 @@
+package cascade
+
+import (
+	"context"
+	"errors"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
+)
+
+// Tracer opens a span for each stage a walk tries and each backend attempt a stage makes. The
+// edge implements it (with OpenTelemetry) and puts it in the request's context (WithTracer); the
+// cascade knows no tracing library. StartSpan returns the context the traced work runs in, so a
+// backend called with it passes the span on upstream. It must be safe for concurrent use.
+type Tracer interface {
+	StartSpan(ctx context.Context, kind SpanKind, name string) (context.Context, Span)
+}
+
+// Span is an open span; End closes it once with what the work came to.
+type Span interface {
+	End(SpanResult)
+}
+
+// SpanKind says what a span covers.
+type SpanKind uint8
+
+// Span kinds.
+const (
+	SpanStage   SpanKind = iota + 1 // one stage's try at a request; the name is the stage's
+	SpanAttempt                     // one backend call; the name is the backend's
+)
+
+// SpanResult is what a traced piece of work came to. Energy is zero when none was computed.
+type SpanResult struct {
+	Model   string
+	Backend string
+	Outcome string // hit, miss or error for a stage; ok or the failure's class for an attempt
+	Err     error
+	Usage   *Usage
+	Energy  energy.Figure
+}
+
+type tracerKey struct{}
+
+// WithTracer returns ctx carrying t for the walks and stages that run in it.
+func WithTracer(ctx context.Context, t Tracer) context.Context {
+	return context.WithValue(ctx, tracerKey{}, t)
+}
+
+// TraceSpan is a span opened by StartSpan. Its zero value, what StartSpan returns when ctx has no
+// tracer, does nothing, so untraced calls pay one context lookup and no allocation.
+type TraceSpan struct{ s Span }
+
+// StartSpan opens a span of kind named name under ctx's tracer, if it has one.
+func StartSpan(ctx context.Context, kind SpanKind, name string) (context.Context, TraceSpan) {
+	t, ok := ctx.Value(tracerKey{}).(Tracer)
+	if !ok || t == nil {
+		return ctx, TraceSpan{}
+	}
+	ctx, s := t.StartSpan(ctx, kind, name)
+	return ctx, TraceSpan{s: s}
+}
+
+// End closes the span with r; it does nothing on the zero TraceSpan.
+func (t TraceSpan) End(r SpanResult) {
+	if t.s != nil {
+		t.s.End(r)
+	}
+}
+
+// stageOutcome is a stage span's outcome word for err, as eoc_stage_duration_seconds names it.
+func stageOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "hit"
+	case errors.Is(err, ErrMiss):
+		return "miss"
+	}
+	return "error"
+}
+
+// stageResult is what a stage span ends with: the answer's figure (the walk's estimate for an
+// in-process stage), or what a miss spent outside this process.
+func stageResult(model string, ans *Answer, err error) SpanResult {
+	r := SpanResult{Model: model, Outcome: stageOutcome(err), Err: err}
+	if ans != nil {
+		r.Backend, r.Usage, r.Energy = ans.Backend, ans.Usage, ans.Energy
+	}
+	var se *SpentError
+	if errors.As(err, &se) {
+		r.Energy = se.Energy
+	}
+	if errors.Is(err, ErrMiss) {
+		r.Err = nil // a miss is no error
+	}
+	return r
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
+)
+
+// With telemetry.otlp_endpoint set, the wired stack exports one trace per call over OTLP/HTTP:
+// the call's span, its stage spans and its backend attempt, with the energy figure on them.
+func TestTracesReachTheCollector(t *testing.T) {
+	var mu sync.Mutex
+	var got []*coltrace.ExportTraceServiceRequest
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var req coltrace.ExportTraceServiceRequest
+		if err := proto.Unmarshal(b, &req); err != nil {
+			t.Errorf("the collector got no OTLP protobuf: %v", err)
+		}
+		mu.Lock()
+		got = append(got, &req)
+		mu.Unlock()
+	}))
+	defer collector.Close()
+	fake := fakes.NewOpenAI(t, fakes.Config{})
+	s := startStack(t, oneBackend("openai", fake.BaseURL(), fmt.Sprintf("telemetry: {otlp_endpoint: %q}\n", collector.URL+"/v1/traces")))
+	if _, err := client(s, "").CreateChatCompletion(context.Background(), chatReq("hello there")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.app.shutdown(); err != nil { // flushes the exporter
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	names := map[string]map[string]bool{} // span name → its attribute keys
+	traces := map[string]bool{}
+	for _, req := range got {
+		for _, rs := range req.GetResourceSpans() {
+			for _, ss := range rs.GetScopeSpans() {
+				for _, sp := range ss.GetSpans() {
+					traces[fmt.Sprintf("%x", sp.GetTraceId())] = true
+					keys := map[string]bool{}
+					for _, kv := range sp.GetAttributes() {
+						keys[kv.GetKey()] = true
+					}
+					names[sp.GetName()] = keys
+				}
+			}
+		}
+	}
+	if len(traces) != 1 {
+		t.Errorf("%d traces for one call", len(traces))
+	}
+	for _, name := range []string{"POST /v1/chat/completions", "stage cache", "stage neural", "attempt up"} {
+		if _, ok := names[name]; !ok {
+			t.Errorf("no span %q among %v", name, names)
+		}
+	}
+	for _, name := range []string{"POST /v1/chat/completions", "stage neural", "attempt up"} {
+		for _, k := range []string{"eoc.energy.joules", "eoc.energy.grade", "eoc.energy.coverage", "eoc.energy.method", "gen_ai.request.model"} {
+			if !names[name][k] {
+				t.Errorf("span %q lacks %s", name, k)
+			}
+		}
+	}
+}
