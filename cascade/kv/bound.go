@@ -81,9 +81,14 @@ func (s *Stage) bound(ctx context.Context, keep *collection) {
 	s.mu.Lock()
 	others := make([]usedCol, 0, len(s.cols))
 	for k, c := range s.cols {
-		if c != keep {
-			others = append(others, usedCol{k, c, s.used[k].Load()})
+		if c == keep {
+			continue
 		}
+		var use uint64
+		if u := s.used[k]; u != nil {
+			use = u.Load()
+		}
+		others = append(others, usedCol{k, c, use})
 	}
 	slices.SortFunc(others, func(a, b usedCol) int { return cmp.Compare(a.use, b.use) })
 	var dropped []usedCol
