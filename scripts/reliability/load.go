@@ -157,8 +157,14 @@ func (r *run) faqQuestions() []string {
 	return qs
 }
 
+// neuralPrompt is the i-th new prompt.
+func neuralPrompt(i int) string {
+	return fmt.Sprintf("neural question %d, about load %d", i, i*7919%100003)
+}
+
 // load is the mixed phase: per 20 requests, 8 from a set of 200 repeated prompts (cache hits
-// after the first), 2 seeded questions (kv), 3 new prompts (neural), 3 new streamed prompts, 1
+// after the first), 1 seeded question worded anew and 1 earlier neural prompt in capitals (kv),
+// 3 new prompts (neural), 3 new streamed prompts, 1
 // graph question, 1 upstream 500, 1 client that leaves a slow stream after its first bytes, 1
 // call to a backend that refuses connections.
 func (r *run) load() {
@@ -201,10 +207,12 @@ func (r *run) load() {
 		switch k := i % 20; {
 		case k < 8:
 			ok("cache", r.chat(ctx, "m", fmt.Sprintf("cache question %d", i%200), false, 0), false)
-		case k < 10:
-			ok("kv", r.chat(ctx, "m", faq[i%len(faq)], false, 0), false)
+		case k == 8: // a seeded question, worded anew each time (the cache misses, kv's seeds answer)
+			ok("kv", r.chat(ctx, "m", faq[i/20%len(faq)]+strings.Repeat("!", i/20/len(faq)%200), false, 0), false)
+		case k == 9: // the neural question 19 calls back, in capitals (kv's learned answers)
+			ok("kv", r.chat(ctx, "m", strings.ToUpper(neuralPrompt(i-19)), false, 0), false)
 		case k < 13:
-			ok("neural", r.chat(ctx, "m", fmt.Sprintf("neural question %d, about load %d", i, i*7919%100003), false, 0), false)
+			ok("neural", r.chat(ctx, "m", neuralPrompt(i), false, 0), false)
 		case k < 16:
 			ok("stream", r.chat(ctx, "m", fmt.Sprintf("streamed question %d, about load %d", i, i*7919%100003), true, 0), true)
 		case k == 16:
@@ -223,6 +231,9 @@ func (r *run) load() {
 	})
 	time.Sleep(2 * time.Second) // let cancelled upstream calls and learning settle
 	s1 := r.sample()
+	r.client.CloseIdleConnections() // each keep-alive connection holds a goroutine in the proxy
+	time.Sleep(time.Second)
+	s2 := r.sample()
 	var ks, ss []string
 	for _, k := range []string{"cache", "kv", "neural", "stream", "graph", "upstream 500", "client gone", "refused"} {
 		ks = append(ks, fmt.Sprintf("%s %d", k, kinds[k].Load()))
@@ -233,7 +244,7 @@ func (r *run) load() {
 	})
 	r.line("load: %d requests in %s (%.0f req/s) at %d connections: %s", n, took.Round(time.Millisecond), float64(n)/took.Seconds(), r.o.c, strings.Join(ks, ", "))
 	r.line("load: answered by stage: %s", strings.Join(ss, ", "))
-	r.line("load: start %s; middle %s; end %s", s0, mid, s1)
+	r.line("load: start %s; middle %s; end %s; the clients' idle connections closed: %s", s0, mid, s1, s2)
 	r.line("load: upstream calls the proxy cancelled (clients gone): %s", r.upGet("/control/cancels"))
 }
 
