@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,9 +21,11 @@ type cannedTransport struct {
 	status int
 	ctype  string
 	body   []byte
+	calls  *atomic.Int64 // round trips made
 }
 
 func (c cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.calls.Add(1)
 	if r.Body != nil {
 		_, _ = io.Copy(io.Discard, r.Body)
 		_ = r.Body.Close()
@@ -48,6 +51,7 @@ func cannedBackend(t *testing.T, typ string, tr cannedTransport) cascade.Backend
 // error in the cascade's shapes; a whole answer with its usage.
 func callCanned(t *testing.T, typ string, tr cannedTransport, stream bool) {
 	t.Helper()
+	tr.calls = new(atomic.Int64)
 	b := cannedBackend(t, typ, tr)
 	body := `{"model":"m","messages":[{"role":"user","content":"a"}]}`
 	if typ == "openai" { // two choices, so choice indexes are checked against n; Ollama refuses n > 1
@@ -67,6 +71,9 @@ func callCanned(t *testing.T, typ string, tr cannedTransport, stream bool) {
 	ans, err := b.Chat(ctx, req, sink)
 	if ctx.Err() != nil {
 		t.Fatalf("the call hung on %q", tr.body)
+	}
+	if tr.calls.Load() == 0 {
+		t.Fatalf("the call never reached the upstream: %v", err)
 	}
 	if err != nil {
 		var be *cascade.BackendError
