@@ -3,6 +3,7 @@ package backends
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -32,7 +33,7 @@ func TestSetStream(t *testing.T) {
 		{name: "escaped key", in: `{"str\u0065am":false,"a":"stream"}`, stream: true,
 			want: `{"a":"stream","stream":true,"stream_options":{"include_usage":true}}`},
 		{name: "tricky strings and nesting", in: `{"m":[{"c":"}\"]{"},{"stream":false}],"s":"\\","n":-1.5e3,"t":true,"z":null}`, stream: true,
-			want: `{"m":[{"c":"}\"]{"},{"stream":false}],"s":"\\","n":-1.5e3,"t":true,"z":null,"stream":true,"stream_options":{"include_usage":true}}`},
+			want: `{"m":[{"c":"}\"]{"},{"stream":false}],"n":-1.5e3,"s":"\\","stream":true,"stream_options":{"include_usage":true},"t":true,"z":null}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,9 +65,6 @@ func TestSetStreamNoCopy(t *testing.T) {
 	out, _ := setStream(in, false)
 	if &out[0] != &in[0] {
 		t.Error("body copied")
-	}
-	if n := testing.AllocsPerRun(100, func() { _, _ = setStream(in, false) }); n != 0 {
-		t.Errorf("%v allocations", n)
 	}
 }
 
@@ -123,4 +121,20 @@ func FuzzSetStream(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkSetStream is the rewrite of a chat body for a call without a stream (the body passes
+// unchanged) and with one (stream and stream_options added).
+func BenchmarkSetStream(b *testing.B) {
+	body := []byte(`{"model":"m","messages":[{"role":"system","content":"You are a helpful assistant. Be brief."},{"role":"user","content":"Please explain in two sentences how bakufi glumedo stotri vizo relates to gluba fikute sobra."}],"max_tokens":32}`)
+	for _, stream := range []bool{false, true} {
+		b.Run(fmt.Sprintf("stream=%v", stream), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := setStream(body, stream); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -26,6 +26,14 @@ type Config struct {
 	Meter    Meter     `yaml:"meter"`
 	Auth     Auth      `yaml:"auth"`
 	Ledger   Ledger    `yaml:"ledger"`
+	Debug    Debug     `yaml:"debug"`
+}
+
+// Debug holds the operator's diagnostics, all off by default.
+type Debug struct {
+	// Pprof, when set, serves net/http/pprof on this host:port, on its own listener and never
+	// on the public one. Empty (the default) serves nothing.
+	Pprof string `yaml:"pprof"`
 }
 
 // Limits bound each request.

@@ -41,6 +41,9 @@ func TestShippedConfigParses(t *testing.T) {
 		c.Backends[0].URL != "http://127.0.0.1:11434" || !c.StageOn("cache") || !c.StageOn("neural") {
 		t.Fatalf("shipped config: %+v", c)
 	}
+	if c.Debug.Pprof != "" {
+		t.Fatalf("pprof is on in the shipped config: %q", c.Debug.Pprof)
+	}
 }
 
 func TestParseErrors(t *testing.T) {
@@ -54,6 +57,8 @@ func TestParseErrors(t *testing.T) {
 		{"bad stage", "cascade: {stages: [cache, magic]}\n", []string{"cascade.stages[1]", "magic", "cache, kv, graph, neural"}},
 		{"neural not last", "cascade: {stages: [neural, cache]}\nbackends: [{name: a, type: ollama, url: 'http://x'}]\n", []string{"neural must be the last"}},
 		{"bad backend type", "backends: [{name: a, type: vllm, url: 'http://x'}]\n", []string{"backends[0].type", "vllm", "ollama, openai, llamacpp"}},
+		{"bad pprof address", "debug: {pprof: 6061}\n", []string{"debug.pprof", "host:port"}},
+		{"pprof on the public listener", "listen: 127.0.0.1:8080\ndebug: {pprof: 127.0.0.1:8080}\n", []string{"debug.pprof", "listen"}},
 		{"bad backend url", "backends: [{name: a, type: openai, url: 'ftp://x'}]\n", []string{"backends[0].url"}},
 		{"duplicate backend", "backends: [{name: a, type: openai, url: 'http://x'}, {name: a, type: openai, url: 'http://y'}]\n", []string{"backends[1].name", "twice"}},
 		{"no backend with neural", "backends: []\n", []string{"backends", "at least one"}},

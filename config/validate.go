@@ -44,6 +44,13 @@ func (c *Config) validateServer(p *problems) {
 		p.add("listen", "%q is not host:port", c.Listen)
 	}
 	p.oneOf("log_level", c.LogLevel, []string{"trace", "debug", "info", "warn", "error"})
+	if c.Debug.Pprof != "" {
+		if _, _, err := net.SplitHostPort(c.Debug.Pprof); err != nil {
+			p.add("debug.pprof", "%q is not host:port", c.Debug.Pprof)
+		} else if c.Debug.Pprof == c.Listen {
+			p.add("debug.pprof", "must not be the listen address")
+		}
+	}
 	if c.Limits.MaxBodyBytes < 0 {
 		p.add("limits.max_body_bytes", "must be positive")
 	}

@@ -9,7 +9,9 @@
 #   - neural-path time added vs one bare reverse-proxy hop, median (target <= 1.25x) and p99 (<= 2x)
 #   - cache-hit throughput, 16 clients, vs a bare handler writing the same bytes (target >= 0.7x)
 #   - goroutines, heap and RSS over a 100k-request soak (growth ~0)
-#   See `go run ./scripts/benchout -h` for the flags (runs, rounds, slices, soak, phases, ...).
+#   See `go run ./scripts/benchout -h` for the flags (runs, rounds, slices, soak, phases, ...);
+#   -pprof 127.0.0.1:6061 runs eoc-proxy with debug.pprof there, to profile it under this load.
+#   scripts/bench-ab.sh compares two builds, alternating runs.
 #
 # scripts/bench.sh -micro [-count N]   (default 5; medians are reported)
 #   The in-process benchmarks, for profiling (`go test -cpuprofile`): the same ratios inside one

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command: vet, golangci-lint (.golangci.yml), unit tests
-# with the race detector, then the end-to-end suite (e2e/, build tag e2e)
+# with the race detector, the meter's mutation check, then the end-to-end suite (e2e/, build tag e2e)
 # against a real Ollama.
 #
 # The e2e suite starts its own Ollama from bin/ollama (scripts/build-ollama.sh)
@@ -48,5 +48,8 @@ fuzz_all() {
 	done
 }
 phase fuzz fuzz_all
+# Every energy-honesty rule has a mutant that a test must catch (meter/testdata/mutate.py);
+# mutants build through -overlay, two at a time on two cores (about 5 minutes).
+phase mutate bash -c 'cd meter && python3 testdata/mutate.py'
 export EOC_E2E=1
 phase e2e go test -race -tags e2e -count=1 -timeout 15m -v ./e2e/...

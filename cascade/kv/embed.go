@@ -87,6 +87,23 @@ func embedQuery(q query) (question, context []float32) {
 	return embedWords(qw), embedWords(cw)
 }
 
+// embedQueryJoined is join(embedQuery(q)) written into one vector: the same floats, without the
+// two half vectors and the copy.
+func embedQueryJoined(q query) ([]float32, bool) {
+	qw := normWords(q.question)
+	prefix, ok := builtinTail(q)
+	if !ok {
+		return join(embedWords(qw), embedBuiltin(q.context))
+	}
+	cw := normWords(prefix)
+	cw = append(cw, "user")
+	cw = append(cw, qw...)
+	v := make([]float32, 2*BuiltinDim)
+	embedWordsInto(v[:BuiltinDim], qw)
+	embedWordsInto(v[BuiltinDim:], cw)
+	return joinInPlace(v)
+}
+
 // builtinTail reports whether q's context is some lines, then "user: " and the question, and
 // returns those lines. The question must start with an ASCII byte: text.Canon of "user: "
 // and the question's first line is then "user: " and Canon of that line (NFKC composes nothing
@@ -107,6 +124,13 @@ func builtinTail(q query) (string, bool) {
 // embedWords is the built-in embedding of a text's Normalize words.
 func embedWords(words []string) []float32 {
 	v := make([]float32, BuiltinDim)
+	embedWordsInto(v, words)
+	return v
+}
+
+// embedWordsInto writes the built-in embedding of words into v (BuiltinDim long, all zero).
+func embedWordsInto(v []float32, words []string) {
+	v = v[:BuiltinDim]
 	bump := func(h uint64, w float32) {
 		h ^= h >> 33 // fmix64: FNV's high bits mix poorly on short inputs
 		h *= 0xff51afd7ed558ccd
@@ -123,16 +147,28 @@ func embedWords(words []string) []float32 {
 			bump(fnvString(fnvByte(h, ' '), w), weightBigram)
 		}
 	}
-	r := []rune(" " + strings.Join(words, " ") + " ")
-	for i := 0; i+3 <= len(r); i++ {
-		h := fnvByte(fnvOffset, 't')
-		for _, c := range r[i : i+3] {
-			h = fnvRune(h, c)
+	// The character trigrams of " " + words joined by " " + " ", a window sliding one rune at a
+	// time, without building that text.
+	var r0, r1 rune
+	n := 0
+	tri := func(c rune) {
+		if n >= 2 {
+			bump(fnvRune(fnvRune(fnvRune(fnvByte(fnvOffset, 't'), r0), r1), c), weightTrigram)
 		}
-		bump(h, weightTrigram)
+		r0, r1 = r1, c
+		n++
 	}
+	tri(' ')
+	for i, w := range words {
+		if i > 0 {
+			tri(' ')
+		}
+		for _, c := range w {
+			tri(c)
+		}
+	}
+	tri(' ')
 	normalize(v)
-	return v
 }
 
 // FNV-1a, inline so hashing a feature allocates nothing.

@@ -131,6 +131,48 @@ func checkEmbedQuery(t *testing.T, q query) {
 	if !slices.Equal(qv, want[0]) || !slices.Equal(cv, want[1]) {
 		t.Errorf("question %q, context %q: embedQuery differs from Builtin.Embed", q.question, q.context)
 	}
+	jv, jok := embedQueryJoined(q)
+	wv, wok := join(want[0], want[1])
+	if jok != wok || !slices.Equal(jv, wv) {
+		t.Errorf("question %q, context %q: embedQueryJoined differs from join of Builtin.Embed", q.question, q.context)
+	}
+	for _, s := range []string{q.question, q.context} {
+		if got, want := embedBuiltin(s), embedWordsJoinedRunes(normWords(s)); !slices.Equal(got, want) {
+			t.Errorf("%q: the trigram window differs from the trigrams of the joined text", s)
+		}
+	}
+}
+
+// embedWordsJoinedRunes is embedWords as first written: the trigrams taken from the runes of
+// the words joined by spaces, with a space before and after. Stored vectors were made this way.
+func embedWordsJoinedRunes(words []string) []float32 {
+	v := make([]float32, BuiltinDim)
+	bump := func(h uint64, w float32) {
+		h ^= h >> 33
+		h *= 0xff51afd7ed558ccd
+		h ^= h >> 33
+		if h>>63 == 1 {
+			w = -w
+		}
+		v[h%BuiltinDim] += w
+	}
+	for i, w := range words {
+		bump(fnvString(fnvByte(fnvOffset, 'w'), w), weightWord)
+		if i > 0 {
+			h := fnvString(fnvByte(fnvOffset, 'b'), words[i-1])
+			bump(fnvString(fnvByte(h, ' '), w), weightBigram)
+		}
+	}
+	r := []rune(" " + strings.Join(words, " ") + " ")
+	for i := 0; i+3 <= len(r); i++ {
+		h := fnvByte(fnvOffset, 't')
+		for _, c := range r[i : i+3] {
+			h = fnvRune(h, c)
+		}
+		bump(h, weightTrigram)
+	}
+	normalize(v)
+	return v
 }
 
 var embedQueryCases = [][]string{

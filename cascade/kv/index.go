@@ -248,6 +248,9 @@ func (c *collection) search(v []float32, sk sketch, threshold float32) []scored 
 }
 
 // nextNear is the first slot from start whose sketch in all is within cutoff bits of sk, or -1.
+// A two-pass layout (words 0-1 of every entry in one array, 2-3 read only when the first half is
+// within the cutoff) was 1.8x faster on random sketches but 2x slower on the sketches of real
+// questions, where the first half is within the cutoff for about 40 % of the entries: kept as is.
 // It is the scan every search makes over the whole collection, kept small so that the query's
 // words and the count stay in registers.
 func nextNear(all []uint64, sk *sketch, cutoff, start int) int {
@@ -290,7 +293,13 @@ func join(question, context []float32) ([]float32, bool) {
 	v := make([]float32, 2*len(question))
 	copy(v, question)
 	copy(v[len(question):], context)
-	if normalize(v[:len(question)]) == 0 || normalize(v[len(question):]) == 0 {
+	return joinInPlace(v)
+}
+
+// joinInPlace is join for a vector that holds the two embeddings already, half and half.
+func joinInPlace(v []float32) ([]float32, bool) {
+	half := len(v) / 2
+	if normalize(v[:half]) == 0 || normalize(v[half:]) == 0 {
 		return nil, false
 	}
 	for i := range v {

@@ -1,9 +1,11 @@
 package kv
 
 import (
+	"fmt"
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -138,5 +140,57 @@ func TestSketchMatchesOneRow(t *testing.T) {
 	v, ok := join(embedBuiltin(q), embedBuiltin(contextOf(q)))
 	if !ok || l.sketch(v) != sketchOneRow(l, v) {
 		t.Fatal("a built-in embedding sketches differently")
+	}
+}
+
+// TestScanIsExact: the scan finds exactly the slots a full Hamming distance finds, with
+// distances on both sides of the cutoff, near ones concentrated in either half, and collections
+// of several sizes.
+func TestScanIsExact(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	cut := hammingCutoff(DefaultThreshold)
+	q := sketch{r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64()}
+	flip := func(s sketch, n int, lo, hi int) sketch { // n distinct bits in [lo, hi)
+		for _, b := range r.Perm(hi - lo)[:n] {
+			b += lo
+			s[b/64] ^= 1 << (b % 64)
+		}
+		return s
+	}
+	for _, tc := range []struct{ n, kind int }{{0, -1}, {1, -1}, {3, -1}, {4, -1}, {5, -1}, {9, -1}, {1001, -1},
+		{16, 0}, {16, 1}, {16, 2}, {16, 3}, {16, 4}, {15, 2}, {17, 2}} { // kind -1: mixed
+		n := tc.n
+		c := newCollection("", "m")
+		var want []int
+		for i := range n {
+			var s sketch
+			kind := tc.kind
+			if kind < 0 {
+				kind = i % 5
+			}
+			switch kind {
+			case 0: // unrelated
+				s = sketch{r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64()}
+			case 1: // around the cutoff, anywhere
+				s = flip(q, cut-2+r.IntN(5), 0, sketchBits)
+			case 2: // all the distance in the first half, at the cutoff or one past it
+				s = flip(q, cut+r.IntN(2), 0, sketchBits/2)
+			case 3: // all of it in the second half
+				s = flip(q, cut-1+r.IntN(3), sketchBits/2, sketchBits)
+			default: // near
+				s = flip(q, r.IntN(cut), 0, sketchBits)
+			}
+			c.insert(&entry{id: fmt.Sprint(i), sketch: s}, 0)
+			if hamming(q, s) <= cut {
+				want = append(want, i)
+			}
+		}
+		var got []int
+		for s := nextNear(c.sketches, &q, cut, 0); s >= 0; s = nextNear(c.sketches, &q, cut, s+1) {
+			got = append(got, s)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%d entries: scan found %v, full distance %v", n, got, want)
+		}
 	}
 }

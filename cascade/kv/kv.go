@@ -323,7 +323,7 @@ type embedded struct {
 // when it fails.
 func (s *Stage) embed(ctx context.Context, q query) ([]float32, energy.Figure, error) {
 	if _, ok := s.emb.(Builtin); ok {
-		v, ok := join(embedQuery(q))
+		v, ok := embedQueryJoined(q)
 		if !ok {
 			return nil, energy.Figure{}, errNothing
 		}

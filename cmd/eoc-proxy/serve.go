@@ -38,7 +38,10 @@ func runServe(args []string, _ io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg.LogLevel, os.Stderr)
+	// Log lines are written off the request path (lineWriter); the deferred Close writes the last.
+	logOut := newLineWriter(os.Stderr)
+	defer func() { _ = logOut.Close() }()
+	log := newLogger(cfg.LogLevel, logOut)
 	app, err := build(cfg, filesFor(*path), log)
 	if err != nil {
 		return err
@@ -46,6 +49,13 @@ func runServe(args []string, _ io.Writer) (err error) {
 	// A closer's failure (the ledger's final fsync, say) fails serve: it exits non-zero.
 	defer func() { err = errors.Join(err, app.shutdown()) }()
 
+	if cfg.Debug.Pprof != "" {
+		stop, err := servePprof(cfg.Debug.Pprof, component(log, "pprof"))
+		if err != nil {
+			return fmt.Errorf("debug.pprof: %w", err)
+		}
+		defer func() { _ = stop() }()
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err

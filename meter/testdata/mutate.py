@@ -1,13 +1,16 @@
-# Mutation check for the energy-honesty rules and the counters: applies each mutation, runs
-# `go test -count=1 .` in meter/, and reverts. Each mutation is reported as
+# Mutation check for the energy-honesty rules and the counters: builds each mutant through
+# `go test -overlay` (the sources are never written, so mutants run side by side and an
+# interrupted run leaves no mutant behind), runs `go test -count=1 -failfast .` in meter/ and
+# reports each mutation as
 #   CAUGHT   a test failed
 #   MISSED   the tests passed: the rule is not guarded
 #   BUILD    the mutant did not compile (or vet refused it): that proves nothing, so it is not
 #            caught; rewrite the mutation so that it compiles
 #   MISSING  the pattern is not in the file exactly once: update it to the code as it is now
 # and the script exits 1 unless every mutation is CAUGHT. Run from meter/:
-#   python3 testdata/mutate.py [name substring ...]
-import subprocess, sys
+#   python3 testdata/mutate.py [-j N] [name substring ...]
+# -j is the number of mutants tested at once (default: the CPU count). scripts/test.sh runs it.
+import concurrent.futures, json, os, subprocess, sys, tempfile, time
 muts = [
  ("always measured", "rules.go", "\tf.Grade = energy.Estimated\n\tif cpuMeasured && gpuMeasured {", "\tf.Grade = energy.Measured\n\tif cpuMeasured && gpuMeasured {"),
  ("always measured (token path too)", "rules.go", "Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: MethodTokenModel", "Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: MethodTokenModel"),
@@ -95,32 +98,54 @@ muts = [
  ("GPU power model's busy factor x10", "gpu.go", "busy += float64(tree) / 100 / float64(len(stamps))", "busy += float64(tree) / 10 / float64(len(stamps))"),
  ("macOS: overlapping calls each billed the tree's whole time", "apple.go", "\tif booked && s.share.split {", "\tif false && booked && s.share.split {"),
 ]
-only = sys.argv[1:]
-tally = {"CAUGHT": 0, "MISSED": 0, "BUILD": 0, "MISSING": 0}
-for name, f, old, new in muts:
-    if only and not any(o in name for o in only): continue
+
+
+def run(mut, tmp):
+    name, f, old, new = mut
     src = open(f).read()
     if src.count(old) != 1:
-        tally["MISSING"] += 1
-        print(f"{'MISSING':8} {name}: pattern found {src.count(old)} times in {f}", flush=True)
-        continue
-    open(f, "w").write(src.replace(old, new))
-    try:
-        r = subprocess.run(["go", "test", "-count=1", "."], capture_output=True, text=True, timeout=600)
-        out = r.stdout + r.stderr
-        fails = sorted({l.split()[2] for l in r.stdout.splitlines() if l.strip().startswith("--- FAIL")})
-        if r.returncode == 0:
-            status = "MISSED"
-        elif "[build failed]" in out or "[setup failed]" in out:
-            status = "BUILD"
-            fails = [l for l in out.splitlines() if ".go:" in l][:2]
-        else:
-            status = "CAUGHT"
-            if not fails:  # a panic or a timeout fails the run without a --- FAIL line
-                fails = [l for l in out.splitlines() if l.startswith("panic:") or "FAIL" in l][:2]
-        tally[status] += 1
-        print(f"{status:8} {name}: {', '.join(fails)[:400]}", flush=True)
-    finally:
-        open(f, "w").write(src)
-print(" ".join(f"{k}={v}" for k, v in tally.items()))
-sys.exit(0 if tally["CAUGHT"] > 0 and tally["CAUGHT"] == sum(tally.values()) else 1)
+        return "MISSING", f"pattern found {src.count(old)} times in {f}"
+    d = tempfile.mkdtemp(dir=tmp)
+    mutant = os.path.join(d, f)
+    with open(mutant, "w") as out:
+        out.write(src.replace(old, new))
+    overlay = os.path.join(d, "overlay.json")
+    with open(overlay, "w") as out:
+        json.dump({"Replace": {os.path.abspath(f): mutant}}, out)
+    r = subprocess.run(["go", "test", "-count=1", "-failfast", "-overlay", overlay, "."],
+                       capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    fails = sorted({l.split()[2] for l in r.stdout.splitlines() if l.strip().startswith("--- FAIL")})
+    if r.returncode == 0:
+        return "MISSED", ""
+    if "[build failed]" in out or "[setup failed]" in out:
+        return "BUILD", ", ".join([l for l in out.splitlines() if ".go:" in l][:2])
+    if not fails:  # a panic or a timeout fails the run without a --- FAIL line
+        fails = [l for l in out.splitlines() if l.startswith("panic:") or "FAIL" in l][:2]
+    return "CAUGHT", ", ".join(fails)
+
+
+def main(argv):
+    jobs = os.cpu_count() or 1
+    if argv[:1] == ["-j"]:
+        jobs, argv = int(argv[1]), argv[2:]
+    chosen = [m for m in muts if not argv or any(o in m[0] for o in argv)]
+    tally = {"CAUGHT": 0, "MISSED": 0, "BUILD": 0, "MISSING": 0}
+    start = time.monotonic()
+    # A mutant counts as caught only if the unmutated package passes: otherwise a failing or
+    # flaky test would "catch" every mutant.
+    base = subprocess.run(["go", "test", "-count=1", "."], capture_output=True, text=True, timeout=600)
+    if base.returncode != 0:
+        print("BASELINE the unmutated tests fail; no mutant can be judged:\n" + (base.stdout + base.stderr)[-2000:])
+        return 1
+    with tempfile.TemporaryDirectory(prefix="mutate-") as tmp, \
+            concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        for mut, (status, detail) in zip(chosen, pool.map(lambda m: run(m, tmp), chosen)):
+            tally[status] += 1
+            print(f"{status:8} {mut[0]}: {detail[:400]}", flush=True)
+    print(" ".join(f"{k}={v}" for k, v in tally.items()), f"in {time.monotonic() - start:.0f}s")
+    return 0 if tally["CAUGHT"] > 0 and tally["CAUGHT"] == sum(tally.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -76,6 +76,7 @@ type options struct {
 	soakN                int
 	phases               map[string]bool
 	keep                 bool
+	pprof                string
 }
 
 func run(args []string, stdout io.Writer) int {
@@ -92,6 +93,7 @@ func run(args []string, stdout io.Writer) int {
 	fs.IntVar(&o.slices, "slices", 3, "throughput slices per path, per run")
 	fs.IntVar(&o.soakN, "soak", 100000, "requests in the soak, per run")
 	phases := fs.String("phases", "neural,cache,soak", "which measurements to run")
+	fs.StringVar(&o.pprof, "pprof", "", "host:port: run eoc-proxy with debug.pprof there, to profile it under this load (go tool pprof http://ADDR/debug/pprof/profile)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs, eoc-proxy's log)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -204,6 +206,9 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 	cfg, stages, err := shippedConfig(src, listen, upURL)
 	if err != nil {
 		fatalf("%s: %v", o.config, err)
+	}
+	if o.pprof != "" { // the shipped config has no debug section to collide with
+		cfg = fmt.Appendf(cfg, "debug: {pprof: %q}\n", o.pprof)
 	}
 	cfgPath := filepath.Join(dir, "eoc.yaml")
 	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {

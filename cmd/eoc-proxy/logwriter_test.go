@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// slowBuffer is a buffer whose writes can be held, to pile lines up behind one.
+type slowBuffer struct {
+	mu     sync.Mutex
+	b      bytes.Buffer
+	writes int
+	hold   chan struct{}
+}
+
+func (s *slowBuffer) Write(p []byte) (int, error) {
+	if s.hold != nil {
+		<-s.hold
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writes++
+	return s.b.Write(p)
+}
+
+func (s *slowBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestLineWriterKeepsEveryLineInOrder: lines from several goroutines all arrive, each whole,
+// each goroutine's in order, and Close leaves nothing pending; Writes after Close go straight out.
+func TestLineWriterKeepsEveryLineInOrder(t *testing.T) {
+	out := &slowBuffer{}
+	lw := newLineWriter(out)
+	const writers, lines = 4, 500
+	var wg sync.WaitGroup
+	for g := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range lines {
+				_, _ = fmt.Fprintf(lw, "g%d %d\n", g, i)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := lw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = lw.Write([]byte("after close\n"))
+	got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(got) != writers*lines+1 || got[len(got)-1] != "after close" {
+		t.Fatalf("%d lines, last %q", len(got), got[len(got)-1])
+	}
+	next := make([]int, writers)
+	for _, l := range got[:len(got)-1] {
+		var g, i int
+		if _, err := fmt.Sscanf(l, "g%d %d", &g, &i); err != nil || i != next[g] {
+			t.Fatalf("line %q out of order or torn (want g%d %d)", l, g, next[g])
+		}
+		next[g]++
+	}
+}
+
+// TestLineWriterBatches: lines logged while a write is held go out together, in one write.
+func TestLineWriterBatches(t *testing.T) {
+	out := &slowBuffer{hold: make(chan struct{})}
+	lw := newLineWriter(out)
+	_, _ = lw.Write([]byte("first\n"))
+	for i := range 100 {
+		_, _ = fmt.Fprintf(lw, "queued %d\n", i)
+	}
+	close(out.hold)
+	if err := lw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out.String(), "\n"); n != 101 {
+		t.Fatalf("%d lines, want 101", n)
+	}
+	if out.writes > 3 {
+		t.Fatalf("%d writes for 101 lines logged behind one write, want them batched", out.writes)
+	}
+}
