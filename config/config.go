@@ -79,6 +79,8 @@ type KV struct {
 	SeedFiles             []string `yaml:"seed_files"`
 	DataDir               string   `yaml:"data_dir"`
 	MaxEntries            int      `yaml:"max_entries"`
+	MaxTotalEntries       int      `yaml:"max_total_entries"`
+	MaxCollections        int      `yaml:"max_collections"`
 	MaxSimilarTemperature *float64 `yaml:"max_similar_temperature"`
 	LearnQueue            int      `yaml:"learn_queue"`
 }

@@ -259,7 +259,7 @@ func (p *procfs) lastPID() (pid uint64, ok bool) {
 // parseLastPID takes the last field of a /proc/loadavg line ("0.35 3.74 5.55 2/108 15847").
 func parseLastPID(b []byte) (uint64, bool) {
 	b = bytes.TrimRight(b, " \n")
-	if bytes.Count(b, []byte{' '}) != 4 {
+	if bytes.Count(b, []byte{' '}) != 4 || len(b) == 0 || b[0] == ' ' || bytes.Contains(b, []byte("  ")) { // five non-empty fields
 		return 0, false
 	}
 	return parseUint(b[bytes.LastIndexByte(b, ' ')+1:])

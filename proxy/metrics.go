@@ -14,9 +14,11 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 )
 
-// metrics are the edge's Prometheus series. Model labels only carry models a backend serves, so
-// a client cannot grow the series by inventing names.
+// metrics are the edge's Prometheus series. Model labels only carry models a backend lists
+// (modelLabels); every other name is "other", so a client cannot grow the series by inventing
+// names.
 type metrics struct {
+	labels   *modelLabels
 	requests *prometheus.CounterVec
 	joules   *prometheus.CounterVec
 	saved    *prometheus.CounterVec
@@ -42,7 +44,9 @@ func newMetrics(reg prometheus.Registerer, router *cascade.Router) *metrics {
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eoc_requests_in_flight", Help: "Chat completion and embeddings requests being served."}),
 	}
 	reg.MustRegister(m.requests, m.joules, m.saved, m.stage, m.overhead, m.inFlight)
+	m.labels = newModelLabels(nil)
 	if router != nil {
+		m.labels = newModelLabels(router)
 		for _, name := range router.Names() {
 			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eoc_backend_up",
 				Help:        "1 while a backend takes calls, 0 while it is ejected after failed attempts.",
@@ -63,6 +67,7 @@ func (m *metrics) observe(stage string, attempts []cascade.Attempt, answered boo
 	if m == nil {
 		return
 	}
+	model = m.labels.label(model)
 	m.requests.WithLabelValues(stage, model, strconv.Itoa(status)).Inc()
 	var answering time.Duration
 	for i, a := range attempts {

@@ -178,6 +178,9 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 	for _, err := range errs {
 		s.log.Warn().Err(err).Msg("listing models")
 	}
+	if s.metrics != nil {
+		s.metrics.labels.set(models, len(errs) > 0)
+	}
 	data := make([]modelEntry, 0, len(models))
 	for _, m := range models {
 		data = append(data, modelEntry{ID: m.ID, Object: "model", OwnedBy: m.Backend})

@@ -32,6 +32,22 @@ phase lint go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 phase darwin-build env GOOS=darwin GOARCH=arm64 go build ./...
 phase darwin-vet env GOOS=darwin GOARCH=arm64 go vet ./meter/...
 phase unit go test -race ./...
+
+# A short run of every fuzzer (EOC_FUZZTIME each, 5s by default: 23 fuzzers, about 3 minutes on 2 cores),
+# one worker each; a failure leaves its input in the package's testdata/fuzz.
+fuzz_all() {
+	local t=${EOC_FUZZTIME:-5s} dir fz
+	for dir in $(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do
+		for fz in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go | sed 's/^func //' | sort -u); do
+			echo "fuzz $dir $fz"
+			go test -run '^$' -fuzz "^${fz}\$" -fuzztime "$t" -parallel 1 "$dir" >/dev/null || {
+				go test -run "^${fz}\$" "$dir"
+				return 1
+			}
+		done
+	done
+}
+phase fuzz fuzz_all
 # Every energy-honesty rule has a mutant that a test must catch (meter/testdata/mutate.py);
 # mutants build through -overlay, two at a time on two cores (about 5 minutes).
 phase mutate bash -c 'cd meter && python3 testdata/mutate.py'

@@ -41,16 +41,21 @@ type Stage struct {
 	log        zerolog.Logger
 	threshold  float32
 	maxEntries int
+	maxTotal   int // bound.go
+	maxCols    int
 	maxTemp    float64
 	seeds      map[string]seed
 	est        Estimator   // nil: seeds without joules save the stated default
 	db         *chromem.DB // nil: in memory
 	shared     *sharing    // nil: this replica's learning stays here (shared.go)
 
-	mu   sync.RWMutex
-	cols map[colKey]*collection
-	lsh  *lsh
-	dim  int // full vector dimension once known
+	mu    sync.RWMutex
+	cols  map[colKey]*collection
+	used  map[colKey]*atomic.Uint64 // the last use of each collection (bound.go)
+	clock useClock
+	total atomic.Int64 // entries in all collections, recounted by bound
+	lsh   *lsh
+	dim   int // full vector dimension once known
 
 	// recent keeps the vectors and sketches Serve computed, by request key, so learning the
 	// answer to a miss neither embeds nor projects again.
@@ -63,7 +68,7 @@ type Stage struct {
 
 	stats struct {
 		seedHits, similarHits, guarded, learned, dropped, failed, evicted atomic.Int64
-		learnNanojoules                                                   atomic.Int64
+		droppedCols, learnNanojoules                                      atomic.Int64
 	}
 }
 
@@ -79,9 +84,12 @@ func New(o Options) (*Stage, error) {
 		log:        o.Logger,
 		threshold:  float32(o.Threshold),
 		maxEntries: o.MaxEntries,
+		maxTotal:   o.MaxTotalEntries,
+		maxCols:    o.MaxCollections,
 		est:        o.Estimator,
 		maxTemp:    *o.MaxSimilarTemperature,
 		cols:       map[colKey]*collection{},
+		used:       map[colKey]*atomic.Uint64{},
 	}
 	var err error
 	if s.seeds, err = loadSeeds(o.Files, o.SeedFiles, o.SeedJoules); err != nil {
@@ -135,10 +143,14 @@ func (s *Stage) load() {
 		c.store = s.db.GetCollection(name, noEmbed)
 		for _, e := range entries {
 			e.sketch = s.lsh.sketch(e.vec)
-			s.deleteEvicted(ctx, c, c.insert(e, s.maxEntries))
+			s.deleteEvicted(ctx, c, c.insert(e, min(s.maxEntries, s.maxTotal)))
 		}
-		s.cols[colKey{n.Tenant, n.Model}] = c
+		k := colKey{n.Tenant, n.Model}
+		s.cols[k] = c
+		s.used[k] = new(atomic.Uint64)
+		s.touchLocked(k)
 	}
+	s.bound(ctx, nil) // a store written under larger bounds is brought within these
 }
 
 // Name is "kv".
@@ -359,7 +371,9 @@ func (s *Stage) indexes(dim int) bool {
 func (s *Stage) collection(tenant, model string) *collection {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.cols[colKey{tenant, model}]
+	k := colKey{tenant, model}
+	s.touchLocked(k)
+	return s.cols[k]
 }
 
 // collectionFor returns the collection, creating it (and its chromem collection) when missing.
@@ -372,6 +386,7 @@ func (s *Stage) collectionFor(tenant, model string, dim int) (*collection, error
 	s.dim = dim
 	k := colKey{tenant, model}
 	if c := s.cols[k]; c != nil {
+		s.touchLocked(k)
 		return c, nil
 	}
 	c := newCollection(tenant, model)
@@ -384,6 +399,8 @@ func (s *Stage) collectionFor(tenant, model string, dim int) (*collection, error
 		c.store = col
 	}
 	s.cols[k] = c
+	s.used[k] = new(atomic.Uint64)
+	s.touchLocked(k)
 	return c, nil
 }
 
@@ -402,6 +419,9 @@ type Stats struct {
 	// Failed counts answers that could not be embedded or stored.
 	Failed  int64
 	Evicted int64
+	// DroppedCollections counts collections dropped whole to keep the store within
+	// MaxTotalEntries and MaxCollections (their entries count in Evicted too).
+	DroppedCollections int64
 	// LearnJoules is what the embedder spent on learning answers in the background (embeddings
 	// Serve had not already made): metered, but part of no request's figure.
 	LearnJoules float64
@@ -416,15 +436,16 @@ func (s *Stage) addLearnJoules(j float64) {
 // Stats returns the counters.
 func (s *Stage) Stats() Stats {
 	st := Stats{
-		Seeds:       len(s.seeds),
-		SeedHits:    s.stats.seedHits.Load(),
-		SimilarHits: s.stats.similarHits.Load(),
-		Guarded:     s.stats.guarded.Load(),
-		Learned:     s.stats.learned.Load(),
-		Dropped:     s.stats.dropped.Load(),
-		Failed:      s.stats.failed.Load(),
-		Evicted:     s.stats.evicted.Load(),
-		LearnJoules: float64(s.stats.learnNanojoules.Load()) / 1e9,
+		Seeds:              len(s.seeds),
+		SeedHits:           s.stats.seedHits.Load(),
+		SimilarHits:        s.stats.similarHits.Load(),
+		Guarded:            s.stats.guarded.Load(),
+		Learned:            s.stats.learned.Load(),
+		Dropped:            s.stats.dropped.Load(),
+		Failed:             s.stats.failed.Load(),
+		Evicted:            s.stats.evicted.Load(),
+		DroppedCollections: s.stats.droppedCols.Load(),
+		LearnJoules:        float64(s.stats.learnNanojoules.Load()) / 1e9,
 	}
 	s.mu.RLock()
 	cols := make([]*collection, 0, len(s.cols))

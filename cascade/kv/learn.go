@@ -153,7 +153,7 @@ func (s *Stage) add(ctx context.Context, col *collection, e *entry) error {
 			return fmt.Errorf("storing entry: %w", err)
 		}
 	}
-	s.deleteEvicted(ctx, col, col.insert(e, s.maxEntries))
+	s.deleteEvicted(ctx, col, s.insertBounded(ctx, col, e))
 	s.stats.learned.Add(1)
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 const (
 	DefaultThreshold             = 0.95
 	DefaultMaxEntries            = 100000
+	DefaultMaxTotalEntries       = 200000
+	DefaultMaxCollections        = 1000
 	DefaultLearnQueue            = 1024
 	DefaultMaxSimilarTemperature = 0.5
 	// DefaultSeedJoules is what a seeded answer reports as saved unless its file says otherwise:
@@ -38,6 +40,12 @@ type Options struct {
 	// MaxEntries bounds each tenant and model's entries, the oldest evicted first; 0 is
 	// DefaultMaxEntries.
 	MaxEntries int
+	// MaxTotalEntries bounds the entries of all tenants and models together (see bound.go);
+	// 0 is the larger of DefaultMaxTotalEntries and MaxEntries.
+	MaxTotalEntries int
+	// MaxCollections bounds the number of tenant and model collections; beyond it the least
+	// recently used is dropped. 0 is DefaultMaxCollections.
+	MaxCollections int
 	// MaxSimilarTemperature is the hottest request that similarity matching serves; nil is
 	// DefaultMaxSimilarTemperature (0 is a bound: only temperature-0 requests are matched).
 	MaxSimilarTemperature *float64
@@ -63,6 +71,8 @@ func DefaultOptions() Options {
 		Embedder:              Builtin{},
 		Threshold:             DefaultThreshold,
 		MaxEntries:            DefaultMaxEntries,
+		MaxTotalEntries:       DefaultMaxTotalEntries,
+		MaxCollections:        DefaultMaxCollections,
 		MaxSimilarTemperature: &t,
 		LearnQueue:            DefaultLearnQueue,
 		SeedJoules:            DefaultSeedJoules,
@@ -80,6 +90,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxEntries <= 0 {
 		o.MaxEntries = d.MaxEntries
+	}
+	if o.MaxTotalEntries <= 0 {
+		o.MaxTotalEntries = max(d.MaxTotalEntries, o.MaxEntries)
+	}
+	if o.MaxCollections <= 0 {
+		o.MaxCollections = d.MaxCollections
 	}
 	if o.MaxSimilarTemperature == nil {
 		o.MaxSimilarTemperature = d.MaxSimilarTemperature

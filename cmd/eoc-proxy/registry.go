@@ -118,6 +118,8 @@ func fillOwnerDefaults(c *config.Config) {
 	orDefault(&k.Embedder.Type, defaultEmbedder)
 	orDefault(&k.Threshold, kd.Threshold)
 	orDefault(&k.MaxEntries, kd.MaxEntries)
+	orDefault(&k.MaxTotalEntries, max(kd.MaxTotalEntries, k.MaxEntries))
+	orDefault(&k.MaxCollections, kd.MaxCollections)
 	orDefault(&k.LearnQueue, kd.LearnQueue)
 	if k.MaxSimilarTemperature == nil {
 		k.MaxSimilarTemperature = kd.MaxSimilarTemperature
@@ -203,6 +205,8 @@ func kvOptions(cfg *config.Config, m *meter.Meter, files fs.FS, log zerolog.Logg
 		Files:                 files,
 		DataDir:               c.DataDir,
 		MaxEntries:            c.MaxEntries,
+		MaxTotalEntries:       c.MaxTotalEntries,
+		MaxCollections:        c.MaxCollections,
 		MaxSimilarTemperature: c.MaxSimilarTemperature,
 		LearnQueue:            c.LearnQueue,
 		Logger:                log,

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# reliability.sh: issue 11's reliability suite, against the real eoc-proxy binary on loopback.
+#
+# scripts/reliability.sh [flags]   (about 4 minutes on 2 cores with the defaults)
+#   Builds eoc-proxy and scripts/reliability, starts a misbehaving fake upstream (Ollama and
+#   OpenAI dialects) and eoc-proxy, each its own process, and runs: 100,000 mixed requests at 256
+#   connections (cache hits, kv, neural, streams, upstream 500s, refused connections, clients
+#   leaving mid-stream) sampling RSS and goroutines at the start, middle and end; 20,000 calls
+#   naming invented models; 1,000 slow-body clients; the fault matrix (each fault's status, and
+#   nothing failed cached); kill -9 rounds with the ledger at fsync: every. It prints a table and
+#   fails on any outcome beyond the injected faults.
+#   Flags (go run ./scripts/reliability -h): -n requests, -c connections, -slow clients,
+#   -kills rounds, -skip phases, -timeout bound (default 9m).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+go build -o "$bin/reliability" ./scripts/reliability
+go build -o "$bin/eoc-proxy" ./cmd/eoc-proxy
+"$bin/reliability" -root . -eoc "$bin/eoc-proxy" "$@"
