@@ -255,3 +255,25 @@ func TestBudgetSharedStoreGoesAndComesBack(t *testing.T) {
 		t.Fatalf("after the outage: %+v", left)
 	}
 }
+
+// Another replica's partial spend, seen in the store, is this replica's figure when the store
+// goes away: the budget still says partial.
+func TestBudgetSharedPartialOutlivesOutage(t *testing.T) {
+	sh := &flakyShared{inFlight: map[string]bool{}, spent: 4, partial: 4} // another replica's call
+	b := newBudgetBook(map[string]Budget{"k": {Joules: 10, Per: "day"}}, time.Now)
+	b.shared = sh
+	if left, _ := b.remaining("k"); left.joules != 6 || left.coverage() != energy.CoveragePartial {
+		t.Fatalf("from the store: %+v", left)
+	}
+	r, err := b.admit(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := b.settle(r, whole(1)); left.joules != 5 || left.partial != 4 {
+		t.Fatalf("settled in the store: %+v", left)
+	}
+	sh.setDown(true)
+	if left, _ := b.remaining("k"); left.joules != 5 || left.partial != 4 || left.coverage() != energy.CoveragePartial {
+		t.Fatalf("store down: %+v (want the store's last figures, partial)", left)
+	}
+}
