@@ -215,9 +215,10 @@ type outcome struct {
 	// receiptTime is the receipt's Time (X-EOC-Receipt-Time).
 	receiptTime time.Time
 	remaining   *float64 // budget left, for keys with a budget
+	apiErr      *APIError
+
 	// budgetCoverage is the coverage of the key's spend this period, with remaining.
 	budgetCoverage string
-	apiErr      *APIError
 }
 
 // settlement is what settle needs to know about one call that reached the cascade, a chat
