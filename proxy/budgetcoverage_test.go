@@ -46,7 +46,12 @@ func TestBudgetCoverageHeader(t *testing.T) {
 	srv := httptest.NewServer(New(Options{Cascade: c, Logger: zerolog.Nop(), MaxBodyBytes: 1 << 20,
 		Keys: []APIKey{{ID: "team", Key: "sk-team", Budget: &Budget{Joules: 10, Per: "day"}}, {ID: "free", Key: "sk-free"}}}))
 	t.Cleanup(srv.Close)
-	post := func(key, prompt string, stream bool) (*http.Response, string) {
+	// reply is what a call got back: the body is read, so the trailers are there too.
+	type reply struct {
+		StatusCode      int
+		Header, Trailer http.Header
+	}
+	post := func(key, prompt string, stream bool) (reply, string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -60,9 +65,9 @@ func TestBudgetCoverageHeader(t *testing.T) {
 		}
 		defer func() { _ = resp.Body.Close() }()
 		b, _ := io.ReadAll(resp.Body) // the trailers are read with the body
-		return resp, string(b)
+		return reply{resp.StatusCode, resp.Header, resp.Trailer}, string(b)
 	}
-	check := func(name string, resp *http.Response, remaining, coverage string) {
+	check := func(name string, resp reply, remaining, coverage string) {
 		t.Helper()
 		if got := resp.Header.Get(HeaderBudgetRemaining); got != remaining {
 			t.Errorf("%s: %s %q, want %q", name, HeaderBudgetRemaining, got, remaining)
