@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -9,8 +10,8 @@ import (
 )
 
 // Budgets keeps the joule budgets' figures in Redis for every replica (proxy.SharedBudgets).
-// Per key, a hash eoc:budget:{id} holds the period, the joules spent in it and the largest
-// cost ever settled, and a sorted set eoc:budget:{id}:inflight the calls in flight, scored by
+// Per key, a hash eoc:budget:{id} holds the period, the joules spent in it, how many of those
+// came from partial figures ('partial') and the largest cost ever settled, and a sorted set eoc:budget:{id}:inflight the calls in flight, scored by
 // when they stop counting (a replica that died mid-call). The admission rule runs in one Lua
 // script, so replicas cannot both take the last room; it is proxy.decide's rule, and Redis's
 // clock times the reservations.
@@ -24,10 +25,10 @@ func budgetKeys(key string) []string {
 	return []string{h, h + ":inflight"}
 }
 
-// rollLua starts a new period's spend when the period changed.
+// rollLua starts a new period's spend, whole, when the period changed.
 const rollLua = `
 if redis.call('HGET', KEYS[1], 'period') ~= ARGV[1] then
-  redis.call('HSET', KEYS[1], 'period', ARGV[1], 'spent', '0')
+  redis.call('HSET', KEYS[1], 'period', ARGV[1], 'spent', '0', 'partial', '0')
 end
 `
 
@@ -58,8 +59,9 @@ end
 return {verdict, tostring(spent), tostring(n * r)}
 `)
 
-// ARGV: period, id ("" for none), cost, headroom. Returns spent, reserved. A reservation is
-// settled once: a settle retried after a lost reply books nothing more.
+// ARGV: period, id ("" for none), cost, headroom, partial ("1" when the cost came from a partial
+// figure). Returns spent, reserved, partial. A reservation is settled once: a settle retried
+// after a lost reply books nothing more.
 var settleScript = redis.NewScript(`
 local again = false
 if ARGV[2] ~= '' then
@@ -69,23 +71,28 @@ end
 ` + rollLua + `
 local cost = tonumber(ARGV[3])
 local spent = redis.call('HGET', KEYS[1], 'spent') or '0'
-if not again then spent = redis.call('HINCRBYFLOAT', KEYS[1], 'spent', ARGV[3]) end
+if not again then
+  spent = redis.call('HINCRBYFLOAT', KEYS[1], 'spent', ARGV[3])
+  if ARGV[5] == '1' then redis.call('HINCRBYFLOAT', KEYS[1], 'partial', ARGV[3]) end
+end
+local partial = redis.call('HGET', KEYS[1], 'partial') or '0'
 local max = tonumber(redis.call('HGET', KEYS[1], 'max') or '0')
 if cost > max then
   redis.call('HSET', KEYS[1], 'max', ARGV[3])
   max = cost
 end
-return {spent, tostring(redis.call('ZCARD', KEYS[2]) * max * tonumber(ARGV[4]))}
+return {spent, tostring(redis.call('ZCARD', KEYS[2]) * max * tonumber(ARGV[4])), partial}
 `)
 
-// ARGV: period, headroom. Returns spent, reserved.
+// ARGV: period, headroom. Returns spent, reserved, partial.
 var usageScript = redis.NewScript(`
-local spent = '0'
+local spent, partial = '0', '0'
 if redis.call('HGET', KEYS[1], 'period') == ARGV[1] then
   spent = redis.call('HGET', KEYS[1], 'spent') or '0'
+  partial = redis.call('HGET', KEYS[1], 'partial') or '0'
 end
 local max = tonumber(redis.call('HGET', KEYS[1], 'max') or '0')
-return {spent, tostring(redis.call('ZCARD', KEYS[2]) * max * tonumber(ARGV[2]))}
+return {spent, tostring(redis.call('ZCARD', KEYS[2]) * max * tonumber(ARGV[2])), partial}
 `)
 
 func fmtF(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
@@ -110,27 +117,38 @@ func (b *Budgets) Admit(ctx context.Context, key, period string, limit, headroom
 	return id, int(v), spent, reserved, nil
 }
 
-// Settle books cost and ends reservation id ("" books the cost alone).
-func (b *Budgets) Settle(ctx context.Context, key, period, id string, cost, headroom float64) (spent, reserved float64, err error) {
-	return b.pair(ctx, settleScript, key, period, id, fmtF(cost), fmtF(headroom))
+// Settle books cost, from a partial figure when partial is true, and ends reservation id (""
+// books the cost alone). partialSpent is how many of the period's spent joules came from
+// partial figures.
+func (b *Budgets) Settle(ctx context.Context, key, period, id string, cost float64, partial bool, headroom float64) (spent, reserved, partialSpent float64, err error) {
+	p := "0"
+	if partial {
+		p = "1"
+	}
+	return b.usage(ctx, settleScript, key, period, id, fmtF(cost), fmtF(headroom), p)
 }
 
-// Usage is key's spent and reserved joules for period.
-func (b *Budgets) Usage(ctx context.Context, key, period string, headroom float64) (spent, reserved float64, err error) {
-	return b.pair(ctx, usageScript, key, period, fmtF(headroom))
+// Usage is key's spent and reserved joules for period, and how many of the spent joules came
+// from partial figures.
+func (b *Budgets) Usage(ctx context.Context, key, period string, headroom float64) (spent, reserved, partialSpent float64, err error) {
+	return b.usage(ctx, usageScript, key, period, fmtF(headroom))
 }
 
-func (b *Budgets) pair(ctx context.Context, s *redis.Script, key string, args ...any) (float64, float64, error) {
+// usage runs a script that returns spent, reserved and partial joules.
+func (b *Budgets) usage(ctx context.Context, s *redis.Script, key string, args ...any) (spent, reserved, partial float64, err error) {
 	var res []any
-	err := b.c.doPatient(ctx, func(ctx context.Context, rdb *redis.Client) error {
+	err = b.c.doPatient(ctx, func(ctx context.Context, rdb *redis.Client) error {
 		var err error
 		res, err = s.Run(ctx, rdb, budgetKeys(key), args...).Slice()
 		return err
 	})
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	return parseF(res[0]), parseF(res[1]), nil
+	if len(res) != 3 {
+		return 0, 0, 0, fmt.Errorf("budget script: %d values, want 3", len(res))
+	}
+	return parseF(res[0]), parseF(res[1]), parseF(res[2]), nil
 }
 
 func parseF(v any) float64 {

@@ -47,7 +47,7 @@ func TestBudgetsAtomicAcrossClients(t *testing.T) {
 	if _, v, _, _, _ := books[1].Admit(ctx, "k", "p", 1, 2, time.Minute); v != 1 {
 		t.Fatalf("a second call before the first was priced: verdict %d", v)
 	}
-	if spent, _, err := books[0].Settle(ctx, "k", "p", id, 0.01, 2); err != nil || spent != 0.01 {
+	if spent, _, _, err := books[0].Settle(ctx, "k", "p", id, 0.01, false, 2); err != nil || spent != 0.01 {
 		t.Fatalf("settle: %v %v", spent, err)
 	}
 	var mu sync.Mutex
@@ -74,7 +74,7 @@ func TestBudgetsAtomicAcrossClients(t *testing.T) {
 				mu.Lock()
 				spent += 0.015 // dearer than the first call, as calls that share a machine are
 				mu.Unlock()
-				_, _, _ = b.Settle(ctx, "k", "p", id, 0.015, 2)
+				_, _, _, _ = b.Settle(ctx, "k", "p", id, 0.015, false, 2)
 				return
 			}
 		}()
@@ -83,10 +83,10 @@ func TestBudgetsAtomicAcrossClients(t *testing.T) {
 	if spent > 1+0.015 || spent < 1 {
 		t.Fatalf("spent %v of 1 J", spent)
 	}
-	if s, r, err := books[1].Usage(ctx, "k", "p", 2); err != nil || r != 0 || s < 1 {
-		t.Fatalf("usage %v %v %v", s, r, err)
+	if s, r, p, err := books[1].Usage(ctx, "k", "p", 2); err != nil || r != 0 || s < 1 || p != 0 {
+		t.Fatalf("usage %v %v %v %v", s, r, p, err)
 	}
-	if s, _, _ := books[1].Usage(ctx, "k", "next", 2); s != 0 {
+	if s, _, _, _ := books[1].Usage(ctx, "k", "next", 2); s != 0 {
 		t.Fatalf("a new period starts at %v", s)
 	}
 }
@@ -176,8 +176,54 @@ func TestSettleOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 { // a retry after a lost reply
-		if spent, _, err := b.Settle(ctx, "k", "p", id, 0.25, 2); err != nil || spent != 0.25 {
-			t.Fatalf("spent %v, %v", spent, err)
+		if spent, _, partial, err := b.Settle(ctx, "k", "p", id, 0.25, true, 2); err != nil || spent != 0.25 || partial != 0.25 {
+			t.Fatalf("spent %v (%v partial), %v", spent, partial, err)
 		}
+	}
+}
+
+// The joules of partial figures are kept per period beside the spend, so every replica can say
+// that part of a key's spend is unknown (issue 10); a new period starts whole.
+func TestBudgetsPartialAcrossClients(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := open(t, srv.URL, "a").Budgets(), open(t, srv.URL, "b").Budgets()
+	ctx := context.Background()
+	settle := func(bk *Budgets, period string, cost float64, partial bool) (spent, partialSpent float64) {
+		t.Helper()
+		id, v, _, _, err := bk.Admit(ctx, "k", period, 10, 2, time.Minute)
+		if err != nil || v != 0 {
+			t.Fatalf("admit: %v %v", v, err)
+		}
+		spent, _, partialSpent, err = bk.Settle(ctx, "k", period, id, cost, partial, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return spent, partialSpent
+	}
+	if spent, p := settle(a, "d1", 1, false); spent != 1 || p != 0 {
+		t.Fatalf("whole settle: spent %v, partial %v", spent, p)
+	}
+	if s, _, p, err := b.Usage(ctx, "k", "d1", 2); err != nil || s != 1 || p != 0 {
+		t.Fatalf("replica b, whole spend: spent %v, partial %v, %v", s, p, err)
+	}
+	// A partial figure is charged its joules like a whole one, and counted apart.
+	if spent, p := settle(a, "d1", 0.5, true); spent != 1.5 || p != 0.5 {
+		t.Fatalf("partial settle: spent %v, partial %v", spent, p)
+	}
+	if s, _, p, err := b.Usage(ctx, "k", "d1", 2); err != nil || s != 1.5 || p != 0.5 {
+		t.Fatalf("replica b after a partial settle on a: spent %v, partial %v, %v", s, p, err)
+	}
+	if spent, p := settle(b, "d1", 2, false); spent != 3.5 || p != 0.5 {
+		t.Fatalf("a whole settle on b after a's partial one: spent %v, partial %v", spent, p)
+	}
+	// The next period starts whole, on either replica.
+	if s, _, p, _ := a.Usage(ctx, "k", "d2", 2); s != 0 || p != 0 {
+		t.Fatalf("next period, before any call: spent %v, partial %v", s, p)
+	}
+	if spent, p := settle(b, "d2", 1, false); spent != 1 || p != 0 {
+		t.Fatalf("next period: spent %v, partial %v", spent, p)
+	}
+	if s, _, p, err := a.Usage(ctx, "k", "d2", 2); err != nil || s != 1 || p != 0 {
+		t.Fatalf("replica a, next period: spent %v, partial %v, %v", s, p, err)
 	}
 }

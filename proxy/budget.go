@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 // Budget limits one key's joules per calendar period (UTC).
@@ -20,7 +22,10 @@ type Budget struct {
 // time, each admitted only while the key has spent less than its budget. Until a key has a
 // priced call, its calls also run one at a time. So a key spends at most its budget plus one
 // call, unless calls running together each cost more than budgetHeadroom times the dearest
-// call before them. Estimated and measured joules count alike.
+// call before them. Estimated and measured joules count alike, and so do partial figures (a
+// part of the call's energy unknown, e.g. its GPU part): the book charges their joules as they
+// are and keeps how many of the period's joules came from them, so that the remaining budget it
+// reports can say it is an upper bound (budgetLeft.coverage).
 const budgetHeadroom = 2
 
 // Verdicts of an admission.
@@ -52,10 +57,13 @@ func decide(spent, limit, maxCost float64, inFlight int) int {
 type SharedBudgets interface {
 	// Admit applies the rule to key for period; on verdictAdmit, id names the reservation.
 	Admit(ctx context.Context, key, period string, limit, headroom float64, hold time.Duration) (id string, verdict int, spent, reserved float64, err error)
-	// Settle books cost and ends reservation id ("" for a call admitted locally).
-	Settle(ctx context.Context, key, period, id string, cost, headroom float64) (spent, reserved float64, err error)
-	// Usage is key's spent and reserved joules for period.
-	Usage(ctx context.Context, key, period string, headroom float64) (spent, reserved float64, err error)
+	// Settle books cost, which came from a partial figure when partial is true, and ends
+	// reservation id ("" for a call admitted locally). partialSpent is how many of the period's
+	// spent joules came from partial figures.
+	Settle(ctx context.Context, key, period, id string, cost float64, partial bool, headroom float64) (spent, reserved, partialSpent float64, err error)
+	// Usage is key's spent and reserved joules for period, and how many of the spent joules
+	// came from partial figures.
+	Usage(ctx context.Context, key, period string, headroom float64) (spent, reserved, partialSpent float64, err error)
 }
 
 // sharedHold is how long a shared reservation lives when its replica never settles it (a
@@ -77,12 +85,14 @@ type budgetBook struct {
 type unsettled struct {
 	key, period, id string
 	joules          float64
+	partial         bool
 }
 
 type keyBook struct {
 	budget   Budget
 	period   string        // the period the figures belong to, e.g. "2026-12-02" or "2026-12"
 	spent    float64       // settled joules this period
+	partial  float64       // the joules of spent that came from partial figures
 	inFlight int           // calls admitted locally and not settled
 	maxCost  float64       // the largest settled cost, ever
 	changed  chan struct{} // closed and replaced at every settle, to wake waiting admissions
@@ -109,8 +119,29 @@ func periodOf(per string, t time.Time) string {
 
 func (k *keyBook) roll(t time.Time) {
 	if p := periodOf(k.budget.Per, t); p != k.period {
-		k.period, k.spent = p, 0
+		k.period, k.spent, k.partial = p, 0, 0
 	}
+}
+
+// budgetLeft is what a key's budget has left this period: joules, the budget less what is spent
+// and reserved, and partial, how many of the spent joules came from partial figures. While
+// partial is above 0, part of the spend is unknown and joules is an upper bound on what is
+// really left.
+type budgetLeft struct {
+	joules, partial float64
+}
+
+// coverage is energy.CoveragePartial when some of the period's spend came from partial figures,
+// else energy.CoverageWhole (X-EOC-Budget-Coverage).
+func (l budgetLeft) coverage() string {
+	if l.partial > 0 {
+		return energy.CoveragePartial
+	}
+	return energy.CoverageWhole
+}
+
+func (k *keyBook) left() budgetLeft {
+	return budgetLeft{joules: k.budget.Joules - k.spent - k.reserved(), partial: k.partial}
 }
 
 // reserved is what the calls in flight hold.
@@ -212,6 +243,16 @@ func (b *budgetBook) mirror(k *keyBook, period string, spent float64) {
 	}
 }
 
+// mirrorPartial keeps the shared spend and its partial joules as the local figures.
+func (b *budgetBook) mirrorPartial(k *keyBook, period string, spent, partial float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k.roll(b.now())
+	if k.period == period {
+		k.spent, k.partial = spent, partial
+	}
+}
+
 func (b *budgetBook) admitLocal(ctx context.Context, key string, k *keyBook) (reservation, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -236,14 +277,16 @@ func (b *budgetBook) admitLocal(ctx context.Context, key string, k *keyBook) (re
 	}
 }
 
-// settle books a call's real cost against its reservation and returns the joules remaining; ok
-// is false for keys without a budget.
-func (b *budgetBook) settle(r reservation, joules float64) (left float64, ok bool) {
+// settle books a call's real cost, its figure's joules, against its reservation and returns
+// what remains; ok is false for keys without a budget. A partial figure is charged its joules
+// like a whole one, and counted in the period's partial joules.
+func (b *budgetBook) settle(r reservation, fig energy.Figure) (left budgetLeft, ok bool) {
+	joules, partial := fig.Joules, fig.Coverage == energy.CoveragePartial
 	b.mu.Lock()
 	k, ok := b.books[r.key]
 	if !ok {
 		b.mu.Unlock()
-		return 0, false
+		return budgetLeft{}, false
 	}
 	k.roll(b.now())
 	period := k.period
@@ -251,23 +294,26 @@ func (b *budgetBook) settle(r reservation, joules float64) (left float64, ok boo
 		k.inFlight--
 	}
 	k.spent += joules
+	if partial {
+		k.partial += joules
+	}
 	k.maxCost = max(k.maxCost, joules)
-	left = k.budget.Joules - k.spent - k.reserved()
+	left = k.left()
 	close(k.changed)
 	k.changed = make(chan struct{})
 	b.mu.Unlock()
 	if b.shared != nil {
 		// A call admitted locally during an outage is booked too when the store is back.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		spent, reserved, err := b.shared.Settle(ctx, r.key, period, r.shared, joules, budgetHeadroom)
+		spent, reserved, partialSpent, err := b.shared.Settle(ctx, r.key, period, r.shared, joules, partial, budgetHeadroom)
 		cancel()
 		if err == nil {
-			b.mirror(k, period, spent)
-			return k.budget.Joules - spent - reserved, true
+			b.mirrorPartial(k, period, spent, partialSpent)
+			return budgetLeft{joules: k.budget.Joules - spent - reserved, partial: partialSpent}, true
 		}
 		b.mu.Lock()
 		if len(b.unsettled) < maxUnsettled {
-			b.unsettled = append(b.unsettled, unsettled{key: r.key, period: period, id: r.shared, joules: joules})
+			b.unsettled = append(b.unsettled, unsettled{key: r.key, period: period, id: r.shared, joules: joules, partial: partial})
 		}
 		b.mu.Unlock()
 	}
@@ -284,7 +330,7 @@ func (b *budgetBook) settleLate(ctx context.Context) {
 	b.unsettled = nil
 	b.mu.Unlock()
 	for i, u := range late {
-		if _, _, err := b.shared.Settle(ctx, u.key, u.period, u.id, u.joules, budgetHeadroom); err != nil {
+		if _, _, _, err := b.shared.Settle(ctx, u.key, u.period, u.id, u.joules, u.partial, budgetHeadroom); err != nil {
 			b.mu.Lock()
 			b.unsettled = append(b.unsettled, late[i:]...)
 			b.mu.Unlock()
@@ -293,22 +339,23 @@ func (b *budgetBook) settleLate(ctx context.Context) {
 	}
 }
 
-// remaining is the key's budget less what is spent and reserved; ok is false without a budget.
-func (b *budgetBook) remaining(key string) (float64, bool) {
+// remaining is the key's budget less what is spent and reserved, with the spend's coverage; ok
+// is false without a budget.
+func (b *budgetBook) remaining(key string) (budgetLeft, bool) {
 	b.mu.Lock()
 	k, ok := b.books[key]
 	if !ok {
 		b.mu.Unlock()
-		return 0, false
+		return budgetLeft{}, false
 	}
 	k.roll(b.now())
-	period, left := k.period, k.budget.Joules-k.spent-k.reserved()
+	period, left := k.period, k.left()
 	b.mu.Unlock()
 	if b.shared != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if spent, reserved, err := b.shared.Usage(ctx, key, period, budgetHeadroom); err == nil {
-			return k.budget.Joules - spent - reserved, true
+		if spent, reserved, partial, err := b.shared.Usage(ctx, key, period, budgetHeadroom); err == nil {
+			return budgetLeft{joules: k.budget.Joules - spent - reserved, partial: partial}, true
 		}
 	}
 	return left, true

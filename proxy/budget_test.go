@@ -8,7 +8,61 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
+
+func whole(j float64) energy.Figure {
+	return energy.Figure{Joules: j, Grade: energy.Measured, Coverage: energy.CoverageWhole}
+}
+
+// partialFig is a figure of which a part (the GPU's, say) is unknown: j is the known part.
+func partialFig(j float64) energy.Figure {
+	return energy.Figure{Joules: j, Grade: energy.Measured, Coverage: energy.CoveragePartial, Reason: "gpu-unattributed"}
+}
+
+// A partial figure is charged its joules like a whole one, and the budget says that part of the
+// spend is unknown until the period ends (issue 10).
+func TestBudgetCarriesCoverage(t *testing.T) {
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	b := newBudgetBook(map[string]Budget{"k": {Joules: 100, Per: "day"}}, func() time.Time { return now })
+	call := func(fig energy.Figure) budgetLeft {
+		t.Helper()
+		r, err := b.admit(context.Background(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		left, ok := b.settle(r, fig)
+		if !ok {
+			t.Fatal("no budget")
+		}
+		return left
+	}
+	if left := call(whole(10)); left.joules != 90 || left.coverage() != energy.CoverageWhole {
+		t.Fatalf("whole spend: %+v", left)
+	}
+	if left, _ := b.remaining("k"); left.coverage() != energy.CoverageWhole {
+		t.Fatalf("whole spend: remaining %+v", left)
+	}
+	if left := call(partialFig(5)); left.joules != 85 || left.partial != 5 || left.coverage() != energy.CoveragePartial {
+		t.Fatalf("after a partial figure: %+v (want 85 J left, 5 J partial)", left)
+	}
+	// A whole call after it does not make the period's spend whole again.
+	if left := call(whole(1)); left.joules != 84 || left.coverage() != energy.CoveragePartial {
+		t.Fatalf("whole after partial: %+v", left)
+	}
+	if left, _ := b.remaining("k"); left.partial != 5 || left.coverage() != energy.CoveragePartial {
+		t.Fatalf("remaining after partial: %+v", left)
+	}
+	// The next day starts whole.
+	now = now.Add(24 * time.Hour)
+	if left, _ := b.remaining("k"); left.joules != 100 || left.partial != 0 || left.coverage() != energy.CoverageWhole {
+		t.Fatalf("next day: %+v", left)
+	}
+	if left := call(whole(2)); left.coverage() != energy.CoverageWhole {
+		t.Fatalf("next day, whole call: %+v", left)
+	}
+}
 
 func TestBudgetHoldsUnderConcurrency(t *testing.T) {
 	const cost, room = 3.0, 50
@@ -27,14 +81,14 @@ func TestBudgetHoldsUnderConcurrency(t *testing.T) {
 			}
 			admitted.Add(1)
 			time.Sleep(time.Millisecond)
-			_, _ = b.settle(r, cost)
+			_, _ = b.settle(r, whole(cost))
 		}()
 	}
 	wg.Wait()
 	if admitted.Load() > room || admitted.Load() == 0 {
 		t.Fatalf("admitted %d calls, budget has room for %d", admitted.Load(), room)
 	}
-	if left, _ := b.remaining("team-a"); left < 0 {
+	if left, _ := b.remaining("team-a"); left.joules < 0 {
 		t.Fatalf("budget overdrawn: %v left", left)
 	}
 	if _, err := b.admit(context.Background(), "team-b"); err != nil {
@@ -42,7 +96,7 @@ func TestBudgetHoldsUnderConcurrency(t *testing.T) {
 	}
 	// A new day starts with the whole budget again.
 	now = now.Add(24 * time.Hour)
-	if left, _ := b.remaining("team-a"); left != cost*room {
+	if left, _ := b.remaining("team-a"); left.joules != cost*room {
 		t.Fatalf("new day: %v left", left)
 	}
 }
@@ -58,7 +112,7 @@ func TestBudgetFreeCallDoesNotPrice(t *testing.T) {
 	if _, err := b.admit(ctx, "k"); err == nil {
 		t.Fatal("a second call was admitted before the first was priced")
 	}
-	_, _ = b.settle(r, 0) // a failed call: nothing learned about the price
+	_, _ = b.settle(r, energy.Figure{}) // a failed call: nothing learned about the price
 	r2, err := b.admit(context.Background(), "k")
 	if err != nil || r2.amount != 0 {
 		t.Fatalf("after a free call: %v %v", r2, err)
@@ -96,7 +150,7 @@ func TestBudgetConcurrentCallsCannotOverrun(t *testing.T) {
 			mu.Lock()
 			spent += cost
 			mu.Unlock()
-			_, _ = b.settle(r, cost)
+			_, _ = b.settle(r, whole(cost))
 		}()
 	}
 	close(start)
@@ -114,6 +168,7 @@ type flakyShared struct {
 	mu       sync.Mutex
 	down     bool
 	spent    float64
+	partial  float64
 	inFlight map[string]bool
 	n        int
 }
@@ -133,24 +188,27 @@ func (f *flakyShared) Admit(_ context.Context, _, _ string, limit, headroom floa
 	return id, verdictAdmit, f.spent, 0, nil
 }
 
-func (f *flakyShared) Settle(_ context.Context, _, _, id string, cost, _ float64) (float64, float64, error) {
+func (f *flakyShared) Settle(_ context.Context, _, _, id string, cost float64, partial bool, _ float64) (float64, float64, float64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
-		return 0, 0, errors.New("down")
+		return 0, 0, 0, errors.New("down")
 	}
 	delete(f.inFlight, id)
 	f.spent += cost
-	return f.spent, 0, nil
+	if partial {
+		f.partial += cost
+	}
+	return f.spent, 0, f.partial, nil
 }
 
-func (f *flakyShared) Usage(context.Context, string, string, float64) (float64, float64, error) {
+func (f *flakyShared) Usage(context.Context, string, string, float64) (float64, float64, float64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
-		return 0, 0, errors.New("down")
+		return 0, 0, 0, errors.New("down")
 	}
-	return f.spent, 0, nil
+	return f.spent, 0, f.partial, nil
 }
 
 func (f *flakyShared) setDown(d bool) {
@@ -170,14 +228,17 @@ func TestBudgetSharedStoreGoesAndComesBack(t *testing.T) {
 	}
 	sh.setDown(true)
 	// The call admitted in the store settles while it is down; a call is admitted locally.
-	if left, _ := b.settle(r, 3); left != 7 {
+	if left, _ := b.settle(r, whole(3)); left.joules != 7 {
 		t.Fatalf("left %v while the store is down", left)
 	}
 	r2, err := b.admit(ctx, "k")
 	if err != nil || r2.shared != "" {
 		t.Fatalf("local admission: %+v %v", r2, err)
 	}
-	_, _ = b.settle(r2, 2)
+	_, _ = b.settle(r2, partialFig(2))
+	if left, _ := b.remaining("k"); left.coverage() != energy.CoveragePartial {
+		t.Fatalf("a partial settle during the outage: %+v", left)
+	}
 	sh.setDown(false)
 	// Back: both settles reach the store, and the reservation no longer holds room there.
 	r3, err := b.admit(ctx, "k")
@@ -185,10 +246,34 @@ func TestBudgetSharedStoreGoesAndComesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	sh.mu.Lock()
-	spent, held := sh.spent, len(sh.inFlight)
+	spent, partial, held := sh.spent, sh.partial, len(sh.inFlight)
 	sh.mu.Unlock()
-	if spent != 5 || held != 1 {
-		t.Fatalf("store after the outage: spent %v, %d in flight (want 5 and r3 alone)", spent, held)
+	if spent != 5 || partial != 2 || held != 1 {
+		t.Fatalf("store after the outage: spent %v (%v partial), %d in flight (want 5, 2 and r3 alone)", spent, partial, held)
 	}
-	_, _ = b.settle(r3, 1)
+	if left, _ := b.settle(r3, whole(1)); left.joules != 4 || left.partial != 2 || left.coverage() != energy.CoveragePartial {
+		t.Fatalf("after the outage: %+v", left)
+	}
+}
+
+// Another replica's partial spend, seen in the store, is this replica's figure when the store
+// goes away: the budget still says partial.
+func TestBudgetSharedPartialOutlivesOutage(t *testing.T) {
+	sh := &flakyShared{inFlight: map[string]bool{}, spent: 4, partial: 4} // another replica's call
+	b := newBudgetBook(map[string]Budget{"k": {Joules: 10, Per: "day"}}, time.Now)
+	b.shared = sh
+	if left, _ := b.remaining("k"); left.joules != 6 || left.coverage() != energy.CoveragePartial {
+		t.Fatalf("from the store: %+v", left)
+	}
+	r, err := b.admit(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := b.settle(r, whole(1)); left.joules != 5 || left.partial != 4 {
+		t.Fatalf("settled in the store: %+v", left)
+	}
+	sh.setDown(true)
+	if left, _ := b.remaining("k"); left.joules != 5 || left.partial != 4 || left.coverage() != energy.CoveragePartial {
+		t.Fatalf("store down: %+v (want the store's last figures, partial)", left)
+	}
 }

@@ -34,6 +34,9 @@ const (
 	HeaderJoulesSaved = "X-Eoc-Joules-Saved"
 	// HeaderBudgetRemaining is the caller's joule budget left, on every response of a key with one.
 	HeaderBudgetRemaining = "X-Eoc-Budget-Remaining"
+	// HeaderBudgetCoverage goes with HeaderBudgetRemaining: "partial" when some of the period's
+	// spend came from partial figures (the remaining joules are then an upper bound), else "whole".
+	HeaderBudgetCoverage = "X-Eoc-Budget-Coverage"
 	// HeaderBackend names the backend that answered (or failed last), HeaderAttempts the number
 	// of backend attempts the call made; on a stream both go out with the first chunk.
 	HeaderBackend  = "X-Eoc-Backend"
@@ -41,7 +44,7 @@ const (
 )
 
 var trailerNames = strings.Join([]string{HeaderJoules, HeaderStage, HeaderEnergy, HeaderReason, HeaderMethod, HeaderCoverage,
-	HeaderReceipt, HeaderJoulesSaved, HeaderBudgetRemaining, boundsTrailerNames}, ", ")
+	HeaderReceipt, HeaderJoulesSaved, HeaderBudgetRemaining, HeaderBudgetCoverage, boundsTrailerNames}, ", ")
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -67,9 +70,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	var sink cascade.StageSink
 	if req.Stream() {
 		sw = &sseWriter{w: w, rc: http.NewResponseController(w), usage: req.IncludeUsage(), idle: s.opts.StreamIdle, onStart: stopTimeout}
-		if left, ok := s.budgets.remaining(req.Tenant); ok {
-			w.Header().Set(HeaderBudgetRemaining, formatJoules(left))
-		}
+		s.setBudgetHeader(w.Header(), req.Tenant)
 		sink = sw
 	}
 	err := s.guard(req.ID, func() error { return s.cascade.Walk(ctx, req, &res, sink) })
@@ -215,6 +216,9 @@ type outcome struct {
 	receiptTime time.Time
 	remaining   *float64 // budget left, for keys with a budget
 	apiErr      *APIError
+
+	// budgetCoverage is the coverage of the key's spend this period, with remaining.
+	budgetCoverage string
 }
 
 // settlement is what settle needs to know about one call that reached the cascade, a chat
@@ -253,8 +257,8 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 	o.receipt = energy.Receipt{Key: st.key, Stage: o.stage, Model: st.model, Joules: o.fig.Joules,
 		Grade: o.fig.Grade, Time: now}.Hash()
 	o.receiptTime = now
-	if left, ok := s.budgets.settle(resv, o.fig.Joules); ok {
-		o.remaining = &left
+	if left, ok := s.budgets.settle(resv, o.fig); ok {
+		o.remaining, o.budgetCoverage = &left.joules, left.coverage()
 	}
 	model := st.model
 	if errors.Is(err, cascade.ErrModelNotFound) {
@@ -300,7 +304,8 @@ func (s *Server) fail(w http.ResponseWriter, model string, err error, lf *logFie
 
 func (s *Server) setBudgetHeader(h http.Header, tenant string) {
 	if left, ok := s.budgets.remaining(tenant); ok {
-		h.Set(HeaderBudgetRemaining, formatJoules(left))
+		h.Set(HeaderBudgetRemaining, formatJoules(left.joules))
+		h.Set(HeaderBudgetCoverage, left.coverage())
 	}
 }
 
@@ -310,7 +315,7 @@ func formatJoules(j float64) string { return strconv.FormatFloat(j, 'f', -1, 64)
 // entries are set directly, and all the values share one backing array: one allocation where
 // Header.Set makes one per header.
 func setEnergyHeaders(h http.Header, o outcome) {
-	vals := make([]string, 0, 13)
+	vals := make([]string, 0, 14)
 	set := func(k, v string) {
 		vals = append(vals, v)
 		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
@@ -329,6 +334,7 @@ func setEnergyHeaders(h http.Header, o outcome) {
 	}
 	if o.remaining != nil {
 		set(HeaderBudgetRemaining, formatJoules(*o.remaining))
+		set(HeaderBudgetCoverage, o.budgetCoverage)
 	}
 	setBoundsHeaders(set, o)
 }

@@ -122,6 +122,8 @@ type eocFigures struct {
 	Receipt     string  `json:"receipt"`
 	// BudgetRemaining is the key's joule budget left, for keys with a budget.
 	BudgetRemaining *float64 `json:"budget_remaining,omitempty"`
+	// BudgetCoverage is X-EOC-Budget-Coverage, with BudgetRemaining.
+	BudgetCoverage string `json:"budget_coverage,omitempty"`
 	eocBounds
 }
 
@@ -138,7 +140,7 @@ func (s *Server) finishStream(w http.ResponseWriter, sw *sseWriter, res *cascade
 		EOC: eocFigures{Joules: o.fig.Joules, Stage: o.stage, Energy: string(o.fig.Grade), Coverage: o.fig.Coverage,
 			Method: o.fig.Method, Reason: o.fig.Reason, JoulesSaved: o.fig.Saved, Receipt: o.receipt, eocBounds: boundsOf(o)}}
 	if o.remaining != nil {
-		final.EOC.BudgetRemaining = o.remaining
+		final.EOC.BudgetRemaining, final.EOC.BudgetCoverage = o.remaining, o.budgetCoverage
 	}
 	if err := sw.event(final); err != nil {
 		return

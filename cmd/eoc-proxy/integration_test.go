@@ -508,6 +508,9 @@ auth:
 	if ra.Header().Get("X-EOC-Budget-Remaining") == "" {
 		t.Fatal("no X-EOC-Budget-Remaining")
 	}
+	if got, want := ra.Header().Get("X-EOC-Budget-Coverage"), ra.Header().Get("X-EOC-Coverage"); got == "" || got != want {
+		t.Fatalf("X-EOC-Budget-Coverage %q after the key's first call, whose coverage is %q", got, want)
+	}
 	rb, err := b.CreateChatCompletion(context.Background(), chatReq("shared question"))
 	if err != nil {
 		t.Fatal(err)
