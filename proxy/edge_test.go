@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -150,4 +151,39 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Headers past MaxHeaderBytes get OpenAI's JSON 431 from the proxy, not net/http's plain text;
+// headers under it pass.
+func TestLargeHeadersAreJSON431(t *testing.T) {
+	srv := newEdge(t, 1<<20)
+	body := `{"model":"known-1","messages":[{"role":"user","content":"a"}]}`
+	for _, tc := range []struct {
+		size   int
+		status int
+	}{{MaxHeaderBytes / 2, http.StatusOK}, {MaxHeaderBytes + 1, http.StatusRequestHeaderFieldsTooLarge}} {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Pad", strings.Repeat("p", tc.size))
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Fatalf("%d bytes of headers: status %d, want %d: %s", tc.size, resp.StatusCode, tc.status, b)
+		}
+		if tc.status == http.StatusOK {
+			continue
+		}
+		var e errorBody
+		if err := json.Unmarshal(b, &e); err != nil || e.Error.Code == nil || *e.Error.Code != "request_header_too_large" ||
+			resp.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("431 is not OpenAI's JSON error: %q (%v)", b, err)
+		}
+	}
 }

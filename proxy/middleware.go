@@ -40,6 +40,39 @@ func RequestID(ctx context.Context) string {
 	return id
 }
 
+// MaxHeaderBytes is the request-header size the proxy answers itself, with OpenAI's JSON error
+// (431); Envoy's default limit is 60 KiB. HardMaxHeaderBytes is net/http's own limit
+// (http.Server.MaxHeaderBytes), past which net/http answers 431 in plain text before any
+// handler runs; between the two, this middleware answers.
+const (
+	MaxHeaderBytes     = 64 << 10
+	HardMaxHeaderBytes = http.DefaultMaxHeaderBytes
+)
+
+// headerSize is the request line and headers as sent, give or take the line ends' spelling.
+func headerSize(r *http.Request) int {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4 + len("Host: ") + len(r.Host) + 2
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
+// limitHeaders refuses a request whose headers exceed MaxHeaderBytes with a JSON 431.
+func limitHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if headerSize(r) > MaxHeaderBytes {
+			w.Header().Set("Connection", "close")
+			writeError(w, &APIError{Status: http.StatusRequestHeaderFieldsTooLarge, Type: "invalid_request_error",
+				Code: "request_header_too_large", Message: fmt.Sprintf("request headers are larger than %d bytes", MaxHeaderBytes)})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 func (s *Server) requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var b [8]byte

@@ -114,7 +114,7 @@ func New(o Options) *Server {
 		s.tracer = o.Tracing.Tracer(tracerName)
 	}
 	r := chi.NewRouter()
-	r.Use(s.requestID, s.accessLog, s.recoverer)
+	r.Use(s.requestID, s.accessLog, s.recoverer, limitHeaders)
 	r.Group(func(r chi.Router) {
 		r.Use(s.traced, s.authenticate)
 		r.Post("/v1/chat/completions", s.chat)

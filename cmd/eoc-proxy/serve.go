@@ -65,6 +65,7 @@ func runServe(args []string, _ io.Writer) (err error) {
 	srv := &http.Server{
 		Handler:           app.handler,
 		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    proxy.HardMaxHeaderBytes,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          stdlog.New(component(log, "http"), "", 0),
 	}
