@@ -25,9 +25,13 @@ func budgetKeys(key string) []string {
 	return []string{h, h + ":inflight"}
 }
 
-// rollLua starts a new period's spend, whole, when the period changed.
+// rollLua starts a new period's spend, whole, when ARGV[1] is a later period than the stored
+// one. It rolls forward only: periods are YYYY-MM[-DD] strings, which compare as dates, and a
+// replica whose clock is a little slow, still in yesterday, adds its cost to today's spend
+// instead of wiping it.
 const rollLua = `
-if redis.call('HGET', KEYS[1], 'period') ~= ARGV[1] then
+local p = redis.call('HGET', KEYS[1], 'period')
+if not p or p < ARGV[1] then
   redis.call('HSET', KEYS[1], 'period', ARGV[1], 'spent', '0', 'partial', '0')
 end
 `
@@ -84,10 +88,12 @@ end
 return {spent, tostring(redis.call('ZCARD', KEYS[2]) * max * tonumber(ARGV[4])), partial}
 `)
 
-// ARGV: period, headroom. Returns spent, reserved, partial.
+// ARGV: period, headroom. Returns spent, reserved, partial; a period older than the stored one
+// reads the stored (current) spend, as rollLua books into it.
 var usageScript = redis.NewScript(`
 local spent, partial = '0', '0'
-if redis.call('HGET', KEYS[1], 'period') == ARGV[1] then
+local p = redis.call('HGET', KEYS[1], 'period')
+if p and p >= ARGV[1] then
   spent = redis.call('HGET', KEYS[1], 'spent') or '0'
   partial = redis.call('HGET', KEYS[1], 'partial') or '0'
 end

@@ -86,7 +86,7 @@ func TestBudgetsAtomicAcrossClients(t *testing.T) {
 	if s, r, p, err := books[1].Usage(ctx, "k", "p", 2); err != nil || r != 0 || s < 1 || p != 0 {
 		t.Fatalf("usage %v %v %v %v", s, r, p, err)
 	}
-	if s, _, _, _ := books[1].Usage(ctx, "k", "next", 2); s != 0 {
+	if s, _, _, _ := books[1].Usage(ctx, "k", "q", 2); s != 0 {
 		t.Fatalf("a new period starts at %v", s)
 	}
 }
@@ -225,5 +225,35 @@ func TestBudgetsPartialAcrossClients(t *testing.T) {
 	}
 	if s, _, p, err := a.Usage(ctx, "k", "d2", 2); err != nil || s != 1 || p != 0 {
 		t.Fatalf("replica a, next period: spent %v, partial %v, %v", s, p, err)
+	}
+}
+
+// A replica whose clock is a little slow settles under yesterday's period: its cost adds to
+// today's spend instead of wiping it, and only a later period starts a new spend.
+func TestBudgetsRollForwardOnly(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := open(t, srv.URL, "a").Budgets(), open(t, srv.URL, "b").Budgets()
+	ctx := context.Background()
+	id, v, _, _, err := a.Admit(ctx, "k", "2026-12-04", 100, 2, time.Minute)
+	if err != nil || v != 0 {
+		t.Fatalf("admit: %v %v", v, err)
+	}
+	if _, _, _, err := a.Settle(ctx, "k", "2026-12-04", id, 8, false, 2); err != nil {
+		t.Fatal(err)
+	}
+	if spent, _, _, err := b.Settle(ctx, "k", "2026-12-03", "", 0.1, false, 2); err != nil || spent != 8.1 {
+		t.Fatalf("settle under the previous period: spent %v, %v", spent, err)
+	}
+	if _, _, spent, _, err := a.Admit(ctx, "k", "2026-12-04", 100, 2, time.Minute); err != nil || spent != 8.1 {
+		t.Fatalf("admit after a late settle: spent %v, %v", spent, err)
+	}
+	if _, _, spent, _, err := b.Admit(ctx, "k", "2026-12-03", 100, 2, time.Minute); err != nil || spent != 8.1 {
+		t.Fatalf("admit under the previous period: spent %v, %v", spent, err)
+	}
+	if s, _, _, err := b.Usage(ctx, "k", "2026-12-03", 2); err != nil || s != 8.1 {
+		t.Fatalf("usage under the previous period: %v %v", s, err)
+	}
+	if _, _, spent, _, err := a.Admit(ctx, "k", "2026-12-05", 100, 2, time.Minute); err != nil || spent != 0 {
+		t.Fatalf("the next period starts at %v, %v", spent, err)
 	}
 }
