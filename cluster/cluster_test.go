@@ -257,3 +257,51 @@ func TestBudgetsRollForwardOnly(t *testing.T) {
 		t.Fatalf("the next period starts at %v, %v", spent, err)
 	}
 }
+
+// Budget and limit state carries no TTL, so a Redis run with volatile-lru never evicts it; the
+// cache's entries always expire, so they are what such a Redis evicts.
+func TestOnlyCacheKeysExpire(t *testing.T) {
+	srv := redistest.Start(t)
+	c := open(t, srv.URL, "a")
+	ctx := context.Background()
+	b := c.Budgets()
+	id, v, _, _, err := b.Admit(ctx, "k", "p", 10, 2, time.Minute)
+	if err != nil || v != 0 {
+		t.Fatalf("admit: %v %v", v, err)
+	}
+	if _, _, _, err := b.Settle(ctx, "k", "p", id, 0.5, false, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, v, _, _, err := b.Admit(ctx, "k", "p", 10, 2, time.Minute); err != nil || v != 0 { // stays in flight
+		t.Fatalf("admit: %v %v", v, err)
+	}
+	if _, _, _, err := b.Usage(ctx, "k", "p", 2); err != nil {
+		t.Fatal(err)
+	}
+	l := c.Limits()
+	if ok, _, err := l.Take(ctx, "k", 5, 100); err != nil || !ok {
+		t.Fatalf("take: %v %v", ok, err)
+	}
+	if err := l.AddTokens(ctx, "k", 3); err != nil {
+		t.Fatal(err)
+	}
+	c.Cache().Set(ctx, "t", "ttl", []byte("v"), time.Minute)
+	c.Cache().Set(ctx, "t", "none", []byte("v"), 0)
+	rdb := c.rdb.Load()
+	for _, k := range append(budgetKeys("k"), limitKeys("k")...) {
+		if n, err := rdb.Exists(ctx, k).Result(); err != nil || n != 1 {
+			t.Fatalf("%s: exists %d, %v", k, n, err)
+		}
+		if ttl, err := rdb.TTL(ctx, k).Result(); err != nil || ttl != -1 {
+			t.Errorf("%s: TTL %v, %v; want none", k, ttl, err)
+		}
+	}
+	for _, k := range []string{cacheKey("t", "ttl"), cacheKey("t", "none")} {
+		if ttl, err := rdb.TTL(ctx, k).Result(); err != nil || ttl <= 0 || ttl > DefaultCacheTTL {
+			t.Errorf("%s: TTL %v, %v; want one", k, ttl, err)
+		}
+	}
+	if keys, err := rdb.Keys(ctx, "eoc:budget:*:settled:*").Result(); err != nil || len(keys) != 0 {
+		t.Errorf("settled markers as expiring keys: %v %v", keys, err)
+	}
+}
