@@ -110,6 +110,9 @@ return {spent, tostring(redis.call('ZCARD', KEYS[2]) * max * tonumber(ARGV[2])),
 // settledForMs is how long (ms) a settled reservation's id is remembered: an hour.
 const settledForMs = "3600000"
 
+// OnBack registers f to run (in its own goroutine) each time Redis comes back after an outage.
+func (b *Budgets) OnBack(f func()) { b.c.OnBack(f) }
+
 func fmtF(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // Admit applies the admission rule to key atomically; on verdict 0 id names the reservation.

@@ -180,6 +180,11 @@ func TestSettleOnce(t *testing.T) {
 			t.Fatalf("spent %v (%v partial), %v", spent, partial, err)
 		}
 	}
+	for range 2 { // a call admitted on a replica's own figures has an id of its own, in flight nowhere
+		if spent, _, _, err := b.Settle(ctx, "k", "p", "local-1", 0.5, false, 2); err != nil || spent != 0.75 {
+			t.Fatalf("local settle: spent %v, %v", spent, err)
+		}
+	}
 }
 
 // The joules of partial figures are kept per period beside the spend, so every replica can say
