@@ -72,6 +72,7 @@ return {verdict, tostring(spent), tostring(n * r)}
 var settleScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local again = false
 if ARGV[2] ~= '' then
@@ -95,8 +96,13 @@ return {spent, tostring(redis.call('ZCARD', KEYS[2]) * max * tonumber(ARGV[4])),
 `)
 
 // ARGV: period, headroom. Returns spent, reserved, partial; a period older than the stored one
-// reads the stored (current) spend, as rollLua books into it.
+// reads the stored (current) spend, as rollLua books into it. Like admission and settle, it
+// drops the reservations past their hold first (a replica that died mid-call), so the reserved
+// joules it reports are those of calls still in flight.
 var usageScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local spent, partial = '0', '0'
 local p = redis.call('HGET', KEYS[1], 'period')
 if p and p >= ARGV[1] then

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/internal/redistest"
@@ -308,5 +309,54 @@ func TestOnlyCacheKeysExpire(t *testing.T) {
 	}
 	if keys, err := rdb.Keys(ctx, "eoc:budget:*:settled:*").Result(); err != nil || len(keys) != 0 {
 		t.Errorf("settled markers as expiring keys: %v %v", keys, err)
+	}
+}
+
+// A reservation past its hold (its replica died mid-call) no longer counts in the reserved
+// joules that usage and settle report, not only in admission.
+func TestExpiredReservationsNotReserved(t *testing.T) {
+	srv := redistest.Start(t)
+	c := open(t, srv.URL, "a")
+	b := c.Budgets()
+	ctx := context.Background()
+	id, _, _, _, err := b.Admit(ctx, "k", "p", 100, 2, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := b.Settle(ctx, "k", "p", id, 1, false, 2); err != nil { // prices the key: 1 J
+		t.Fatal(err)
+	}
+	dead, v, _, _, err := b.Admit(ctx, "k", "p", 100, 2, time.Millisecond) // never settled
+	if err != nil || v != 0 {
+		t.Fatalf("admit: %v %v", v, err)
+	}
+	rdb := c.rdb.Load()
+	held, err := rdb.ZScore(ctx, budgetKeys("k")[1], dead).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second) // bounds a hang only
+	for {
+		now, err := rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if float64(now.UnixMilli()) > held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("redis's clock never passed the hold")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, r, _, err := b.Usage(ctx, "k", "p", 2); err != nil || r != 0 {
+		t.Fatalf("usage: reserved %v after the hold, %v", r, err)
+	}
+	// The same expired reservation again, for settle to drop.
+	if err := rdb.ZAdd(ctx, budgetKeys("k")[1], redis.Z{Score: held, Member: dead}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, r, _, err := b.Settle(ctx, "k", "p", "other", 1, false, 2); err != nil || r != 0 {
+		t.Fatalf("settle: reserved %v after the hold, %v", r, err)
 	}
 }
