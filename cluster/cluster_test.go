@@ -361,3 +361,53 @@ func TestExpiredReservationsNotReserved(t *testing.T) {
 		t.Fatalf("settle: reserved %v after the hold, %v", r, err)
 	}
 }
+
+// A follower whose XREAD times out (a slow Redis, here one paused) goes on following: a slow
+// Redis is not down.
+func TestFollowSurvivesSlowRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	slowOpen := func() *Client { // no ping within the test: only the follower can mark Redis down
+		c, err := Open(Options{URL: srv.URL, Logger: zerolog.Nop(), OpTimeout: 200 * time.Millisecond, Probe: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	c, pub := slowOpen(), slowOpen()
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan string, 4)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.KVStream(100).Follow(ctx, func(e []byte) { got <- string(e) })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	ctl := pub.rdb.Load()
+	// Paused longer than an XREAD's read deadline (go-redis: its block, 1 s, plus 10 s), so the
+	// follower's XREAD times out. The test takes as long as the pause.
+	if err := ctl.Do(ctx, "CLIENT", "PAUSE", 12000, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second) // bounds a hang only
+	defer pcancel()
+	for ctl.Ping(pctx).Err() != nil { // answers once the pause is over
+		if pctx.Err() != nil {
+			t.Fatal("redis never came out of its pause")
+		}
+	}
+	if !c.Up() {
+		t.Fatal("a follower's timeout marked Redis down")
+	}
+	if err := pub.KVStream(100).Publish(ctx, []byte("after the pause")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-got:
+		if e != "after the pause" {
+			t.Fatalf("followed %q", e)
+		}
+	case <-time.After(10 * time.Second): // bounds a hang only
+		t.Fatal("the follower stopped following after a timeout")
+	}
+}
