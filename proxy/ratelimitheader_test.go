@@ -38,7 +38,7 @@ func TestRateLimitRefusalSkipsBudgetUsage(t *testing.T) {
 	srv := httptest.NewServer(New(Options{Cascade: c, Logger: zerolog.Nop(), MaxBodyBytes: 1 << 20, SharedBudgets: store,
 		Keys: []APIKey{{ID: "team", Key: "sk-team", Budget: &Budget{Joules: 10, Per: "day"}, Limits: &Rate{RPM: 1}}}}))
 	t.Cleanup(srv.Close)
-	post := func() *http.Response {
+	post := func() (int, http.Header) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -49,19 +49,19 @@ func TestRateLimitRefusalSkipsBudgetUsage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer func() { _ = resp.Body.Close() }()
 		_, _ = io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		return resp
+		return resp.StatusCode, resp.Header
 	}
-	if resp := post(); resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderBudgetRemaining) == "" {
-		t.Fatalf("first call: %d, remaining %q", resp.StatusCode, resp.Header.Get(HeaderBudgetRemaining))
+	if st, h := post(); st != http.StatusOK || h.Get(HeaderBudgetRemaining) == "" {
+		t.Fatalf("first call: %d, remaining %q", st, h.Get(HeaderBudgetRemaining))
 	}
 	before := store.usage.Load()
-	resp := post()
-	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("second call in the minute: %d", resp.StatusCode)
+	st, h := post()
+	if st != http.StatusTooManyRequests || h.Get("Retry-After") == "" {
+		t.Fatalf("second call in the minute: %d", st)
 	}
-	if n := store.usage.Load() - before; n != 0 || resp.Header.Get(HeaderBudgetRemaining) != "" {
-		t.Fatalf("a rate-limit refusal made %d budget usage round trips, remaining %q", n, resp.Header.Get(HeaderBudgetRemaining))
+	if n := store.usage.Load() - before; n != 0 || h.Get(HeaderBudgetRemaining) != "" {
+		t.Fatalf("a rate-limit refusal made %d budget usage round trips, remaining %q", n, h.Get(HeaderBudgetRemaining))
 	}
 }
