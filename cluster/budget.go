@@ -11,8 +11,12 @@ import (
 
 // Budgets keeps the joule budgets' figures in Redis for every replica (proxy.SharedBudgets).
 // Per key, a hash eoc:budget:{id} holds the period, the joules spent in it, how many of those
-// came from partial figures ('partial') and the largest cost ever settled, and a sorted set eoc:budget:{id}:inflight the calls in flight, scored by
-// when they stop counting (a replica that died mid-call). The admission rule runs in one Lua
+// came from partial figures ('partial') and the largest cost ever settled, a sorted set
+// eoc:budget:{id}:inflight the calls in flight, scored by when they stop counting (a replica
+// that died mid-call), and a sorted set eoc:budget:{id}:settled the reservations settled in the
+// last hour, scored by when they are forgotten. None of these keys carries a TTL, so a Redis
+// run with maxmemory-policy volatile-lru never evicts them (only the cache's entries, which all
+// expire); the scripts trim the sets' members by score instead. The admission rule runs in one Lua
 // script, so replicas cannot both take the last room; it is proxy.decide's rule, and Redis's
 // clock times the reservations.
 type Budgets struct{ c *Client }
@@ -22,12 +26,16 @@ func (c *Client) Budgets() *Budgets { return &Budgets{c: c} }
 
 func budgetKeys(key string) []string {
 	h := "eoc:budget:{" + key + "}"
-	return []string{h, h + ":inflight"}
+	return []string{h, h + ":inflight", h + ":settled"}
 }
 
-// rollLua starts a new period's spend, whole, when the period changed.
+// rollLua starts a new period's spend, whole, when ARGV[1] is a later period than the stored
+// one. It rolls forward only: periods are YYYY-MM[-DD] strings, which compare as dates, and a
+// replica whose clock is a little slow, still in yesterday, adds its cost to today's spend
+// instead of wiping it.
 const rollLua = `
-if redis.call('HGET', KEYS[1], 'period') ~= ARGV[1] then
+local p = redis.call('HGET', KEYS[1], 'period')
+if not p or p < ARGV[1] then
   redis.call('HSET', KEYS[1], 'period', ARGV[1], 'spent', '0', 'partial', '0')
 end
 `
@@ -53,7 +61,6 @@ elseif n == 0 or spent + (n + 1) * r <= limit then
 end
 if verdict == 0 then
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[5])
-  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[4]))
   n = n + 1
 end
 return {verdict, tostring(spent), tostring(n * r)}
@@ -61,12 +68,16 @@ return {verdict, tostring(spent), tostring(n * r)}
 
 // ARGV: period, id ("" for none), cost, headroom, partial ("1" when the cost came from a partial
 // figure). Returns spent, reserved, partial. A reservation is settled once: a settle retried
-// after a lost reply books nothing more.
+// after a lost reply, within settledFor, books nothing more.
 var settleScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local again = false
 if ARGV[2] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[2])
-  again = not redis.call('SET', KEYS[1] .. ':settled:' .. ARGV[2], '1', 'NX', 'EX', 3600)
+  again = redis.call('ZADD', KEYS[3], 'NX', now + ` + settledForMs + `, ARGV[2]) == 0
 end
 ` + rollLua + `
 local cost = tonumber(ARGV[3])
@@ -84,16 +95,29 @@ end
 return {spent, tostring(redis.call('ZCARD', KEYS[2]) * max * tonumber(ARGV[4])), partial}
 `)
 
-// ARGV: period, headroom. Returns spent, reserved, partial.
+// ARGV: period, headroom. Returns spent, reserved, partial; a period older than the stored one
+// reads the stored (current) spend, as rollLua books into it. Like admission and settle, it
+// drops the reservations past their hold first (a replica that died mid-call), so the reserved
+// joules it reports are those of calls still in flight.
 var usageScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local spent, partial = '0', '0'
-if redis.call('HGET', KEYS[1], 'period') == ARGV[1] then
+local p = redis.call('HGET', KEYS[1], 'period')
+if p and p >= ARGV[1] then
   spent = redis.call('HGET', KEYS[1], 'spent') or '0'
   partial = redis.call('HGET', KEYS[1], 'partial') or '0'
 end
 local max = tonumber(redis.call('HGET', KEYS[1], 'max') or '0')
 return {spent, tostring(redis.call('ZCARD', KEYS[2]) * max * tonumber(ARGV[2])), partial}
 `)
+
+// settledForMs is how long (ms) a settled reservation's id is remembered: an hour.
+const settledForMs = "3600000"
+
+// OnBack registers f to run (in its own goroutine) each time Redis comes back after an outage.
+func (b *Budgets) OnBack(f func()) { b.c.OnBack(f) }
 
 func fmtF(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 

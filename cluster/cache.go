@@ -9,8 +9,9 @@ import (
 )
 
 // Cache is the exact cache's shared tier (cache.Remote): one Redis string per answer, under
-// eoc:cache:<tenant>:<key>, expiring with the cache's TTL. Its size is bounded by Redis's own
-// memory policy (maxmemory with allkeys-lru, say).
+// eoc:cache:<tenant>:<key>, expiring with the cache's TTL (DefaultCacheTTL when that is not
+// positive): every entry expires, so Redis's memory policy (maxmemory with volatile-lru) evicts
+// cache entries and never the budgets' and limits' keys, which carry no TTL.
 type Cache struct{ c *Client }
 
 // Cache returns the shared tier of the exact cache.
@@ -35,8 +36,16 @@ func (s *Cache) Get(ctx context.Context, tenant, key string) ([]byte, bool) {
 	return b, true
 }
 
-// Set stores val for ttl; while Redis is down it does nothing.
+// DefaultCacheTTL bounds an entry stored with no positive TTL: an entry without one could not
+// be evicted under volatile-lru.
+const DefaultCacheTTL = time.Hour
+
+// Set stores val for ttl (DefaultCacheTTL when ttl is not positive, never without an expiry);
+// while Redis is down it does nothing.
 func (s *Cache) Set(ctx context.Context, tenant, key string, val []byte, ttl time.Duration) {
+	if ttl <= 0 {
+		ttl = DefaultCacheTTL
+	}
 	err := s.c.do(ctx, func(ctx context.Context, rdb *redis.Client) error {
 		return rdb.Set(ctx, cacheKey(tenant, key), val, ttl).Err()
 	})

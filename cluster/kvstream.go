@@ -60,6 +60,9 @@ func (k *KVStream) Follow(ctx context.Context, apply func(entry []byte)) {
 			if ctx.Err() != nil {
 				return
 			}
+			if isTimeout(err) {
+				continue // a slow Redis is not down: the pings judge that
+			}
 			k.c.markDown(err)
 			continue
 		}

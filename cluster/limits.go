@@ -10,7 +10,8 @@ import (
 // Limits counts the keys' rate limits for every replica (proxy.SharedLimits): per key, a
 // sorted set eoc:rate:{id}:calls of the calls admitted in the last minute (a sliding log, so
 // exactly RPM calls pass in any minute) and a hash eoc:rate:{id}:tokens of completion tokens
-// per second. Redis's clock times both.
+// per second. Redis's clock times both. Neither key carries a TTL (so volatile-lru never evicts
+// them): the scripts trim what is older than a minute.
 type Limits struct{ c *Client }
 
 // Limits returns the shared rate-limit counts.
@@ -48,16 +49,20 @@ if rpm > 0 then
     return {0, tonumber(o[2]) + 60000 - now}
   end
   redis.call('ZADD', KEYS[1], now, ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], 61000)
 end
 return {1, 0}
 `)
 
-// ARGV: tokens.
+// ARGV: tokens. It drops the seconds older than a minute, as takeScript does: the hash carries
+// no TTL, so a memory policy that evicts expiring keys never drops a key's count.
 var tokensScript = redis.NewScript(`
 local t = redis.call('TIME')
+local sec = tonumber(t[1])
+local h = redis.call('HKEYS', KEYS[2])
+for i = 1, #h do
+  if tonumber(h[i]) <= sec - 60 then redis.call('HDEL', KEYS[2], h[i]) end
+end
 redis.call('HINCRBY', KEYS[2], t[1], ARGV[1])
-redis.call('EXPIRE', KEYS[2], 61)
 return 1
 `)
 

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"sync"
 	"time"
@@ -58,8 +60,9 @@ type SharedBudgets interface {
 	// Admit applies the rule to key for period; on verdictAdmit, id names the reservation.
 	Admit(ctx context.Context, key, period string, limit, headroom float64, hold time.Duration) (id string, verdict int, spent, reserved float64, err error)
 	// Settle books cost, which came from a partial figure when partial is true, and ends
-	// reservation id ("" for a call admitted locally). partialSpent is how many of the period's
-	// spent joules came from partial figures.
+	// reservation id (a call admitted locally has an id of its own, in flight nowhere in the
+	// store). A settle retried with the same id books nothing more. partialSpent is how many of
+	// the period's spent joules came from partial figures.
 	Settle(ctx context.Context, key, period, id string, cost float64, partial bool, headroom float64) (spent, reserved, partialSpent float64, err error)
 	// Usage is key's spent and reserved joules for period, and how many of the spent joules
 	// came from partial figures.
@@ -78,8 +81,24 @@ type budgetBook struct {
 	books  map[string]*keyBook
 	shared SharedBudgets // nil: this replica's figures are the budget's
 	// unsettled are shared reservations whose settle could not reach the store: they are
-	// settled there once it answers again, so they do not hold room until they expire.
+	// settled there once it answers again (replayLate, in the background), so they do not hold
+	// room until they expire.
 	unsettled []unsettled
+	replaying bool // a replayLate goroutine is running
+}
+
+// backNotifier is a store that says when it is reachable again after an outage (cluster.Budgets).
+type backNotifier interface {
+	OnBack(f func())
+}
+
+// setShared makes the book admit on s's figures; when s says it is back after an outage, the
+// settles it missed are replayed in the background.
+func (b *budgetBook) setShared(s SharedBudgets) {
+	b.shared = s
+	if n, ok := s.(backNotifier); ok {
+		n.OnBack(b.kickLate)
+	}
 }
 
 type unsettled struct {
@@ -152,6 +171,23 @@ type reservation struct {
 	key    string
 	amount float64
 	shared string // the shared reservation's id; "" when admitted on local figures
+	local  string // when admitted on local figures, the id its settle carries to the store
+}
+
+// settleID is the id the store books r's settle under, once.
+func (r reservation) settleID() string {
+	if r.shared != "" {
+		return r.shared
+	}
+	return r.local
+}
+
+// localID names a call admitted on local figures, so that the store books its settle once even
+// when the settle is replayed after a lost reply.
+func localID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "local-" + hex.EncodeToString(b[:])
 }
 
 func (b *budgetBook) over(key string, k *keyBook, spent float64) *APIError {
@@ -196,7 +232,7 @@ func (b *budgetBook) admitShared(ctx context.Context, key string, k *keyBook) (_
 			return reservation{}, nil, false
 		}
 		b.mirror(k, period, spent)
-		b.settleLate(ctx)
+		b.kickLate() // the store answers: settle there what it missed, never on this call's path
 		switch verdict {
 		case verdictAdmit:
 			b.mu.Lock()
@@ -261,7 +297,7 @@ func (b *budgetBook) admitLocal(ctx context.Context, key string, k *keyBook) (re
 		switch decide(k.spent, k.budget.Joules, k.maxCost, k.inFlight) {
 		case verdictAdmit:
 			k.inFlight++
-			return reservation{key: key, amount: budgetHeadroom * k.maxCost}, nil
+			return reservation{key: key, amount: budgetHeadroom * k.maxCost, local: localID()}, nil
 		case verdictOver:
 			return reservation{}, b.over(key, k, k.spent)
 		}
@@ -305,15 +341,16 @@ func (b *budgetBook) settle(r reservation, fig energy.Figure) (left budgetLeft, 
 	if b.shared != nil {
 		// A call admitted locally during an outage is booked too when the store is back.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		spent, reserved, partialSpent, err := b.shared.Settle(ctx, r.key, period, r.shared, joules, partial, budgetHeadroom)
+		spent, reserved, partialSpent, err := b.shared.Settle(ctx, r.key, period, r.settleID(), joules, partial, budgetHeadroom)
 		cancel()
 		if err == nil {
 			b.mirrorPartial(k, period, spent, partialSpent)
+			b.kickLate()
 			return budgetLeft{joules: k.budget.Joules - spent - reserved, partial: partialSpent}, true
 		}
 		b.mu.Lock()
 		if len(b.unsettled) < maxUnsettled {
-			b.unsettled = append(b.unsettled, unsettled{key: r.key, period: period, id: r.shared, joules: joules, partial: partial})
+			b.unsettled = append(b.unsettled, unsettled{key: r.key, period: period, id: r.settleID(), joules: joules, partial: partial})
 		}
 		b.mu.Unlock()
 	}
@@ -323,21 +360,50 @@ func (b *budgetBook) settle(r reservation, fig energy.Figure) (left budgetLeft, 
 // maxUnsettled bounds the settles kept for the store's return; past it they expire there.
 const maxUnsettled = 10000
 
-// settleLate settles in the store what could not be settled there while it was unreachable.
-func (b *budgetBook) settleLate(ctx context.Context) {
+// kickLate starts replayLate in the background when settles wait for the store and no replay
+// runs; it never blocks.
+func (b *budgetBook) kickLate() {
 	b.mu.Lock()
-	late := b.unsettled
-	b.unsettled = nil
+	start := len(b.unsettled) > 0 && !b.replaying
+	if start {
+		b.replaying = true
+	}
 	b.mu.Unlock()
-	for i, u := range late {
-		if _, _, _, err := b.shared.Settle(ctx, u.key, u.period, u.id, u.joules, u.partial, budgetHeadroom); err != nil {
-			b.mu.Lock()
-			b.unsettled = append(b.unsettled, late[i:]...)
+	if start {
+		go b.replayLate()
+	}
+}
+
+// replayLate settles in the store what could not be settled there while it was unreachable,
+// each settle under its own timeout, off every request's path. It stops at the first failure
+// and keeps the rest for the next time the store answers. Every late settle carries its id, so
+// one whose first reply was lost is booked once.
+func (b *budgetBook) replayLate() {
+	for {
+		b.mu.Lock()
+		if len(b.unsettled) == 0 {
+			b.replaying = false
 			b.mu.Unlock()
 			return
 		}
+		u := b.unsettled[0]
+		b.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), lateSettleTimeout)
+		_, _, _, err := b.shared.Settle(ctx, u.key, u.period, u.id, u.joules, u.partial, budgetHeadroom)
+		cancel()
+		b.mu.Lock()
+		if err != nil {
+			b.replaying = false
+			b.mu.Unlock()
+			return
+		}
+		b.unsettled = b.unsettled[1:]
+		b.mu.Unlock()
 	}
 }
+
+// lateSettleTimeout bounds one replayed settle.
+const lateSettleTimeout = 2 * time.Second
 
 // remaining is the key's budget less what is spent and reserved, with the spend's coverage; ok
 // is false without a budget.

@@ -171,6 +171,43 @@ type flakyShared struct {
 	partial  float64
 	inFlight map[string]bool
 	n        int
+	settled  map[string]bool // ids settled, booked once as cluster's settle script does
+	ids      []string        // the ids of the settles received, in order
+	lose     bool            // book the next settle, then lose its reply
+	gate     chan struct{}   // when set, settles wait for it to close
+	changed  chan struct{}   // closed and replaced at every settle
+	back     []func()
+}
+
+func newFlakyShared() *flakyShared {
+	return &flakyShared{inFlight: map[string]bool{}, settled: map[string]bool{}, changed: make(chan struct{})}
+}
+
+// OnBack registers f to run when setDown(false) ends an outage, like cluster.Budgets.OnBack.
+func (f *flakyShared) OnBack(fn func()) {
+	f.mu.Lock()
+	f.back = append(f.back, fn)
+	f.mu.Unlock()
+}
+
+// waitStore waits until cond holds on the store's figures (under its lock); the deadline only
+// bounds a hang.
+func (f *flakyShared) waitStore(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		f.mu.Lock()
+		ok, changed := cond(), f.changed
+		f.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("the store never had %s", what)
+		}
+	}
 }
 
 func (f *flakyShared) Admit(_ context.Context, _, _ string, limit, headroom float64, _ time.Duration) (string, int, float64, float64, error) {
@@ -188,16 +225,40 @@ func (f *flakyShared) Admit(_ context.Context, _, _ string, limit, headroom floa
 	return id, verdictAdmit, f.spent, 0, nil
 }
 
-func (f *flakyShared) Settle(_ context.Context, _, _, id string, cost float64, partial bool, _ float64) (float64, float64, float64, error) {
+func (f *flakyShared) Settle(ctx context.Context, _, _, id string, cost float64, partial bool, _ float64) (float64, float64, float64, error) {
+	f.mu.Lock()
+	gate := f.gate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return 0, 0, 0, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
 		return 0, 0, 0, errors.New("down")
 	}
+	defer func() {
+		close(f.changed)
+		f.changed = make(chan struct{})
+	}()
+	f.ids = append(f.ids, id)
 	delete(f.inFlight, id)
-	f.spent += cost
-	if partial {
-		f.partial += cost
+	if id == "" || !f.settled[id] {
+		if id != "" {
+			f.settled[id] = true
+		}
+		f.spent += cost
+		if partial {
+			f.partial += cost
+		}
+	}
+	if f.lose {
+		f.lose = false
+		return 0, 0, 0, errors.New("reply lost")
 	}
 	return f.spent, 0, f.partial, nil
 }
@@ -214,13 +275,19 @@ func (f *flakyShared) Usage(context.Context, string, string, float64) (float64, 
 func (f *flakyShared) setDown(d bool) {
 	f.mu.Lock()
 	f.down = d
+	back := f.back
 	f.mu.Unlock()
+	if !d {
+		for _, fn := range back {
+			go fn()
+		}
+	}
 }
 
 func TestBudgetSharedStoreGoesAndComesBack(t *testing.T) {
-	sh := &flakyShared{inFlight: map[string]bool{}}
+	sh := newFlakyShared()
 	b := newBudgetBook(map[string]Budget{"k": {Joules: 10, Per: "day"}}, time.Now)
-	b.shared = sh
+	b.setShared(sh)
 	ctx := context.Background()
 	r, err := b.admit(ctx, "k")
 	if err != nil || r.shared == "" {
@@ -240,11 +307,13 @@ func TestBudgetSharedStoreGoesAndComesBack(t *testing.T) {
 		t.Fatalf("a partial settle during the outage: %+v", left)
 	}
 	sh.setDown(false)
-	// Back: both settles reach the store, and the reservation no longer holds room there.
+	// Back: both settles reach the store, in the background, and the reservation no longer
+	// holds room there.
 	r3, err := b.admit(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
+	sh.waitStore(t, "the late settles", func() bool { return sh.spent == 5 })
 	sh.mu.Lock()
 	spent, partial, held := sh.spent, sh.partial, len(sh.inFlight)
 	sh.mu.Unlock()
@@ -259,7 +328,8 @@ func TestBudgetSharedStoreGoesAndComesBack(t *testing.T) {
 // Another replica's partial spend, seen in the store, is this replica's figure when the store
 // goes away: the budget still says partial.
 func TestBudgetSharedPartialOutlivesOutage(t *testing.T) {
-	sh := &flakyShared{inFlight: map[string]bool{}, spent: 4, partial: 4} // another replica's call
+	sh := newFlakyShared() // another replica's call:
+	sh.spent, sh.partial = 4, 4
 	b := newBudgetBook(map[string]Budget{"k": {Joules: 10, Per: "day"}}, time.Now)
 	b.shared = sh
 	if left, _ := b.remaining("k"); left.joules != 6 || left.coverage() != energy.CoveragePartial {
@@ -275,5 +345,86 @@ func TestBudgetSharedPartialOutlivesOutage(t *testing.T) {
 	sh.setDown(true)
 	if left, _ := b.remaining("k"); left.joules != 5 || left.partial != 4 || left.coverage() != energy.CoveragePartial {
 		t.Fatalf("store down: %+v (want the store's last figures, partial)", left)
+	}
+}
+
+// After an outage the settles the store missed are replayed in the background: an admission
+// does not wait for them.
+func TestBudgetLateSettlesOffTheRequestPath(t *testing.T) {
+	sh := newFlakyShared()
+	b := newBudgetBook(map[string]Budget{"k": {Joules: 100, Per: "day"}}, time.Now)
+	b.setShared(sh)
+	ctx := context.Background()
+	r, err := b.admit(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh.setDown(true)
+	_, _ = b.settle(r, whole(3))
+	r2, err := b.admit(ctx, "k") // local
+	if err != nil || r2.shared != "" {
+		t.Fatalf("local admission: %+v %v", r2, err)
+	}
+	_, _ = b.settle(r2, whole(2))
+	gate := make(chan struct{})
+	sh.mu.Lock()
+	sh.gate = gate // the late settles hang in the store until the gate opens
+	sh.mu.Unlock()
+	sh.setDown(false)
+	start := time.Now()
+	admitted := make(chan error, 1)
+	go func() {
+		_, err := b.admit(ctx, "k")
+		admitted <- err
+	}()
+	select {
+	case err := <-admitted:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("admitted in %v while the late settles hung", time.Since(start))
+	case <-time.After(10 * time.Second):
+		close(gate)
+		t.Fatal("the admission waited for the late settles")
+	}
+	sh.mu.Lock()
+	if sh.spent != 0 {
+		t.Errorf("the store booked %v J before the gate opened", sh.spent)
+	}
+	sh.gate = nil
+	sh.mu.Unlock()
+	close(gate)
+	sh.waitStore(t, "the late settles", func() bool { return sh.spent == 5 })
+}
+
+// A locally admitted call's settle whose reply was lost is replayed with the same id, so the
+// store books it once.
+func TestBudgetReplayedLocalSettleBookedOnce(t *testing.T) {
+	sh := newFlakyShared()
+	b := newBudgetBook(map[string]Budget{"k": {Joules: 100, Per: "day"}}, time.Now)
+	b.setShared(sh)
+	ctx := context.Background()
+	sh.setDown(true)
+	r, err := b.admit(ctx, "k") // local
+	if err != nil || r.shared != "" {
+		t.Fatalf("local admission: %+v %v", r, err)
+	}
+	sh.setDown(false)
+	sh.mu.Lock()
+	sh.lose = true
+	sh.mu.Unlock()
+	_, _ = b.settle(r, whole(2)) // booked, but the reply is lost: kept for the replay
+	sh.setDown(false)            // the store says it is back: the replay runs
+	if _, err := b.admit(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	sh.waitStore(t, "the replayed settle", func() bool { return len(sh.ids) == 2 })
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.ids[0] == "" || sh.ids[1] != sh.ids[0] {
+		t.Fatalf("settle ids %q: want one id, twice", sh.ids)
+	}
+	if sh.spent != 2 {
+		t.Fatalf("the store booked %v J for a 2 J call", sh.spent)
 	}
 }

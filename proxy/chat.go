@@ -142,7 +142,7 @@ func (s *Server) refuse(w http.ResponseWriter, lf *logFields, apiErr *APIError) 
 func (s *Server) admit(ctx context.Context, w http.ResponseWriter, lf *logFields, model string) (reservation, bool) {
 	lf.model = model
 	if apiErr := s.limits.take(ctx, lf.tenant); apiErr != nil {
-		s.setBudgetHeader(w.Header(), lf.tenant)
+		// No budget header: a refusal by rate limit must not cost a shared-budget round trip.
 		s.fail(w, model, apiErr, lf)
 		return reservation{}, false
 	}

@@ -108,7 +108,7 @@ func New(o Options) *Server {
 		}
 	}
 	s.budgets = newBudgetBook(budgets, time.Now)
-	s.budgets.shared = o.SharedBudgets
+	s.budgets.setShared(o.SharedBudgets)
 	s.limits = newLimiter(o.Keys, o.SharedLimits, time.Now)
 	if o.Tracing != nil {
 		s.tracer = o.Tracing.Tracer(tracerName)

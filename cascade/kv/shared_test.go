@@ -20,7 +20,10 @@ type busEntry struct {
 	b    []byte
 }
 
-type busPort struct{ bus *bus }
+type busPort struct {
+	bus     *bus
+	applied chan struct{} // when set, told after each entry this follower applied
+}
 
 func newBus() *bus { return &bus{changed: make(chan struct{})} }
 
@@ -43,6 +46,13 @@ func (p *busPort) Follow(ctx context.Context, apply func([]byte)) {
 		for _, e := range log {
 			if e.from != p {
 				apply(e.b)
+				if p.applied != nil {
+					select {
+					case p.applied <- struct{}{}:
+					case <-ctx.Done():
+						return
+					}
+				}
 			}
 		}
 		select {
@@ -56,42 +66,44 @@ func (p *busPort) Follow(ctx context.Context, apply func([]byte)) {
 func TestSharedLearning(t *testing.T) {
 	b := newBus()
 	a, c := newStage(t, Options{}), newStage(t, Options{})
-	a.Share(&busPort{b})
-	c.Share(&busPort{b})
+	cp := &busPort{bus: b, applied: make(chan struct{}, 16)}
+	a.Share(&busPort{bus: b})
+	c.Share(cp)
+	start := time.Now()
 	teach(t, a, request("t", "m", user("How do I reset my password?")), neural("Click 'Forgot password'.", 12.5))
+	waitApplied(t, cp, "the other replica")
+	t.Logf("applied on the other replica %v after teaching", time.Since(start)) // measured, not asserted
 
 	variant := request("t", "m", user("how do i reset my password"))
-	deadline := time.Now().Add(time.Second)
-	for {
-		ans, hit := serve(t, c, variant)
-		if hit {
-			if ans.Text() != "Click 'Forgot password'." || ans.Energy.Saved != 12.5 || ans.Usage.CompletionTokens != 7 {
-				t.Fatalf("shared entry: %q saved %v", ans.Text(), ans.Energy.Saved)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the entry learned on one replica did not answer on the other within a second")
-		}
-		time.Sleep(5 * time.Millisecond)
+	ans, hit := serve(t, c, variant)
+	if !hit {
+		t.Fatal("the entry learned on one replica did not answer on the other")
+	}
+	if ans.Text() != "Click 'Forgot password'." || ans.Energy.Saved != 12.5 || ans.Usage.CompletionTokens != 7 {
+		t.Fatalf("shared entry: %q saved %v", ans.Text(), ans.Energy.Saved)
 	}
 	if _, hit := serve(t, c, request("u", "m", user("how do i reset my password"))); hit {
 		t.Fatal("another tenant got the shared entry")
 	}
 	// A replica that starts later replays it; its own entries are not sent back to it.
 	late := newStage(t, Options{})
-	late.Share(&busPort{b})
-	deadline = time.Now().Add(time.Second)
-	for {
-		if _, hit := serve(t, late, variant); hit {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a late replica did not replay the entry")
-		}
-		time.Sleep(5 * time.Millisecond)
+	lp := &busPort{bus: b, applied: make(chan struct{}, 16)}
+	late.Share(lp)
+	waitApplied(t, lp, "a late replica")
+	if _, hit := serve(t, late, variant); !hit {
+		t.Fatal("a late replica did not replay the entry")
 	}
 	if got := a.Stats().Learned; got != 1 {
 		t.Fatalf("the publisher indexed its own entry %d times", got)
+	}
+}
+
+// waitApplied waits until p's follower applied one entry; the deadline only bounds a hang.
+func waitApplied(t *testing.T, p *busPort, who string) {
+	t.Helper()
+	select {
+	case <-p.applied:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s never applied the entry", who)
 	}
 }
