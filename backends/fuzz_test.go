@@ -81,8 +81,9 @@ func callCanned(t *testing.T, typ string, tr cannedTransport, stream bool) {
 		if !errors.As(err, &be) && !errors.As(err, &ue) {
 			t.Fatalf("error %T %v is neither a BackendError nor an UpstreamError", err, err)
 		}
-		if tr.status >= 400 && ue == nil && be == nil {
-			t.Fatalf("status %d gave %v", tr.status, err)
+		// An upstream's HTTP error status is the client's to see: an UpstreamError with it.
+		if (tr.status < 200 || tr.status > 299) && (ue == nil || ue.Status != tr.status) {
+			t.Fatalf("status %d gave %T %v, want an UpstreamError with that status", tr.status, err, err)
 		}
 		return
 	}

@@ -229,6 +229,26 @@ func (r *Router) covered(i int, errs []error) bool {
 	return true
 }
 
+// LiteralModels lists the model names the configuration spells out (patterns without glob
+// characters), each under the route a call naming it would take, without asking any backend.
+func (r *Router) LiteralModels() []string {
+	seen := map[string]bool{}
+	var out []string
+	for i := range r.routes {
+		for _, m := range literalPatterns(r.routes[i].Patterns) {
+			if seen[m] {
+				continue
+			}
+			if rt, err := r.Route(m); err != nil || rt.Name != r.routes[i].Name {
+				continue
+			}
+			seen[m] = true
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 func literalPatterns(ps []string) []string {
 	var out []string
 	for _, p := range ps {

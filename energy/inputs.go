@@ -63,10 +63,12 @@ type Inputs struct {
 	// TreeAloneNS is the tree's CPU time while the span was its backend's only one open;
 	// TreeUnionNS the tree's whole CPU time while the span was open (shared or not).
 	TreeAloneNS int64 `json:"tree_alone_ns,omitempty"`
-	// Marked: the span was marked at a stream's first chunk; MarkCPUNS is the tree's CPU time
-	// (the span's share) up to then.
+	// Marked: the span was marked at a stream's first chunk and the mark read the tree;
+	// MarkCPUNS is the tree's CPU time (the span's share) up to then. MarkUnread: the span was
+	// marked but the mark could not read the tree.
 	Marked      bool    `json:"marked,omitempty"`
 	MarkCPUNS   int64   `json:"mark_cpu_ns,omitempty"`
+	MarkUnread  bool    `json:"mark_unread,omitempty"`
 	TreeUnionNS int64   `json:"tree_union_ns,omitempty"`
 	Split       bool    `json:"split,omitempty"`
 	WallShareNS int64   `json:"wall_share_ns,omitempty"`

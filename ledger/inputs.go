@@ -2,8 +2,9 @@ package ledger
 
 import (
 	"encoding/json"
-	"fmt"
 	"strconv"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 // canonicalFigure appends the figure's bounds, its prompt/completion split and its recorded
@@ -33,8 +34,8 @@ func (r *Record) canonicalFigure(b []byte) []byte {
 	}
 	for _, in := range f.Inputs.All() {
 		// The inputs' JSON is their canonical form: Go's encoding of a struct is deterministic
-		// (fields in order, floats in shortest round-trip decimal). checkFigure made sure it
-		// encodes.
+		// (fields in order, floats in shortest round-trip decimal). sanitizeFigure made sure
+		// it encodes.
 		j, err := json.Marshal(in)
 		if err != nil {
 			j = []byte(strconv.Quote(err.Error()))
@@ -46,18 +47,31 @@ func (r *Record) canonicalFigure(b []byte) []byte {
 	return b
 }
 
-// checkFigure refuses a figure whose bounds, split or inputs cannot be written as JSON.
-func checkFigure(r *Record) error {
+// sanitizeFigure makes a figure whose bounds, split or inputs hold a number that is not
+// finite (which JSON cannot carry) writable rather than refusing the record: a record is never
+// lost. A bound that is not finite is clamped to the figure (Low to min(0, Joules), High to
+// Joules), so Low ≤ Joules ≤ High still holds; a split whose joules are not finite is dropped
+// (its token counts kept); and the inputs are dropped whole, since the figure as written no
+// longer derives from them: recompute reports the record as having no inputs. Joules itself
+// was checked by the caller.
+func sanitizeFigure(r *Record) {
 	f := &r.Figure
-	for _, x := range []float64{f.Low, f.High, f.PromptJoules, f.CompletionJoules} {
-		if !finite(x) {
-			return fmt.Errorf("%w: bounds [%v, %v] or split %v+%v are not finite", ErrInvalid, f.Low, f.High, f.PromptJoules, f.CompletionJoules)
-		}
+	bad := false
+	if !finite(f.Low) {
+		f.Low, bad = min(0, f.Joules), true
 	}
-	for i, in := range f.Inputs.All() {
+	if !finite(f.High) {
+		f.High, bad = max(f.Joules, f.Low), true
+	}
+	if !finite(f.PromptJoules) || !finite(f.CompletionJoules) {
+		f.PromptJoules, f.CompletionJoules, f.Split, bad = 0, 0, "", true
+	}
+	for _, in := range f.Inputs.All() {
 		if !in.Finite() {
-			return fmt.Errorf("%w: inputs %d hold a number that is not finite", ErrInvalid, i)
+			bad = true
 		}
 	}
-	return nil
+	if bad {
+		f.Inputs = energy.InputList{}
+	}
 }

@@ -65,17 +65,48 @@ func TestInputsRoundTrip(t *testing.T) {
 	}
 }
 
+// A figure whose bounds, split or inputs hold a number that is not finite is still recorded
+// (never a lost record): its inputs are dropped (the figure as written no longer derives from them), its bounds clamped so Low ≤ Joules ≤ High,
+// and the record verifies, read back as having no inputs.
 func TestInputsNotFinite(t *testing.T) {
-	l := open(t, Options{Path: filepath.Join(t.TempDir(), "ledger.jsonl")})
-	r := withInputs(1)
-	r.High = math.Inf(1)
-	if _, err := l.Append(r); !errors.Is(err, ErrInvalid) {
-		t.Errorf("infinite bound: %v", err)
+	path := filepath.Join(t.TempDir(), "ledger.jsonl")
+	l := open(t, Options{Path: path})
+	for name, edit := range map[string]func(*Record){
+		"infinite high": func(r *Record) { r.High = math.Inf(1) },
+		"nan low":       func(r *Record) { r.Low = math.NaN() },
+		"nan split":     func(r *Record) { r.CompletionJoules = math.NaN() },
+		"nan input": func(r *Record) {
+			r.Inputs = energy.ListOf(energy.Inputs{Kind: energy.KindStage, Watts: math.NaN()})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := withInputs(1)
+			edit(&r)
+			got, err := l.Append(r)
+			if err != nil {
+				t.Fatalf("Append: %v, want the record written", err)
+			}
+			if got.Receipt == "" || got.Joules != r.Joules {
+				t.Errorf("receipt %q, joules %v (gave %v)", got.Receipt, got.Joules, r.Joules)
+			}
+			if !finite(got.Low) || !finite(got.High) || got.Low > got.Joules || got.Joules > got.High {
+				t.Errorf("bounds [%v, %v] around %v", got.Low, got.High, got.Joules)
+			}
+			if !finite(got.PromptJoules) || !finite(got.CompletionJoules) {
+				t.Errorf("split %v+%v", got.PromptJoules, got.CompletionJoules)
+			}
+			if got.Inputs.Len() != 0 {
+				t.Errorf("%d inputs kept, want none (recompute: no inputs)", got.Inputs.Len())
+			}
+		})
 	}
-	r = withInputs(1)
-	r.Inputs = energy.ListOf(energy.Inputs{Kind: energy.KindStage, Watts: math.NaN()})
-	if _, err := l.Append(r); !errors.Is(err, ErrInvalid) {
-		t.Errorf("NaN input: %v", err)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mustVerify(t, Verifier{}, path)
+	lines := bytes.Split(bytes.TrimSpace(mustRead(t, path)), []byte{'\n'})
+	if len(lines) != 4 {
+		t.Fatalf("%d lines written, want 4", len(lines))
 	}
 }
 

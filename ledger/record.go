@@ -108,9 +108,7 @@ func normalize(r *Record, now func() time.Time) error {
 	if !finite(r.Joules) || !finite(r.Saved) {
 		return fmt.Errorf("%w: joules %v, joules_saved %v are not finite", ErrInvalid, r.Joules, r.Saved)
 	}
-	if err := checkFigure(r); err != nil {
-		return err
-	}
+	sanitizeFigure(r)
 	want := r.receipt().Hash()
 	if r.Receipt != "" && r.Receipt != want {
 		return fmt.Errorf("%w: receipt %s does not match its fields (want %s)", ErrInvalid, r.Receipt, want)

@@ -207,4 +207,17 @@ func TestPhaseSplit(t *testing.T) {
 	if f := splitParts(attribute(fromInputs(in)), in); f.Split != energy.SplitTokenWeight {
 		t.Fatalf("unmarked: split %q", f.Split)
 	}
+
+	// A mark that could not read the tree says so, not that a phase was empty; and the span
+	// records it so (not as marked with no CPU time), so its inputs re-derive that.
+	var sample spanSample
+	(&Span{marked: true}).addTree(&sample, &endReadings{})
+	if sample.Marked || !sample.MarkUnread {
+		t.Fatalf("a mark that read nothing: marked %v, unread %v", sample.Marked, sample.MarkUnread)
+	}
+	tree := toInputs(good())
+	tree.GPUUsed, tree.GPUJoules, tree.MarkUnread = false, 0, true
+	if f := splitParts(attribute(fromInputs(tree)), tree); f.Split != energy.SplitTokenWeight+":"+PhaseUnread {
+		t.Fatalf("an unread mark on a tree figure (%s): split %q", f.Method, f.Split)
+	}
 }

@@ -15,6 +15,8 @@ const (
 	PhaseGPU = "phase-gpu"
 	// PhaseNoTree: the figure is not the tree's CPU time (a token model, a vanished process).
 	PhaseNoTree = "phase-no-tree"
+	// PhaseUnread: the mark could not read the tree's CPU time at the first chunk.
+	PhaseUnread = "phase-unread"
 )
 
 // SplitPhases names a split made at a stream's first chunk: the figure shared between prefill
@@ -55,7 +57,7 @@ func (m *Meter) bookMark(b *backendState, procs []procSample, cg uint64, now tim
 // and the figure is the tree's CPU time alone, else by token weight, saying why not.
 func splitParts(f energy.Figure, in energy.Inputs) energy.Figure {
 	f = energy.SplitTokens(f, in.PromptTokens, in.CompletionTokens, in.PromptRatio)
-	if !in.Marked || f.Split == "" {
+	if !in.Marked && !in.MarkUnread || f.Split == "" {
 		return f
 	}
 	why := ""
@@ -65,6 +67,8 @@ func splitParts(f energy.Figure, in energy.Inputs) energy.Figure {
 		if f.GPUJoules > 0 || in.GPUUsed {
 			why = PhaseGPU
 		}
+	case in.MarkUnread:
+		why = PhaseUnread
 	case in.MarkCPUNS <= 0 || in.MarkCPUNS >= in.TreeCPUNS:
 		why = PhaseTooShort
 	}

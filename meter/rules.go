@@ -153,13 +153,15 @@ type spanSample struct {
 	WallShare time.Duration
 	TreeAlone time.Duration
 	TreeUnion time.Duration
-	// Marked: the span was marked at a stream's first chunk; MarkCPU is its tree CPU time up to
-	// then (0 when the mark could not read the tree). Only the prompt/completion split reads them.
-	Marked   bool
-	MarkCPU  time.Duration
-	ProxyCPU time.Duration
-	HostBusy time.Duration // all CPUs' busy time over the span
-	HostErr  error
+	// Marked: the span was marked at a stream's first chunk and the mark read the tree; MarkCPU
+	// is its tree CPU time up to then. MarkUnread: it was marked, but the mark could not read the
+	// tree. Only the prompt/completion split reads them.
+	Marked     bool
+	MarkCPU    time.Duration
+	MarkUnread bool
+	ProxyCPU   time.Duration
+	HostBusy   time.Duration // all CPUs' busy time over the span
+	HostErr    error
 	// CPU power model, W per busy core.
 	CPUWatts float64
 

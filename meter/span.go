@@ -299,7 +299,11 @@ func (s *Span) addTree(in *spanSample, e *endReadings) {
 	}
 	in.TreeFound = true
 	in.TreeCPU, in.TreeShort = time.Duration(s.share.cpu), s.share.short
-	in.Marked, in.MarkCPU = s.marked, time.Duration(s.markCPU)
+	if s.marked && s.markOK {
+		in.Marked, in.MarkCPU = true, time.Duration(s.markCPU)
+	} else if s.marked {
+		in.MarkUnread = true // the split says so, rather than that a phase was empty
+	}
 	if s.share.split {
 		in.Split, in.WallShare = true, s.share.wall
 		in.TreeAlone, in.TreeUnion = time.Duration(s.share.alone), time.Duration(s.share.union)

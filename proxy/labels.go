@@ -23,16 +23,19 @@ const (
 	maxModelLabels    = 1000
 )
 
-// modelLister lists the models the backends serve (a *cascade.Router).
+// modelLister lists the models the backends serve (a *cascade.Router): Models asks the
+// backends; LiteralModels names those the configuration spells out, without asking anyone.
 type modelLister interface {
 	Models(ctx context.Context) ([]cascade.Model, []error)
+	LiteralModels() []string
 }
 
 // modelLabels maps a requested model to its metric label: the model itself when a backend lists
 // it (or, for a backend that cannot list, its configuration names it literally), else "other".
-// The first listing starts with the server, and a name looked up before it ends waits for it
-// (at most labelListTimeout), so the first calls after a start are labelled as later ones are.
-// After that, a name not in the set starts one listing in the background, at most once per
+// The first listing starts with the server; until it ends, the label set holds the names the
+// configuration spells out literally, and any other name is "other": a lookup never waits (it
+// runs while a call settles, before its response is written), so a call in the first seconds
+// after a start may be labelled "other" although a backend lists its model. After that, a name not in the set starts one listing in the background, at most once per
 // labelRefreshEvery, so a model added upstream gets its own label soon after its first call.
 type modelLabels struct {
 	src     modelLister // nil: every model is "other"
@@ -49,6 +52,14 @@ func newModelLabels(src modelLister) *modelLabels {
 		close(l.first)
 		return l
 	}
+	literal := make(map[string]struct{})
+	for _, m := range src.LiteralModels() {
+		if len(literal) >= maxModelLabels {
+			break
+		}
+		literal[m] = struct{}{}
+	}
+	l.known.Store(&literal)
 	l.last.Store(time.Now().UnixNano())
 	go func() {
 		defer close(l.first)
@@ -59,7 +70,8 @@ func newModelLabels(src modelLister) *modelLabels {
 	return l
 }
 
-// label returns model's label. It waits only for the first listing.
+// label returns model's label. It never waits: while the first listing runs, a name not
+// configured literally is "other" (and starts no listing of its own).
 func (l *modelLabels) label(model string) string {
 	if l == nil || model == "" {
 		return model
@@ -69,13 +81,9 @@ func (l *modelLabels) label(model string) string {
 	}
 	select {
 	case <-l.first:
+		l.maybeRefresh()
 	default:
-		<-l.first // bounded by labelListTimeout
-		if l.lookup(model) {
-			return model
-		}
 	}
-	l.maybeRefresh()
 	return otherModel
 }
 

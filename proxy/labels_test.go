@@ -99,3 +99,76 @@ func TestModelLabelsWithoutLister(t *testing.T) {
 		t.Errorf("label(llama3) with llama3:latest listed = %q", got)
 	}
 }
+
+// hangingLister's listing blocks until release is closed (or its context ends).
+type hangingLister struct {
+	nopBackend
+	started chan struct{} // closed when the listing began
+	release chan struct{}
+	ended   atomic.Bool
+}
+
+func (b *hangingLister) Models(ctx context.Context) ([]string, error) {
+	close(b.started)
+	defer b.ended.Store(true)
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+	return []string{"listed-1"}, nil
+}
+
+// While the first listing hangs, calls settle and answer without waiting for it: their models
+// are labelled "other", or by name when the configuration spells the name out.
+func TestFirstListingNeverBlocksACall(t *testing.T) {
+	b := &hangingLister{started: make(chan struct{}), release: make(chan struct{})}
+	defer close(b.release)
+	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"literal-1", "*"}, Backend: b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cascade.New(router, []cascade.Stage{echoStage{}}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
+	reg := prometheus.NewRegistry()
+	s := New(Options{Cascade: c, Logger: zerolog.Nop(), MaxBodyBytes: 1 << 20, Registry: reg})
+	<-b.started
+	for _, model := range []string{"listed-1", "literal-1"} {
+		done := make(chan int)
+		go func() {
+			body := `{"model":"` + model + `","messages":[{"role":"user","content":"a"}]}`
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body)))
+			done <- rec.Code
+		}()
+		select {
+		case code := <-done:
+			if code != http.StatusOK {
+				t.Fatalf("%s: status %d", model, code)
+			}
+		case <-time.After(time.Minute): // a hang, not a slow machine
+			t.Fatalf("%s: the call did not answer while the first listing hangs", model)
+		}
+		if b.ended.Load() {
+			t.Fatalf("%s: the call answered only after the first listing ended", model)
+		}
+	}
+	labels := map[string]bool{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "eoc_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "model" {
+					labels[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	if len(labels) != 2 || !labels[otherModel] || !labels["literal-1"] {
+		t.Errorf("model labels %v while the first listing runs, want other and literal-1", labels)
+	}
+}

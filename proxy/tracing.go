@@ -10,29 +10,47 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 // tracerName names the edge's OpenTelemetry instrumentation scope.
 const tracerName = "github.com/eoc-proxy/eoc-proxy/proxy"
 
-// The energy attributes every span carries once its work is priced. Tokens use OpenTelemetry's
-// gen_ai names; the rest are eoc-proxy's own.
+// The attributes the spans carry once their work is priced. Tokens use OpenTelemetry's gen_ai
+// names; the rest are eoc-proxy's own.
 const (
 	attrStage      = attribute.Key("eoc.stage")
 	attrModel      = attribute.Key("gen_ai.request.model")
 	attrBackend    = attribute.Key("eoc.backend")
 	attrOutcome    = attribute.Key("eoc.outcome")
-	attrJoules     = attribute.Key("eoc.energy.joules")
-	attrSaved      = attribute.Key("eoc.energy.joules_saved")
-	attrGrade      = attribute.Key("eoc.energy.grade")
-	attrCoverage   = attribute.Key("eoc.energy.coverage")
-	attrMethod     = attribute.Key("eoc.energy.method")
-	attrReason     = attribute.Key("eoc.energy.reason")
 	attrReceipt    = attribute.Key("eoc.receipt")
 	attrInTokens   = attribute.Key("gen_ai.usage.input_tokens")
 	attrOutTokens  = attribute.Key("gen_ai.usage.output_tokens")
 	attrStatusCode = attribute.Key("http.response.status_code")
 )
+
+// figureKeys name an energy figure's attributes under one prefix. The billed figure is on the
+// call's span alone (eoc.energy.*); a stage's or an attempt's own figure, a part of it, has
+// names of its own (eoc.stage.*, eoc.attempt.*), so that a trace backend summing
+// eoc.energy.joules over a trace counts each call's energy once.
+type figureKeys struct{ joules, saved, grade, coverage, method, reason attribute.Key }
+
+func keysUnder(prefix string) figureKeys {
+	return figureKeys{attribute.Key(prefix + "joules"), attribute.Key(prefix + "joules_saved"), attribute.Key(prefix + "grade"),
+		attribute.Key(prefix + "coverage"), attribute.Key(prefix + "method"), attribute.Key(prefix + "reason")}
+}
+
+var (
+	callFigure    = keysUnder("eoc.energy.")
+	stageFigure   = keysUnder("eoc.stage.")
+	attemptFigure = keysUnder("eoc.attempt.")
+)
+
+// attrs returns f's attributes under k.
+func (k figureKeys) attrs(f energy.Figure) []attribute.KeyValue {
+	return []attribute.KeyValue{k.joules.Float64(f.Joules), k.saved.Float64(f.Saved), k.grade.String(string(f.Grade)),
+		k.coverage.String(f.Coverage), k.method.String(f.Method), k.reason.String(f.Reason)}
+}
 
 var traceContext propagation.TraceContext
 
@@ -66,8 +84,7 @@ func endCall(span trace.Span, st *settlement, o outcome, status int) {
 		attrStatusCode.Int(status), attrReceipt.String(o.receipt), attrInTokens.Int(st.promptTokens), attrOutTokens.Int(st.tokens),
 		attribute.Int("eoc.attempts", len(st.backendAttempts)))
 	if st.answered {
-		span.SetAttributes(attrJoules.Float64(o.fig.Joules), attrSaved.Float64(o.fig.Saved), attrGrade.String(string(o.fig.Grade)),
-			attrCoverage.String(o.fig.Coverage), attrMethod.String(o.fig.Method), attrReason.String(o.fig.Reason))
+		span.SetAttributes(callFigure.attrs(o.fig)...)
 	}
 	if o.apiErr != nil {
 		span.SetStatus(codes.Error, o.apiErr.Message)
@@ -81,13 +98,16 @@ func (t stageTracer) StartSpan(ctx context.Context, kind cascade.SpanKind, name 
 	var sp trace.Span
 	if kind == cascade.SpanAttempt {
 		ctx, sp = t.t.Start(ctx, "attempt "+name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrBackend.String(name)))
-	} else {
-		ctx, sp = t.t.Start(ctx, "stage "+name, trace.WithAttributes(attrStage.String(name)))
+		return ctx, otelSpan{sp, attemptFigure}
 	}
-	return ctx, otelSpan{sp}
+	ctx, sp = t.t.Start(ctx, "stage "+name, trace.WithAttributes(attrStage.String(name)))
+	return ctx, otelSpan{sp, stageFigure}
 }
 
-type otelSpan struct{ s trace.Span }
+type otelSpan struct {
+	s   trace.Span
+	fig figureKeys // the names of the span's own figure
+}
 
 func (o otelSpan) End(r cascade.SpanResult) {
 	attrs := []attribute.KeyValue{attrModel.String(r.Model), attrOutcome.String(r.Outcome)}
@@ -98,9 +118,7 @@ func (o otelSpan) End(r cascade.SpanResult) {
 		attrs = append(attrs, attrInTokens.Int(r.Usage.PromptTokens), attrOutTokens.Int(r.Usage.CompletionTokens))
 	}
 	if !r.Energy.IsZero() {
-		f := r.Energy.Rounded()
-		attrs = append(attrs, attrJoules.Float64(f.Joules), attrSaved.Float64(f.Saved), attrGrade.String(string(f.Grade)),
-			attrCoverage.String(f.Coverage), attrMethod.String(f.Method), attrReason.String(f.Reason))
+		attrs = append(attrs, o.fig.attrs(r.Energy.Rounded())...)
 	}
 	o.s.SetAttributes(attrs...)
 	if r.Err != nil {

@@ -79,12 +79,18 @@ func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 	return m
 }
 
-// checkEnergy fails unless the span carries a whole energy figure.
-func checkEnergy(t *testing.T, s sdktrace.ReadOnlySpan) {
+// checkEnergy fails unless the span carries a whole energy figure under k, and none under the
+// other names: the billed figure (eoc.energy.*) is on the call's span alone.
+func checkEnergy(t *testing.T, s sdktrace.ReadOnlySpan, k figureKeys) {
 	t.Helper()
 	a := attrs(s)
-	if a[attrJoules].AsFloat64() <= 0 || a[attrGrade].AsString() == "" || a[attrCoverage].AsString() == "" || a[attrMethod].AsString() == "" {
-		t.Errorf("span %q lacks the energy figure: %v", s.Name(), s.Attributes())
+	if a[k.joules].AsFloat64() <= 0 || a[k.grade].AsString() == "" || a[k.coverage].AsString() == "" || a[k.method].AsString() == "" {
+		t.Errorf("span %q lacks the energy figure under %s: %v", s.Name(), k.joules, s.Attributes())
+	}
+	for _, other := range []figureKeys{callFigure, stageFigure, attemptFigure} {
+		if _, ok := a[other.joules]; ok && other != k {
+			t.Errorf("span %q carries %s as well: %v", s.Name(), other.joules, s.Attributes())
+		}
 	}
 }
 
@@ -138,9 +144,17 @@ func TestTracesCarryStagesAttemptsAndEnergy(t *testing.T) {
 			a[attrOutTokens].AsInt64() != 3 || a[attrInTokens].AsInt64() != 1 || a[attrReceipt].AsString() == "" || a[attrStatusCode].AsInt64() != 200 {
 			t.Errorf("call span attributes: %v", root.Attributes())
 		}
-		checkEnergy(t, root)
-		checkEnergy(t, up)
-		checkEnergy(t, neuralSpan)
+		checkEnergy(t, root, callFigure)
+		checkEnergy(t, up, attemptFigure)
+		checkEnergy(t, neuralSpan, stageFigure)
+		// Summed over the trace, the billed joules are the call's, counted once.
+		sum := 0.0
+		for _, s := range spans {
+			sum += attrs(s)[callFigure.joules].AsFloat64()
+		}
+		if sum != attrs(root)[callFigure.joules].AsFloat64() {
+			t.Errorf("trace %s: eoc.energy.joules sums to %v, the call's is %v", id, sum, attrs(root)[callFigure.joules].AsFloat64())
+		}
 		if o := attrs(cache)[attrOutcome].AsString(); o != "miss" || cache.Status().Code == codes.Error {
 			t.Errorf("cache stage: outcome %q, status %v", o, cache.Status())
 		}

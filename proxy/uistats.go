@@ -46,7 +46,7 @@ type uiPairStats struct {
 	calls           int
 	measured        int
 	estimated       int
-	measuredJoules  float64 // of the measured figures with completion tokens
+	measuredJoules  float64 // the completion part of the measured figures split over completion tokens
 	measuredTokens  int
 	reasons         map[string]int // the estimated or partial figures' reasons
 	estimatedJoules float64
@@ -130,18 +130,21 @@ func (u *uiStats) observe(st *settlement, stage, model string, fig energy.Figure
 	if fig.Reason != "" {
 		p.reasons[fig.Reason]++
 	}
+	// Joules per completion token means here what it means in the eoc chunk and headers
+	// (Figure.PerToken): the figure's completion part over the completion tokens it split over,
+	// not the whole figure (prompt included).
 	if fig.Measured() {
 		p.measured++
-		if st.tokens > 0 {
-			p.measuredJoules += fig.Joules
-			p.measuredTokens += st.tokens
+		if fig.CompletionTokens > 0 {
+			p.measuredJoules += fig.CompletionJoules
+			p.measuredTokens += fig.CompletionTokens
 		}
 		return
 	}
 	p.estimated++
-	if st.tokens > 0 {
-		p.estimatedJoules += fig.Joules
-		p.estimatedTokens += st.tokens
+	if fig.CompletionTokens > 0 {
+		p.estimatedJoules += fig.CompletionJoules
+		p.estimatedTokens += fig.CompletionTokens
 	}
 }
 
@@ -202,8 +205,9 @@ type UIPair struct {
 	Calls     int    `json:"calls"`
 	Measured  int    `json:"measured"`
 	Estimated int    `json:"estimated"`
-	// JoulesPerToken is the measured joules per completion token (null until a measured figure
-	// with tokens); EstimatedPerToken the same over estimated figures.
+	// JoulesPerToken is the measured figures' completion joules per completion token, as the
+	// eoc chunk's joules_per_completion_token (null until a measured figure split over
+	// completion tokens); EstimatedPerToken the same over estimated figures.
 	JoulesPerToken    *float64       `json:"joules_per_completion_token"`
 	EstimatedPerToken *float64       `json:"estimated_joules_per_completion_token"`
 	Reasons           map[string]int `json:"reasons"`

@@ -56,8 +56,12 @@ func (s *Stage) share() int {
 // bounds (never evicting from col beyond its share). It returns col's evicted entries; what
 // other collections lose is deleted here.
 func (s *Stage) insertBounded(ctx context.Context, col *collection, e *entry) []*entry {
-	evicted := col.insert(e, s.share())
-	if s.total.Add(int64(1-len(evicted))) > int64(s.maxTotal) || s.colCount() > s.maxCols {
+	evicted, added := col.insert(e, s.share())
+	n := -len(evicted)
+	if added {
+		n++ // a replaced entry leaves the total as it was
+	}
+	if s.total.Add(int64(n)) > int64(s.maxTotal) || s.colCount() > s.maxCols {
 		s.bound(ctx, col)
 	}
 	return evicted
@@ -149,19 +153,5 @@ func (s *Stage) dropLocked(k colKey) {
 func (c *collection) trim(max int) []*entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var evicted []*entry
-	for len(c.byID) > max && c.head < len(c.fifo) {
-		old := c.fifo[c.head]
-		c.fifo[c.head] = nil
-		c.head++
-		if c.byID[old.id] == old {
-			c.removeLocked(old)
-			evicted = append(evicted, old)
-		}
-	}
-	if c.head > 1024 && c.head > len(c.fifo)/2 {
-		c.fifo = append(c.fifo[:0:0], c.fifo[c.head:]...)
-		c.head = 0
-	}
-	return evicted
+	return c.trimLocked(max)
 }

@@ -75,3 +75,19 @@ func TestTotalEntriesBound(t *testing.T) {
 		t.Errorf("reopened with a total bound of 100: %+v", st)
 	}
 }
+
+// Inserting an id the collection holds replaces its entry: the store's total does not move, so
+// a stream of repeats does not drift it upward (and trim the store for entries it does not hold).
+func TestReplacedEntryKeepsTheTotal(t *testing.T) {
+	s := newStage(t, Options{})
+	col := newCollection("", "m")
+	l := newLSH(4)
+	for i := range 10 {
+		v := []float32{1, float32(i % 2), 0, 1}
+		normalize(v)
+		s.insertBounded(t.Context(), col, &entry{id: fmt.Sprint(i % 2), vec: v, sketch: l.sketch(v)})
+	}
+	if got, held := s.total.Load(), len(col.entries()); got != int64(held) || held != 2 {
+		t.Fatalf("total %d after 10 inserts of 2 ids; the collection holds %d", got, held)
+	}
+}

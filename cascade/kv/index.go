@@ -150,12 +150,15 @@ func (c *collection) nextSeq() uint64 {
 }
 
 // insert adds e, replacing an entry with the same id, then evicts the oldest entries beyond max
-// (max ≤ 0: no bound). It returns the evicted entries.
-func (c *collection) insert(e *entry, max int) []*entry {
+// (max ≤ 0: no bound). It returns the evicted entries and whether e was new (replaced no entry),
+// so that a count of entries moves by added-len(evicted).
+func (c *collection) insert(e *entry, max int) (evicted []*entry, added bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	added = true
 	if old := c.byID[e.id]; old != nil {
 		c.removeLocked(old)
+		added = false
 	}
 	if e.seq > c.seq {
 		c.seq = e.seq
@@ -173,8 +176,16 @@ func (c *collection) insert(e *entry, max int) []*entry {
 	e.slot = slot // e is not visible to readers yet
 	c.byID[e.id] = e
 	c.fifo = append(c.fifo, e)
+	if max > 0 {
+		evicted = c.trimLocked(max)
+	}
+	return evicted, added
+}
+
+// trimLocked evicts the oldest entries until at most max remain, and returns them. c.mu is held.
+func (c *collection) trimLocked(max int) []*entry {
 	var evicted []*entry
-	for max > 0 && len(c.byID) > max && c.head < len(c.fifo) {
+	for len(c.byID) > max && c.head < len(c.fifo) {
 		old := c.fifo[c.head]
 		c.fifo[c.head] = nil
 		c.head++

@@ -84,7 +84,7 @@ func TestCollectionInsertRemove(t *testing.T) {
 	for _, e := range []*entry{a, b} {
 		c.insert(e, 2)
 	}
-	if ev := c.insert(c2, 2); len(ev) != 1 || ev[0] != a {
+	if ev, added := c.insert(c2, 2); len(ev) != 1 || ev[0] != a || !added {
 		t.Fatalf("evicted %v, want a", ev)
 	}
 	// Replacing an id keeps one entry in a freed slot; slots are reused, never shrunk.

@@ -143,7 +143,8 @@ func (s *Stage) load() {
 		c.store = s.db.GetCollection(name, noEmbed)
 		for _, e := range entries {
 			e.sketch = s.lsh.sketch(e.vec)
-			s.deleteEvicted(ctx, c, c.insert(e, min(s.maxEntries, s.maxTotal)))
+			evicted, _ := c.insert(e, min(s.maxEntries, s.maxTotal))
+			s.deleteEvicted(ctx, c, evicted)
 		}
 		k := colKey{n.Tenant, n.Model}
 		s.cols[k] = c

@@ -2,11 +2,11 @@ package kv
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"testing"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/internal/cascadetest"
 )
 
 // FuzzServe: with seeds and learned answers in place, the stage answers any conversation with
@@ -23,7 +23,7 @@ func FuzzServe(f *testing.F) {
 	}
 	f.Add("tool", "What is DNS?", "", false)
 	f.Fuzz(func(t *testing.T, role, q, system string, parts bool) {
-		req, ok := fuzzRequest(role, q, system, parts)
+		req, ok := cascadetest.FuzzRequest(role, q, system, parts)
 		if !ok {
 			return
 		}
@@ -38,27 +38,4 @@ func FuzzServe(f *testing.F) {
 			t.Fatalf("Serve(%q) = %+v", q, ans)
 		}
 	})
-}
-
-// fuzzRequest builds a request the way the proxy's decoder does: an optional system prompt, then
-// one message with role and text, as a string or as one text part.
-func fuzzRequest(role, q, system string, parts bool) (*cascade.Request, bool) {
-	var content any = q
-	if parts {
-		content = []map[string]string{{"type": "text", "text": q}}
-	}
-	msgs := []map[string]any{}
-	if system != "" {
-		msgs = append(msgs, map[string]any{"role": "system", "content": system})
-	}
-	msgs = append(msgs, map[string]any{"role": role, "content": content})
-	body, err := json.Marshal(map[string]any{"model": "m", "messages": msgs})
-	if err != nil {
-		return nil, false
-	}
-	var c cascade.ChatRequest
-	if json.Unmarshal(body, &c) != nil {
-		return nil, false
-	}
-	return &cascade.Request{Chat: c, Raw: body}, true
 }

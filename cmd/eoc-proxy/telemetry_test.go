@@ -65,11 +65,16 @@ func TestTracesReachTheCollector(t *testing.T) {
 			t.Errorf("no span %q among %v", name, names)
 		}
 	}
-	for _, name := range []string{"POST /v1/chat/completions", "stage neural", "attempt up"} {
-		for _, k := range []string{"eoc.energy.joules", "eoc.energy.grade", "eoc.energy.coverage", "eoc.energy.method", "gen_ai.request.model"} {
+	// The billed figure is on the call's span; a stage's and an attempt's own figures have names
+	// of their own, so a trace's sum of eoc.energy.joules counts the call once.
+	for name, prefix := range map[string]string{"POST /v1/chat/completions": "eoc.energy.", "stage neural": "eoc.stage.", "attempt up": "eoc.attempt."} {
+		for _, k := range []string{prefix + "joules", prefix + "grade", prefix + "coverage", prefix + "method", "gen_ai.request.model"} {
 			if !names[name][k] {
 				t.Errorf("span %q lacks %s", name, k)
 			}
+		}
+		if prefix != "eoc.energy." && names[name]["eoc.energy.joules"] {
+			t.Errorf("span %q carries the billed eoc.energy.joules as well", name)
 		}
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/internal/procs"
 )
 
 const stageHeader = "X-Eoc-Stage"
@@ -107,10 +109,10 @@ func sequential(c *http.Client, ts []target, warmup, rounds int, p *prompts) [][
 			status, stage, err := do(c, t.url, body)
 			d := time.Since(start)
 			if err != nil {
-				fatalf("sequential %s: %v", t.name, err)
+				procs.Fatalf("sequential %s: %v", t.name, err)
 			}
 			if status != http.StatusOK || stage != t.stage {
-				fatalf("sequential %s round %d: status %d, stage %q (want 200, stage %q)", t.name, r, status, stage, t.stage)
+				procs.Fatalf("sequential %s round %d: status %d, stage %q (want 200, stage %q)", t.name, r, status, stage, t.stage)
 			}
 			if r >= warmup {
 				lat[i] = append(lat[i], d)
@@ -139,10 +141,10 @@ func throughput(c *http.Client, t target, pid int, body []byte, workers int, d t
 			for time.Now().Before(deadline) {
 				status, stage, err := do(c, t.url, body)
 				if err != nil {
-					fatalf("throughput %s: %v", t.name, err)
+					procs.Fatalf("throughput %s: %v", t.name, err)
 				}
 				if status != http.StatusOK || stage != t.stage {
-					fatalf("throughput %s: status %d, stage %q (want 200, stage %q)", t.name, status, stage, t.stage)
+					procs.Fatalf("throughput %s: status %d, stage %q (want 200, stage %q)", t.name, status, stage, t.stage)
 				}
 				n.Add(1)
 			}
@@ -159,18 +161,18 @@ const clockTicks = 100
 func procCPU(pid int) time.Duration {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		fatalf("cpu time of %d: %v", pid, err)
+		procs.Fatalf("cpu time of %d: %v", pid, err)
 	}
 	// The command name, field 2, is in parentheses and may hold spaces: count from after it.
 	_, rest, ok := strings.Cut(string(b), ") ")
 	f := strings.Fields(rest)
 	if !ok || len(f) < 13 {
-		fatalf("cpu time of %d: unexpected /proc/%d/stat", pid, pid)
+		procs.Fatalf("cpu time of %d: unexpected /proc/%d/stat", pid, pid)
 	}
 	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14
 	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
 	if err1 != nil || err2 != nil {
-		fatalf("cpu time of %d: unexpected /proc/%d/stat", pid, pid)
+		procs.Fatalf("cpu time of %d: unexpected /proc/%d/stat", pid, pid)
 	}
 	return time.Duration(utime+stime) * time.Second / clockTicks
 }
@@ -194,10 +196,10 @@ func soak(c *http.Client, url string, workers, from, to int, pool [][]byte) {
 				}
 				status, _, err := do(c, url, body)
 				if err != nil {
-					fatalf("soak: %v", err)
+					procs.Fatalf("soak: %v", err)
 				}
 				if status != want {
-					fatalf("soak request %d: status %d, want %d", i, status, want)
+					procs.Fatalf("soak request %d: status %d, want %d", i, status, want)
 				}
 			}
 		})
@@ -224,12 +226,12 @@ func sample(c *http.Client, pid int, base string) usage {
 	// A connection of its own, closed after, so that samples do not count each other's.
 	req, err := http.NewRequest(http.MethodGet, base+"/metrics", nil)
 	if err != nil {
-		fatalf("metrics: %v", err)
+		procs.Fatalf("metrics: %v", err)
 	}
 	req.Close = true
 	resp, err := c.Do(req)
 	if err != nil {
-		fatalf("metrics: %v", err)
+		procs.Fatalf("metrics: %v", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	sc := bufio.NewScanner(resp.Body)

@@ -39,13 +39,15 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/internal/procs"
 )
 
 func main() {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case "upstream":
-			os.Exit(serveChild(upstreamHandler()))
+			os.Exit(procs.ServeChild(upstreamHandler()))
 		case "rproxy", "bare":
 			if len(os.Args) != 3 {
 				fmt.Fprintln(os.Stderr, "usage: benchout rproxy URL | bare FILE")
@@ -60,7 +62,7 @@ func main() {
 				fmt.Fprintln(os.Stderr, "benchout:", err)
 				os.Exit(1)
 			}
-			os.Exit(serveChild(h))
+			os.Exit(procs.ServeChild(h))
 		}
 	}
 	os.Exit(run(os.Args[1:], os.Stdout))
@@ -111,7 +113,7 @@ func run(args []string, stdout io.Writer) int {
 			return 2
 		}
 	}
-	onSignal()
+	procs.Init("benchout")
 
 	cfgPath := o.config
 	if !filepath.IsAbs(cfgPath) {
@@ -119,22 +121,22 @@ func run(args []string, stdout io.Writer) int {
 	}
 	src, err := os.ReadFile(cfgPath)
 	if err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
 	tmp, err := os.MkdirTemp("", "eoc-benchout-")
 	if err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
 	if !o.keep {
-		scratch = tmp
+		procs.RemoveOnExit(tmp)
 		defer func() { _ = os.RemoveAll(tmp) }()
 	} else {
 		fmt.Fprintln(os.Stderr, "benchout: keeping", tmp)
 	}
 	if o.eocBin == "" {
 		fmt.Fprintln(os.Stderr, "benchout: building eoc-proxy")
-		if o.eocBin, err = buildEOC(context.Background(), o.root, tmp); err != nil {
-			fatalf("%v", err)
+		if o.eocBin, err = procs.BuildEOC(context.Background(), o.root, tmp); err != nil {
+			procs.Fatalf("%v", err)
 		}
 	}
 
@@ -144,10 +146,10 @@ func run(args []string, stdout io.Writer) int {
 	for i := range o.runs {
 		dir := filepath.Join(tmp, fmt.Sprint("run", i+1))
 		if err := os.Mkdir(dir, 0o755); err != nil {
-			fatalf("%v", err)
+			procs.Fatalf("%v", err)
 		}
 		r, st := oneRun(&o, src, dir, uint64(time.Now().UnixNano()))
-		stopAll(false)
+		procs.StopAll(false)
 		stages = st
 		fmt.Fprintf(os.Stderr, "benchout: run %d/%d: %s\n", i+1, o.runs, r.line())
 		results = append(results, r)
@@ -191,46 +193,46 @@ func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/floa
 // oneRun starts the servers, measures, and leaves the servers for stopAll.
 func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) {
 	var res result
-	_, upURL, err := startSelf("upstream")
+	_, upURL, err := procs.StartSelf("upstream")
 	if err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
-	rp, rpURL, err := startSelf("rproxy", upURL)
+	rp, rpURL, err := procs.StartSelf("rproxy", upURL)
 	if err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
-	listen, err := freePort()
+	listen, err := procs.FreePort()
 	if err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
 	cfg, stages, err := shippedConfig(src, listen, upURL)
 	if err != nil {
-		fatalf("%s: %v", o.config, err)
+		procs.Fatalf("%s: %v", o.config, err)
 	}
 	if o.pprof != "" { // the shipped config has no debug section to collide with
 		cfg = fmt.Appendf(cfg, "debug: {pprof: %q}\n", o.pprof)
 	}
 	cfgPath := filepath.Join(dir, "eoc.yaml")
 	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
 	logPath := filepath.Join(dir, "eoc-proxy.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
 	defer func() { _ = logf.Close() }() // the child holds its own descriptor
 	cmd := exec.Command(o.eocBin, "serve", "-config", cfgPath)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logf, logf
-	eoc, err := startProc("eoc-proxy", cmd)
+	eoc, err := procs.Start("eoc-proxy", cmd)
 	if err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
-	eoc.log = logPath
+	eoc.Log = logPath
 	eocURL := "http://" + listen
-	if err := waitReady(eoc, eocURL+"/readyz"); err != nil {
-		fatalf("%v", err)
+	if err := procs.WaitReady(eoc, eocURL+"/readyz"); err != nil {
+		procs.Fatalf("%v", err)
 	}
 	fmt.Fprintf(os.Stderr, "benchout: eoc-proxy pid %d at %s, stages %s\n", cmd.Process.Pid, eocURL, stagesString(stages))
 
@@ -245,11 +247,11 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 			{name: "reverse proxy", url: rpURL + path},
 			{name: "eoc-proxy", url: eocURL + path, stage: "neural"},
 		}
-		rp0, eoc0 := procCPU(rp.cmd.Process.Pid), procCPU(cmd.Process.Pid)
+		rp0, eoc0 := procCPU(rp.Cmd.Process.Pid), procCPU(cmd.Process.Pid)
 		lat := sequential(c, ts, o.warmup, o.rounds, p)
 		time.Sleep(200 * time.Millisecond) // kv's learn queue catches up
 		calls := time.Duration(o.warmup + o.rounds)
-		res.rpCPU = (procCPU(rp.cmd.Process.Pid) - rp0) / calls
+		res.rpCPU = (procCPU(rp.Cmd.Process.Pid) - rp0) / calls
 		res.eocCPU = (procCPU(cmd.Process.Pid) - eoc0) / calls
 		for i, dst := range []*[2]time.Duration{&res.direct, &res.rp, &res.eoc} {
 			s := sortedCopy(lat[i])
@@ -261,16 +263,16 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 	if o.phases["cache"] {
 		body := chatBody(p.next(), false)
 		if status, stage, err := do(c, eocURL+path, body); err != nil || status != 200 || stage != "neural" {
-			fatalf("priming the cache: status %d, stage %q, err %v (want 200 from neural)", status, stage, err)
+			procs.Fatalf("priming the cache: status %d, stage %q, err %v (want 200 from neural)", status, stage, err)
 		}
 		hit := captureHit(eocURL+path, body)
 		hitFile := filepath.Join(dir, "hit.json")
 		if err := os.WriteFile(hitFile, hit, 0o644); err != nil {
-			fatalf("%v", err)
+			procs.Fatalf("%v", err)
 		}
-		bp, bareURL, err := startSelf("bare", hitFile)
+		bp, bareURL, err := procs.StartSelf("bare", hitFile)
 		if err != nil {
-			fatalf("%v", err)
+			procs.Fatalf("%v", err)
 		}
 		bare := target{name: "bare handler", url: bareURL + path, stage: "cache"}
 		ep := target{name: "eoc-proxy", url: eocURL + path, stage: "cache"}
@@ -278,11 +280,11 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 		add := func(sum *slice, s slice) { sum.n, sum.wall, sum.cpu = sum.n+s.n, sum.wall+s.wall, sum.cpu+s.cpu }
 		for i := range o.slices {
 			if i%2 == 0 {
-				add(&bs, throughput(c, bare, bp.cmd.Process.Pid, body, o.clients, o.slice))
+				add(&bs, throughput(c, bare, bp.Cmd.Process.Pid, body, o.clients, o.slice))
 				add(&es, throughput(c, ep, cmd.Process.Pid, body, o.clients, o.slice))
 			} else {
 				add(&es, throughput(c, ep, cmd.Process.Pid, body, o.clients, o.slice))
-				add(&bs, throughput(c, bare, bp.cmd.Process.Pid, body, o.clients, o.slice))
+				add(&bs, throughput(c, bare, bp.Cmd.Process.Pid, body, o.clients, o.slice))
 			}
 		}
 		res.bareRPS, res.eocRPS = float64(bs.n)/bs.wall.Seconds(), float64(es.n)/es.wall.Seconds()
@@ -306,8 +308,8 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 		res.soak[2] = settleSample(pid, eocURL)
 		res.sok = true
 	}
-	if eoc.exited() {
-		fatalf("eoc-proxy exited during the run%s", eoc.logTail())
+	if eoc.Exited() {
+		procs.Fatalf("eoc-proxy exited during the run%s", eoc.LogTail())
 	}
 	return res, stages
 }
@@ -326,19 +328,19 @@ func captureHit(url string, body []byte) []byte {
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Post(url, "application/json", bytes.NewReader(body))
 	if err != nil {
-		fatalf("cache hit: %v", err)
+		procs.Fatalf("cache hit: %v", err)
 	}
 	b, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	if err != nil {
-		fatalf("cache hit: %v", err)
+		procs.Fatalf("cache hit: %v", err)
 	}
 	if resp.StatusCode != 200 || resp.Header.Get(stageHeader) != "cache" {
-		fatalf("second call of the same prompt: status %d, stage %q (want 200 from cache)", resp.StatusCode, resp.Header.Get(stageHeader))
+		procs.Fatalf("second call of the same prompt: status %d, stage %q (want 200 from cache)", resp.StatusCode, resp.Header.Get(stageHeader))
 	}
 	out, err := json.Marshal(cachedResponse{Header: resp.Header, Body: b})
 	if err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
 	return out
 }

@@ -4,18 +4,13 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/signal"
-	"syscall"
 )
 
 // The fake upstream's fixed answers. It speaks Ollama's native API (what the shipped eoc.yaml's
@@ -108,27 +103,4 @@ func bareHandler(path string) (http.Handler, error) {
 		}
 		_, _ = w.Write(cr.Body)
 	}), nil
-}
-
-// serveChild is a child process's life: listen on a loopback port, tell the parent which on the
-// first line of stdout, serve until SIGTERM or SIGINT. It returns the exit code.
-func serveChild(h http.Handler) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "benchout child:", err)
-		return 1
-	}
-	srv := &http.Server{Handler: h}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	fmt.Println(ln.Addr().String())
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		fmt.Fprintln(os.Stderr, "benchout child:", err)
-		return 1
-	}
-	return 0
 }

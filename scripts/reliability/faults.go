@@ -10,13 +10,15 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/internal/procs"
 )
 
 func (r *run) upDo(method, path string) {
 	req, _ := http.NewRequest(method, r.up+path, nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		fatalf("upstream control: %v", err)
+		procs.Fatalf("upstream control: %v", err)
 	}
 	_ = resp.Body.Close()
 }

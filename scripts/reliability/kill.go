@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/internal/procs"
 )
 
 // kills runs rounds of load against eoc-proxy with the ledger at fsync: every, kills it with
@@ -48,8 +50,8 @@ func (r *run) kills() {
 			}()
 		}
 		time.Sleep(time.Duration(1500+rand.IntN(1500)) * time.Millisecond)
-		_ = r.eoc.cmd.Process.Kill()
-		<-r.eoc.done
+		_ = r.eoc.Cmd.Process.Kill()
+		<-r.eoc.Done()
 		stop.Store(true)
 		wg.Wait()
 		files, _ := filepath.Glob(filepath.Join(r.dir, "ledger.jsonl*"))
@@ -65,7 +67,7 @@ func (r *run) kills() {
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			fatalf("%v", err)
+			procs.Fatalf("%v", err)
 		}
 		for _, l := range strings.Split(string(b), "\n") {
 			var rec struct {

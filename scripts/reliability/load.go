@@ -19,6 +19,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/internal/procs"
 )
 
 // result is what a client got for one chat call.
@@ -82,7 +84,7 @@ func (s sample) String() string {
 
 func (r *run) sample() sample {
 	var s sample
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.eoc.cmd.Process.Pid)); err == nil {
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.eoc.Cmd.Process.Pid)); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
 			if strings.HasPrefix(l, "VmRSS:") {
 				kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
@@ -145,7 +147,7 @@ func pool(n, c int, job func(i int)) time.Duration {
 func (r *run) faqQuestions() []string {
 	b, err := os.ReadFile(filepath.Join(r.root, "data/faq.jsonl"))
 	if err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
 	var qs []string
 	for _, l := range strings.Split(string(b), "\n") {
@@ -273,7 +275,7 @@ func (r *run) invented() {
 	s1 := r.sample()
 	m, err := r.metrics()
 	if err != nil {
-		fatalf("metrics: %v", err)
+		procs.Fatalf("metrics: %v", err)
 	}
 	models := map[string]bool{}
 	for _, l := range strings.Split(string(m), "\n") {

@@ -38,6 +38,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/internal/procs"
 )
 
 type options struct {
@@ -52,7 +54,7 @@ type options struct {
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "upstream" {
-		os.Exit(serveChild(newUpstream().handler()))
+		os.Exit(procs.ServeChild(newUpstream().handler()))
 	}
 	var o options
 	fs := flag.NewFlagSet("reliability", flag.ExitOnError)
@@ -65,26 +67,26 @@ func main() {
 	fs.StringVar(&o.skip, "skip", "", "phases to skip, comma-separated: load, invented, slow, faults, kill")
 	fs.DurationVar(&o.timeout, "timeout", 9*time.Minute, "the whole run's bound")
 	_ = fs.Parse(os.Args[1:])
-	onSignal()
-	time.AfterFunc(o.timeout, func() { fatalf("the run took longer than -timeout %s", o.timeout) })
+	procs.Init("reliability")
+	time.AfterFunc(o.timeout, func() { procs.Fatalf("the run took longer than -timeout %s", o.timeout) })
 
 	dir, err := os.MkdirTemp("", "eoc-reliability-")
 	if err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
-	scratch = dir
+	procs.RemoveOnExit(dir)
 	root, err := filepath.Abs(o.root)
 	if err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
 	if o.eocBin == "" {
-		if o.eocBin, err = buildEOC(context.Background(), root, dir); err != nil {
-			fatalf("%v", err)
+		if o.eocBin, err = procs.BuildEOC(context.Background(), root, dir); err != nil {
+			procs.Fatalf("%v", err)
 		}
 	}
-	_, upURL, err := startSelf("upstream")
+	_, upURL, err := procs.StartSelf("upstream")
 	if err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
 	r := &run{o: o, dir: dir, root: root, up: upURL}
 	start := time.Now()
@@ -103,11 +105,11 @@ func main() {
 	if !skip("faults") {
 		r.faults()
 	}
-	r.eoc.stop()
+	r.eoc.Stop()
 	if !skip("kill") {
 		r.kills()
 	}
-	stopAll(true)
+	procs.StopAll(true)
 	r.report(time.Since(start))
 	_ = os.RemoveAll(dir)
 	if r.unexpected > 0 || r.failed {
@@ -120,7 +122,7 @@ func main() {
 type run struct {
 	o             options
 	dir, root, up string
-	eoc           *proc
+	eoc           *procs.Proc
 	eocURL        string
 	client        *http.Client
 	unexpected    int
@@ -137,13 +139,13 @@ func (r *run) line(format string, a ...any) {
 
 // startEOC starts eoc-proxy with the suite's config and the ledger at fsync (every or batch).
 func (r *run) startEOC(fsync string) {
-	listen, err := freePort()
+	listen, err := procs.FreePort()
 	if err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
-	dead, err := freePort() // nothing listens there: connections are refused
+	dead, err := procs.FreePort() // nothing listens there: connections are refused
 	if err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
 	cfg := fmt.Sprintf(`listen: %s
 log_level: error
@@ -166,25 +168,25 @@ ledger: {path: %s, fsync: %s}
 		filepath.Join(r.dir, "ledger.jsonl"), fsync)
 	cfgPath := filepath.Join(r.dir, "eoc.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
 	logPath := filepath.Join(r.dir, "eoc-proxy.log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
 	defer func() { _ = logf.Close() }()
 	cmd := exec.Command(r.o.eocBin, "serve", "-config", cfgPath)
 	cmd.Dir = r.dir
 	cmd.Stdout, cmd.Stderr = logf, logf
-	p, err := startProc("eoc-proxy", cmd)
+	p, err := procs.Start("eoc-proxy", cmd)
 	if err != nil {
-		fatalf("%v", err)
+		procs.Fatalf("%v", err)
 	}
-	p.log = logPath
+	p.Log = logPath
 	r.eoc, r.eocURL = p, "http://"+listen
-	if err := waitReady(p, r.eocURL+"/healthz"); err != nil {
-		fatalf("%v", err)
+	if err := procs.WaitReady(p, r.eocURL+"/healthz"); err != nil {
+		procs.Fatalf("%v", err)
 	}
 	if r.client != nil {
 		r.client.CloseIdleConnections()

@@ -1,6 +1,10 @@
 //go:build linux
 
-package main
+// Package procs runs the servers of the measuring commands (scripts/benchout,
+// scripts/reliability) as child processes that die with them: start, stop, wait until ready,
+// re-execute the command as one of its server roles, and exit on a failure or a signal with
+// every child stopped.
+package procs
 
 import (
 	"bufio"
@@ -20,24 +24,24 @@ import (
 	"time"
 )
 
-// proc is a server the benchmark started as its own process.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
+// Proc is a server the command started as its own process.
+type Proc struct {
+	Name string
+	Cmd  *exec.Cmd
+	Log  string        // where its output goes, when a file (for LogTail)
 	done chan struct{} // closed when the process has exited
-	log  string        // where its output goes, when a file
 }
 
-// children are the running servers; stopAll ends them, newest first.
+// children are the running servers; StopAll ends them, newest first.
 var children struct {
 	sync.Mutex
-	list    []*proc
+	list    []*Proc
 	stopped bool
 }
 
-// startProc starts cmd as a child that dies with the benchmark (SIGKILL on the parent's death,
-// SIGTERM then SIGKILL from stopAll on any ordinary exit or signal).
-func startProc(name string, cmd *exec.Cmd) (*proc, error) {
+// Start starts cmd as a child that dies with the command (SIGKILL on the parent's death,
+// SIGTERM then SIGKILL from StopAll on any ordinary exit or signal).
+func Start(name string, cmd *exec.Cmd) (*Proc, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	children.Lock()
 	defer children.Unlock()
@@ -47,29 +51,33 @@ func startProc(name string, cmd *exec.Cmd) (*proc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	p := &Proc{Name: name, Cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	children.list = append(children.list, p)
 	return p, nil
 }
 
-// stop ends p: SIGTERM, then SIGKILL after two seconds.
-func (p *proc) stop() {
+// Stop ends p: SIGTERM, then SIGKILL after two seconds.
+func (p *Proc) Stop() {
 	select {
 	case <-p.done:
 		return
 	default:
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
 	case <-time.After(2 * time.Second):
-		_ = p.cmd.Process.Kill()
+		_ = p.Cmd.Process.Kill()
 		<-p.done
 	}
 }
 
-func (p *proc) exited() bool {
+// Done is closed when p has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Exited reports whether p has exited.
+func (p *Proc) Exited() bool {
 	select {
 	case <-p.done:
 		return true
@@ -78,8 +86,8 @@ func (p *proc) exited() bool {
 	}
 }
 
-// stopAll ends every child still running. final forbids new ones (on a signal or a failure).
-func stopAll(final bool) {
+// StopAll ends every child still running. final forbids new ones (on a signal or a failure).
+func StopAll(final bool) {
 	children.Lock()
 	list := children.list
 	children.list = nil
@@ -88,22 +96,39 @@ func stopAll(final bool) {
 	}
 	children.Unlock()
 	for i := len(list) - 1; i >= 0; i-- {
-		list[i].stop()
+		list[i].Stop()
 	}
 }
 
 var (
 	failOnce sync.Once
+	// prefix starts the lines Fatalf and ServeChild write: the command's name.
+	prefix = "procs"
 	// scratch is the temporary directory removed on any exit, "" to keep it.
 	scratch string
 )
 
-// fatalf stops every child, removes the scratch directory and exits with status 1. Safe from
+// Init names the command in the lines Fatalf and ServeChild write (name: "benchout",
+// "reliability") and makes an interrupt (SIGINT, SIGTERM, SIGHUP) stop every child and exit.
+func Init(name string) {
+	prefix = name
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		s := <-sigs
+		Fatalf("interrupted by %v", s)
+	}()
+}
+
+// RemoveOnExit makes Fatalf remove dir (the command's scratch directory); "" keeps it.
+func RemoveOnExit(dir string) { scratch = dir }
+
+// Fatalf stops every child, removes the scratch directory and exits with status 1. Safe from
 // any goroutine.
-func fatalf(format string, a ...any) {
+func Fatalf(format string, a ...any) {
 	failOnce.Do(func() {
-		fmt.Fprintf(os.Stderr, "reliability: FAIL: "+format+"\n", a...)
-		stopAll(true)
+		fmt.Fprintf(os.Stderr, prefix+": FAIL: "+format+"\n", a...)
+		StopAll(true)
 		if scratch != "" {
 			_ = os.RemoveAll(scratch)
 		}
@@ -112,19 +137,9 @@ func fatalf(format string, a ...any) {
 	select {} // another goroutine is exiting
 }
 
-// onSignal stops the children and exits when the benchmark is interrupted.
-func onSignal() {
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	go func() {
-		s := <-sigs
-		fatalf("interrupted by %v", s)
-	}()
-}
-
-// startSelf re-executes this binary as one of its server roles and returns its address, which the
+// StartSelf re-executes this binary as one of its server roles and returns its address, which the
 // child prints on its first line once it is listening.
-func startSelf(role string, args ...string) (*proc, string, error) {
+func StartSelf(role string, args ...string) (*Proc, string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, "", err
@@ -135,7 +150,7 @@ func startSelf(role string, args ...string) (*proc, string, error) {
 		return nil, "", err
 	}
 	cmd.Stderr = os.Stderr
-	p, err := startProc(role, cmd)
+	p, err := Start(role, cmd)
 	if err != nil {
 		return nil, "", err
 	}
@@ -157,8 +172,8 @@ func startSelf(role string, args ...string) (*proc, string, error) {
 	}
 }
 
-// freePort is a loopback port free a moment ago, for a server that takes its address from config.
-func freePort() (string, error) {
+// FreePort is a loopback port free a moment ago, for a server that takes its address from config.
+func FreePort() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
@@ -167,14 +182,14 @@ func freePort() (string, error) {
 	return addr, ln.Close()
 }
 
-// waitReady polls url until it answers 200, the process exits, or 30 s pass.
-func waitReady(p *proc, url string) error {
+// WaitReady polls url until it answers 200, the process exits, or 30 s pass.
+func WaitReady(p *Proc, url string) error {
 	c := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(30 * time.Second)
 	var last string
 	for time.Now().Before(deadline) {
-		if p.exited() {
-			return fmt.Errorf("%s exited before it was ready%s", p.name, p.logTail())
+		if p.Exited() {
+			return fmt.Errorf("%s exited before it was ready%s", p.Name, p.LogTail())
 		}
 		resp, err := c.Get(url)
 		if err == nil {
@@ -189,26 +204,26 @@ func waitReady(p *proc, url string) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("%s not ready at %s within 30s (last: %s)%s", p.name, url, last, p.logTail())
+	return fmt.Errorf("%s not ready at %s within 30s (last: %s)%s", p.Name, url, last, p.LogTail())
 }
 
-// logTail is the end of p's log file, for error messages.
-func (p *proc) logTail() string {
-	if p.log == "" {
+// LogTail is the end of p's log file, for error messages.
+func (p *Proc) LogTail() string {
+	if p.Log == "" {
 		return ""
 	}
-	b, err := os.ReadFile(p.log)
+	b, err := os.ReadFile(p.Log)
 	if err != nil {
 		return ""
 	}
 	if len(b) > 2000 {
 		b = b[len(b)-2000:]
 	}
-	return "\n--- " + p.log + " (tail) ---\n" + string(bytes.TrimSpace(b))
+	return "\n--- " + p.Log + " (tail) ---\n" + string(bytes.TrimSpace(b))
 }
 
-// buildEOC builds eoc-proxy from the module at root into dir.
-func buildEOC(ctx context.Context, root, dir string) (string, error) {
+// BuildEOC builds eoc-proxy from the module at root into dir.
+func BuildEOC(ctx context.Context, root, dir string) (string, error) {
 	bin := dir + "/eoc-proxy"
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/eoc-proxy")
 	cmd.Dir = root
@@ -219,12 +234,12 @@ func buildEOC(ctx context.Context, root, dir string) (string, error) {
 	return bin, nil
 }
 
-// serveChild is a child process's life: listen on a loopback port, tell the parent which on the
+// ServeChild is a child process's life: listen on a loopback port, tell the parent which on the
 // first line of stdout, serve until SIGTERM or SIGINT. It returns the exit code.
-func serveChild(h http.Handler) int {
+func ServeChild(h http.Handler) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "reliability child:", err)
+		fmt.Fprintln(os.Stderr, prefix+" child:", err)
 		return 1
 	}
 	srv := &http.Server{Handler: h}
@@ -236,7 +251,7 @@ func serveChild(h http.Handler) int {
 	}()
 	fmt.Println(ln.Addr().String())
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		fmt.Fprintln(os.Stderr, "reliability child:", err)
+		fmt.Fprintln(os.Stderr, prefix+" child:", err)
 		return 1
 	}
 	return 0
