@@ -271,7 +271,7 @@ func TestTimeout(t *testing.T) {
 				if ans != nil && ans.Complete {
 					t.Error("answer is Complete")
 				}
-				if !f.WaitCanceled(5 * time.Second) {
+				if !f.WaitCanceled(cancelSeen) {
 					t.Error("the fake never saw the call cancelled")
 				}
 			})
@@ -353,7 +353,7 @@ func TestSinkErrorStopsStream(t *testing.T) {
 			if ans == nil || ans.Complete {
 				t.Errorf("want a partial answer, not Complete: %+v", ans)
 			}
-			if !f.WaitCanceled(5 * time.Second) {
+			if !f.WaitCanceled(cancelSeen) {
 				t.Error("the fake never saw the upstream call cancelled")
 			}
 		})
@@ -400,7 +400,7 @@ func TestClientCancelReachesUpstream(t *testing.T) {
 				if ans != nil && ans.Complete {
 					t.Error("answer is Complete")
 				}
-				if !f.WaitCanceled(5 * time.Second) {
+				if !f.WaitCanceled(cancelSeen) {
 					t.Error("the fake never saw the client go away")
 				}
 			})

@@ -124,7 +124,7 @@ func TestEmbedErrors(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("err = %v, want DeadlineExceeded in the chain", err)
 			}
-			if !f.WaitCanceled(5 * time.Second) {
+			if !f.WaitCanceled(cancelSeen) {
 				t.Error("the upstream did not see the call go away")
 			}
 		})

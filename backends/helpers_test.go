@@ -21,6 +21,12 @@ var dialects = []struct {
 	{"llamacpp", fakes.NewLlamaCpp},
 }
 
+// cancelSeen bounds the wait for a fake to see a call go away. The wait ends on the fake's
+// event (WaitCanceled returns as soon as its handler sees the connection close); the bound only
+// turns a hang into a failure, so it is generous: under -race on a loaded 2-core machine the
+// server's goroutines can wait seconds for a core.
+const cancelSeen = 30 * time.Second
+
 // newBackend builds a backend of typ in front of f.
 func newBackend(t testing.TB, typ string, f *fakes.Server, mod ...func(*Options)) cascade.Backend {
 	t.Helper()

@@ -55,7 +55,7 @@ func TestReadyBoundedByContext(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("err = %v, want the deadline", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second): // bounds a hang only; generous for a loaded machine
 		t.Fatal("Ready outlived its context")
 	}
 }

@@ -51,7 +51,11 @@ type apple struct {
 	now           func() time.Time
 	poll          time.Duration // how often the rail is polled for its next change
 	probeInterval time.Duration // the liveness probes' interval; 0: six update periods
-	closer        func() error
+	// The liveness probes' clock (both or neither); nil: the real one. Tests give a fake one,
+	// whose sleep moves it, so a probe's verdict does not depend on the machine's load.
+	probeNow   func() time.Time
+	probeSleep func(time.Duration)
+	closer     func() error
 }
 
 // appleSnap is one end of a span on macOS.
@@ -267,7 +271,7 @@ func (a *apple) endGPU(sp *appleSpan, e *appleSnap, inTree func(int) bool, in *s
 
 // cpuTarget is the probe target of the per-process CPU energy counter: this process's own.
 func (a *apple) cpuTarget(self int) probeTarget {
-	return probeTarget{name: "proc-energy", period: time.Millisecond, interval: a.probeInterval, read: func() (float64, error) {
+	return probeTarget{name: "proc-energy", period: time.Millisecond, interval: a.probeInterval, now: a.probeNow, sleep: a.probeSleep, read: func() (float64, error) {
 		ru, err := a.cpu.Rusage(self)
 		return float64(ru.energyNJ), err
 	}}
@@ -275,7 +279,7 @@ func (a *apple) cpuTarget(self int) probeTarget {
 
 // railTarget is the probe target of the GPU rail.
 func (a *apple) railTarget() probeTarget {
-	return probeTarget{name: "gpu-rail", period: 100 * time.Millisecond, interval: a.probeInterval, read: func() (float64, error) {
+	return probeTarget{name: "gpu-rail", period: 100 * time.Millisecond, interval: a.probeInterval, now: a.probeNow, sleep: a.probeSleep, read: func() (float64, error) {
 		v, err := a.gpu.Rail()
 		return float64(v), err
 	}}

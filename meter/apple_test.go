@@ -348,9 +348,13 @@ func TestAppleProbe(t *testing.T) {
 	var mu sync.Mutex
 	n := uint64(0)
 	cpu := &advancingSelf{fakeMac: f, n: &n, mu: &mu}
+	// The probes run on a fake clock that their sleeps move: on a loaded machine a real 20 ms
+	// interval may hold fewer than five reads, and the advancing counter would look dead.
+	probeNow, probeSleep, _ := sleepClock()
 	m, err := New(Options{RAPL: "off", NVML: "off", ProcRoot: t.TempDir(), SysfsRoot: t.TempDir(), DevRoot: t.TempDir(),
 		apple: func() (*apple, error) {
-			return &apple{cpu: cpu, gpu: f, sleep: time.Sleep, now: time.Now, poll: time.Millisecond, probeInterval: 20 * time.Millisecond}, nil
+			return &apple{cpu: cpu, gpu: f, sleep: time.Sleep, now: time.Now, poll: time.Millisecond, probeInterval: 20 * time.Millisecond,
+				probeNow: probeNow, probeSleep: probeSleep}, nil
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -496,10 +500,16 @@ func TestAppleStatus(t *testing.T) {
 	var mu sync.Mutex
 	n := uint64(0)
 	cpu := &advancingSelf{fakeMac: f, n: &n, mu: &mu}
+	// Every probe Status runs goes by a fake clock that its sleeps move: on a loaded machine a
+	// real 20 ms interval may hold fewer than five reads, and the advancing counter would look
+	// dead.
+	probeNow, probeSleep, _ := sleepClock()
 	m, err := New(Options{RAPL: "off", NVML: "off", SkipProbe: true, ProcRoot: dir, SysfsRoot: dir, DevRoot: dir,
 		Backends: []BackendInfo{{Name: "ollama", URL: "http://127.0.0.1:11434", PIDFile: pidFile}},
+		probeNow: probeNow, probeSleep: probeSleep,
 		apple: func() (*apple, error) {
-			return &apple{cpu: cpu, gpu: f, sleep: time.Sleep, now: time.Now, poll: time.Millisecond, probeInterval: 20 * time.Millisecond}, nil
+			return &apple{cpu: cpu, gpu: f, sleep: time.Sleep, now: time.Now, poll: time.Millisecond, probeInterval: 20 * time.Millisecond,
+				probeNow: probeNow, probeSleep: probeSleep}, nil
 		}})
 	if err != nil {
 		t.Fatal(err)

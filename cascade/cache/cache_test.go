@@ -108,13 +108,15 @@ func TestHitCarriesSavedAndFreshID(t *testing.T) {
 }
 
 func TestExpiry(t *testing.T) {
-	st := New(10, 50*time.Millisecond)
+	// A TTL of 500 ms: "right after storing" must hold on a loaded machine, where the goroutine
+	// may wait tens of milliseconds for a core between two statements.
+	st := New(10, 500*time.Millisecond)
 	req := &cascade.Request{Raw: json.RawMessage(`{}`)}
 	st.Learn(req, &cascade.Answer{Complete: true})
 	if _, err := st.Serve(context.Background(), req, nil); err != nil {
 		t.Fatal("no hit right after storing")
 	}
-	time.Sleep(120 * time.Millisecond)
+	time.Sleep(600 * time.Millisecond)
 	if _, err := st.Serve(context.Background(), req, nil); !errors.Is(err, cascade.ErrMiss) {
 		t.Fatal("an expired entry still hits")
 	}

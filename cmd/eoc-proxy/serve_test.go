@@ -60,7 +60,14 @@ backends: [{name: up, type: openai, url: %q}]
 		_ = resp.Body.Close()
 		status = resp.StatusCode
 	}()
-	time.Sleep(200 * time.Millisecond) // the call is at the fake now
+	// SIGTERM once the call is at the fake (its Delay holds it there): sent earlier, on a loaded
+	// machine, the call might not have been accepted yet and would be refused.
+	for deadline := time.Now().Add(30 * time.Second); fake.Requests() == 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if fake.Requests() == 0 {
+		t.Fatal("the call never reached the fake")
+	}
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +80,7 @@ backends: [{name: up, type: openai, url: %q}]
 		if err != nil {
 			t.Fatalf("serve returned %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second): // bounds a hang only; generous for a loaded machine
 		t.Fatal("serve did not return after SIGTERM")
 	}
 	if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {

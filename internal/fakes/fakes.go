@@ -247,6 +247,11 @@ func (s *Server) record(r *http.Request) ([]byte, Config, error) {
 	s.last = Request{Method: r.Method, Path: r.URL.Path, Header: r.Header, Body: body}
 	cfg := s.eff
 	s.mu.Unlock()
+	if err != nil {
+		// The client went away while sending its body (its timeout can fire that early on a
+		// loaded machine): a call cut before the fake answered, as much as one cut later.
+		s.sawCancel()
+	}
 	return body, cfg, err
 }
 

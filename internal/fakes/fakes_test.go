@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -151,12 +152,33 @@ func TestOllamaFakeToolCalls(t *testing.T) {
 }
 
 func TestKnobs(t *testing.T) {
+	t.Run("a body cut short records the cancel", func(t *testing.T) {
+		for _, f := range []*fakes.Server{fakes.NewOpenAI(t), fakes.NewOllama(t)} {
+			path := "/v1/chat/completions"
+			if f.Dialect == fakes.Ollama {
+				path = "/api/chat"
+			}
+			u, err := url.Parse(f.BaseURL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = io.WriteString(conn, "POST "+path+" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"model\":")
+			_ = conn.Close() // gone before the body's end
+			if err != nil || !f.WaitCanceled(30*time.Second) || f.Cancels() != 1 {
+				t.Errorf("%v: err %v, cancels %d", f.Dialect, err, f.Cancels())
+			}
+		}
+	})
 	t.Run("block records the cancel", func(t *testing.T) {
 		f := fakes.NewOpenAI(t, fakes.Config{Block: true})
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
 		_, err := openaiClient(f).CreateChatCompletion(ctx, chatReq(false))
-		if err == nil || !f.WaitCanceled(5*time.Second) || f.Cancels() != 1 {
+		if err == nil || !f.WaitCanceled(30*time.Second) || f.Cancels() != 1 {
 			t.Errorf("err %v, cancels %d", err, f.Cancels())
 		}
 	})
