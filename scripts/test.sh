@@ -23,6 +23,26 @@ phase() {
 
 # The e2e suite needs the pinned Ollama; build it once (skipped when bin/ollama is current).
 phase ollama scripts/build-ollama.sh
+
+# What the integration tests start or drive, installed when missing so that this script alone
+# runs the tests on a fresh Debian machine: redis-server (the replicas test), chromium (the
+# page's test), python3 (the mutation check), and the Node SDK scenario's npm packages.
+test_deps() {
+	local need=() sudo=""
+	command -v redis-server >/dev/null || need+=(redis-server)
+	command -v chromium >/dev/null || need+=(chromium)
+	command -v python3 >/dev/null || need+=(python3)
+	command -v npm >/dev/null || need+=(nodejs npm)
+	if ((${#need[@]})); then
+		[[ "$(id -u)" == 0 ]] || sudo=sudo
+		$sudo apt-get update
+		DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends "${need[@]}"
+	fi
+	# npm ci again whenever the lock file is newer than the installed tree.
+	[[ e2e/node/node_modules/.package-lock.json -nt e2e/node/package-lock.json ]] ||
+		npm ci --prefix e2e/node --no-audit --no-fund
+}
+phase deps test_deps
 phase vet go vet ./...
 phase vet-e2e go vet -tags e2e ./e2e/...
 # Pinned, from the module proxy: the first run compiles it (minutes); later runs hit the build cache.
