@@ -48,10 +48,12 @@ func TestInputsRoundTrip(t *testing.T) {
 
 	// Each is under the hash: an edit breaks the chain at that record.
 	for name, edit := range map[string]func(*Record){
-		"low":    func(r *Record) { r.Low = 0.5 },
-		"high":   func(r *Record) { r.High *= 2 },
-		"split":  func(r *Record) { r.PromptJoules *= 2 },
-		"inputs": func(r *Record) { r.Inputs = energy.ListOf(energy.Inputs{Kind: energy.KindStage, Version: energy.StageVersion, WallNS: 1}) },
+		"low":   func(r *Record) { r.Low = 0.5 },
+		"high":  func(r *Record) { r.High *= 2 },
+		"split": func(r *Record) { r.PromptJoules *= 2 },
+		"inputs": func(r *Record) {
+			r.Inputs = energy.ListOf(energy.Inputs{Kind: energy.KindStage, Version: energy.StageVersion, WallNS: 1})
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := decode(t, lines[1])
