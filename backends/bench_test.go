@@ -3,6 +3,7 @@ package backends
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -92,4 +93,34 @@ func BenchmarkBareHop(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchOllamaAnswer is a whole /api/chat answer as the fake (and Ollama) sends it.
+const benchOllamaAnswer = `{"model":"bench-model","created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":"Hello from the fake upstream."},"done":true,"done_reason":"stop","total_duration":7000000,"load_duration":1000000,"prompt_eval_count":12,"prompt_eval_duration":2000000,"eval_count":4,"eval_duration":3000000}`
+
+// BenchmarkOllamaDecode is the decoding of one answer line: into ollamaLine as Chat does, and
+// into api.ChatResponse, what it replaced, for comparison.
+func BenchmarkOllamaDecode(b *testing.B) {
+	data := []byte(benchOllamaAnswer)
+	b.Run("ollamaLine", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var line ollamaLine
+			if err := json.Unmarshal(data, &line); err != nil || !line.Done {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("api.ChatResponse", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var line struct {
+				api.ChatResponse
+				Error string `json:"error"`
+			}
+			if err := json.Unmarshal(data, &line); err != nil || !line.Done {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -384,10 +384,10 @@ func TestOllamaConv(t *testing.T) {
 	args.Set("q", "go")
 	lp := []api.Logprob{{TokenLogprob: api.TokenLogprob{Token: "Hi", Logprob: -0.5}}}
 	c := &ollamaConv{backend: "o", id: "chatcmpl-x", model: "m"}
-	steps := []api.ChatResponse{
-		{Model: "m", Message: api.Message{Role: "assistant", Thinking: "hmm"}},
-		{Model: "m", Message: api.Message{Role: "assistant", Content: "Hi"}, Logprobs: lp},
-		{Model: "m", Message: api.Message{Role: "assistant", ToolCalls: []api.ToolCall{{Function: api.ToolCallFunction{Name: "search", Arguments: args}}}}},
+	steps := []ollamaLine{
+		{Model: "m", Message: ollamaMessage{Thinking: "hmm"}},
+		{Model: "m", Message: ollamaMessage{Content: "Hi"}, Logprobs: lp},
+		{Model: "m", Message: ollamaMessage{ToolCalls: []api.ToolCall{{Function: api.ToolCallFunction{Name: "search", Arguments: args}}}}},
 		{Model: "m", Done: true, DoneReason: "stop", Metrics: api.Metrics{PromptEvalCount: 3, EvalCount: 5}},
 	}
 	var chunks []*cascade.Chunk
