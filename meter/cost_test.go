@@ -297,15 +297,16 @@ func TestTreeFollowsLastPID(t *testing.T) {
 	cfs.take()
 	// No PID handed out: the tree cannot have grown (the fixture breaks that rule on purpose, to
 	// show the walk is skipped).
-	addChild(103, 102, 1)
+	addChild(5001, 102, 1)
 	m.Begin("ollama").End(Work{})
 	if n := cfs.take(); b.walks != 1 || n["read children"] != 0 || n["readdir task"] != 0 {
 		t.Fatalf("a span walked the tree though the last PID stood still: %d walks, reads %v", b.walks, n)
 	}
-	// A PID was handed out before the span: End walks; Begin, within treeTTL, may not.
+	// A PID was handed out before the span, to a child of the tree: End walks; Begin, within
+	// treeTTL, may not.
 	setLastPID(5001)
 	m.Begin("ollama").End(Work{})
-	if !slices.Equal(tree(), []int{100, 101, 102, 103}) {
+	if !slices.Equal(tree(), []int{100, 101, 102, 5001}) {
 		t.Fatalf("tree after the last PID moved = %v", tree())
 	}
 	// A runner born inside the span: found at End, and counted whole.
@@ -314,15 +315,95 @@ func TestTreeFollowsLastPID(t *testing.T) {
 		t.Skip("no boot clock:", err)
 	}
 	s := m.Begin("ollama")
-	addChild(104, 103, now+1)
+	addChild(5002, 5001, now+1)
 	setLastPID(5002)
 	f := s.End(Work{})
-	if !slices.Contains(tree(), 104) || f.Method != MethodCPUTimeModel || f.Reason != ReasonNoRAPL {
+	if !slices.Contains(tree(), 5002) || f.Method != MethodCPUTimeModel || f.Reason != ReasonNoRAPL {
 		t.Fatalf("runner born in the span: tree %v, figure %+v", tree(), f)
 	}
-	// Every process but 104 advanced 1 ms between two reads; 104 counts its 0.5 s whole.
+	// Every process but 5002 advanced 1 ms between two reads; 5002 counts its 0.5 s whole.
 	if want := (4*0.001 + 0.5) * DefaultCPUWattsPerCore; f.CPUJoules < want-1e-9 || f.CPUJoules > want+1e-9 {
 		t.Fatalf("CPU joules = %v, want %v", f.CPUJoules, want)
+	}
+}
+
+// TestTreeNewPIDsOutside: a few PIDs handed out to processes or threads outside the tree, or
+// to processes already gone, are looked at one by one instead of walking the tree; a reused
+// tree PID, a child of the tree found behind other PIDs, a stat that cannot be read, too many
+// PIDs or a wrap of the PID counter make End walk.
+func TestTreeNewPIDsOutside(t *testing.T) {
+	m, cfs, _, procRoot := localFixtureMeter(t, nil)
+	b := m.backends["ollama"]
+	setLastPID := func(pid int) {
+		writeFile(t, filepath.Join(procRoot, "loadavg"), fmt.Sprintf("0.12 0.30 0.25 1/93 %d\n", pid))
+	}
+	addProc := func(pid, parent int) {
+		if err := os.MkdirAll(filepath.Join(procRoot, fmt.Sprint(pid)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(procRoot, fmt.Sprint(pid), "stat"), fmt.Sprintf("%d (other) S %d %d %d 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 7 0 0", pid, parent, pid, pid))
+	}
+	tree := func() []int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return slices.Clone(b.tree)
+	}
+	span := func(wantWalks uint64, what string) {
+		t.Helper()
+		before := b.walks
+		m.Begin("ollama").End(Work{})
+		if got := b.walks - before; got != wantWalks {
+			t.Fatalf("%s: %d walks, want %d (tree %v)", what, got, wantWalks, tree())
+		}
+	}
+	span(1, "first span")
+	cfs.take()
+	// 5001: an unrelated process; 5002: gone; 5003: a thread of the root, whose stat shows the
+	// root's parent (1).
+	addProc(5001, 77)
+	addProc(5003, 1)
+	setLastPID(5003)
+	span(0, "PIDs outside the tree")
+	if n := cfs.take(); n["read stat"] != 4 || n["read children"] != 0 || n["readdir task"] != 0 {
+		t.Fatalf("PIDs outside the tree: reads %v, want the three new PIDs' stats and the root's", n)
+	}
+	span(0, "the same PIDs again")
+	// A child of the tree behind an unrelated PID.
+	addProc(5004, 55)
+	addProc(5005, 102)
+	writeFile(t, filepath.Join(procRoot, "102", "task", "102", "children"), "5005")
+	setLastPID(5005)
+	span(1, "a child of the tree")
+	if !slices.Contains(tree(), 5005) {
+		t.Fatalf("tree %v lacks the new child", tree())
+	}
+	// A stat that cannot be read (here a directory) may be anyone's.
+	if err := os.MkdirAll(filepath.Join(procRoot, "5006", "stat"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	setLastPID(5006)
+	span(1, "an unreadable stat")
+	// More PIDs than maxNewPIDs: a walk is cheaper.
+	setLastPID(5006 + maxNewPIDs + 1)
+	span(1, "many new PIDs")
+	// A wrap: the counter went back to 50, and 50 is a child of the tree.
+	addProc(50, 100)
+	writeFile(t, filepath.Join(procRoot, "100", "task", "100", "children"), "50")
+	setLastPID(50)
+	span(1, "a wrap")
+	if !slices.Contains(tree(), 50) {
+		t.Fatalf("tree %v lacks the child born after the wrap", tree())
+	}
+	// After the wrap 102 ended and its PID went to a process outside the tree: the walk
+	// drops it rather than read a stranger's CPU time.
+	setLastPID(101)
+	span(1, "many new PIDs after the wrap")
+	addProc(102, 1)
+	writeFile(t, filepath.Join(procRoot, "101", "task", "101", "children"), "")
+	setLastPID(102)
+	span(1, "a tree PID reused")
+	if slices.Contains(tree(), 102) {
+		t.Fatalf("tree %v keeps the reused PID 102", tree())
 	}
 }
 

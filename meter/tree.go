@@ -1,6 +1,11 @@
 package meter
 
-import "time"
+import (
+	"errors"
+	"io/fs"
+	"slices"
+	"time"
+)
 
 // sampleTree reads the CPU time of the backend's processes: per process, or the cgroup's total.
 // atEnd is set at a span's end (see tree).
@@ -43,11 +48,12 @@ func (m *Meter) sampleTree(b *backendState, dst []procSample, atEnd bool) ([]pro
 
 // tree returns the backend's root process and its descendants, root first. It reuses the last
 // walk while that is known complete: no PID has been handed out on the host since the walk
-// began (the last PID in /proc/loadavg stands still), so no process can have joined the tree
-// and no PID in it can have been reused; processes that left fail their CPU read. Otherwise it
-// walks again. At a span's end it also checks that the root is still alive (one poll of its
-// pidfd). Begin trusts a tree known complete less than treeTTL ago without reading anything.
-// The slice is shared: read-only.
+// began (the last PID in /proc/loadavg stands still), or the few handed out went to processes
+// or threads outside the tree (newPIDsOutside), so no process can have joined the tree and no
+// PID in it can have been reused; processes that left fail their CPU read. Otherwise it walks
+// again. At a span's end it also checks that the root is still alive (one poll of its pidfd).
+// Begin trusts a tree known complete less than treeTTL ago without reading anything. The slice
+// is shared: read-only.
 func (m *Meter) tree(b *backendState, atEnd bool) ([]int, error) {
 	b.mu.Lock()
 	if err := b.noProcessLocked(); err != nil {
@@ -59,13 +65,18 @@ func (m *Meter) tree(b *backendState, atEnd bool) ([]int, error) {
 		b.mu.Unlock()
 		return t, nil
 	}
+	known := b.tree != nil && b.treeRoot == b.pid && b.treeCurOK
+	t, from := b.tree, b.treeCur
 	b.mu.Unlock()
 
 	cur, curOK := m.proc.lastPID()
+	if known && (!curOK || cur != from && !m.newPIDsOutside(t, from, cur)) {
+		known = false
+	}
 	b.mu.Lock()
-	if b.tree != nil && b.treeRoot == b.pid && curOK && b.treeCurOK && cur == b.treeCur {
+	if known && sameTree(b.tree, t) && b.treeRoot == b.pid && b.treeCur == from {
 		if !atEnd || b.aliveLocked(m.proc) {
-			t := b.tree
+			b.treeCur = cur
 			b.treeSeen = time.Now()
 			b.mu.Unlock()
 			return t, nil
@@ -87,6 +98,43 @@ func (m *Meter) tree(b *backendState, atEnd bool) ([]int, error) {
 	}
 	b.mu.Unlock()
 	return pids, nil
+}
+
+// maxNewPIDs bounds the PIDs newPIDsOutside looks at before a walk is cheaper. It reads one
+// /proc/<pid>/stat per PID (about 7 µs on a 2-core VM, BenchmarkRead/process-stat), where a walk
+// reads each tree process's task directory and every thread's children file (17 µs for one
+// small process, BenchmarkRead/children; 40 µs for the two processes of
+// BenchmarkBeginEnd/local-live-proc-no-rapl-walk, more for Ollama and its runner).
+const maxNewPIDs = 4
+
+// newPIDsOutside reports whether each PID handed out after from, up to cur, is known to be
+// outside tree: gone (no /proc/<pid>), or a process or thread that is not a tree PID reused
+// and whose parent is not in tree. A PID's parent is created before it, and PIDs rise until
+// they wrap, so a process joining the tree has its parent in tree or among the PIDs looked at
+// before it, which made this false already. A new thread of a tree process other than the root
+// shows its process's parent, in tree, and costs a walk that finds nothing new. A wrap (cur
+// below from), more than maxNewPIDs PIDs, or a stat that cannot be read for another reason,
+// reports false: walk.
+func (m *Meter) newPIDsOutside(tree []int, from, cur uint64) bool {
+	if cur-from > maxNewPIDs { // a wrap makes the difference huge
+		return false
+	}
+	for id := from + 1; id <= cur; id++ {
+		pid := int(id)
+		st, err := m.proc.stat(pid)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // it ended: it is in no tree a walk could find
+		}
+		if err != nil || slices.Contains(tree, pid) || slices.Contains(tree, st.ppid) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameTree reports whether a and b are the same stored walk.
+func sameTree(a, b []int) bool {
+	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
 }
 
 // treePIDs lists the backend's processes afresh: the cgroup's, or the root process and its

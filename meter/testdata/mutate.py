@@ -38,7 +38,11 @@ muts = [
  ("dead counter used anyway", "meter.go", "m.rapl, m.raplErr = nil, fmt.Errorf(\"rapl: %w: %s\", errCounterDead, res.Detail)", "_ = res"),
  ("new child not counted", "tree.go", "\t\t\tif started(e.pid) {\n\t\t\t\tns += e.cpu", "\t\t\tif started(e.pid) {\n\t\t\t\tns += 0"),
  # The cost work: a cheaper span must not be a less honest one.
- ("cached tree trusted though a PID was handed out", "tree.go", "if b.tree != nil && b.treeRoot == b.pid && curOK && b.treeCurOK && cur == b.treeCur {", "if b.tree != nil && b.treeRoot == b.pid {"),
+ ("cached tree trusted though a PID was handed out", "tree.go", "if known && (!curOK || cur != from && !m.newPIDsOutside(t, from, cur)) {", "if false {"),
+ ("new PID: its parent not checked against the tree", "tree.go", "slices.Contains(tree, pid) || slices.Contains(tree, st.ppid)", "slices.Contains(tree, pid) || st.ppid < 0"),
+ ("new PID: a reused tree PID not noticed", "tree.go", "slices.Contains(tree, pid) || slices.Contains(tree, st.ppid)", "slices.Contains(tree, st.ppid)"),
+ ("new PID: an unreadable stat taken as outside", "tree.go", "if err != nil || slices.Contains(tree, pid)", "if slices.Contains(tree, pid)"),
+ ("new PID: a wrap or too many trusted", "tree.go", "if cur-from > maxNewPIDs { // a wrap makes the difference huge", "if false {"),
  ("root not checked alive at End", "tree.go", "if !atEnd || b.aliveLocked(m.proc) {", "if true {"),
  ("pidfd exit ignored", "clock_linux.go", "return n > 0, nil", "return n < 0, nil"),
  ("another namespace's /proc trusted for the last PID", "meter.go", "err == nil && self != strconv.Itoa(m.selfPID)", "err == nil && self != strconv.Itoa(m.selfPID) && false"),
