@@ -71,6 +71,24 @@ func BenchmarkBeginEnd(b *testing.B) {
 			s.End(Work{Model: "llama3", PromptTokens: 100, CompletionTokens: 100})
 		}
 	})
+	// As if one PID had been handed out on the host during every call, outside the tree: End
+	// reads that PID's stat rather than walk.
+	b.Run("local-live-proc-no-rapl-new-pid", func(b *testing.B) {
+		port, _, _ := startBackend(b, false)
+		m := meter(b, b.TempDir(), BackendInfo{Name: "local", URL: fmt.Sprintf("http://127.0.0.1:%d", port)})
+		be := m.backends["local"]
+		m.Begin("local").End(Work{})
+		walks := be.walks
+		b.ReportAllocs()
+		for b.Loop() {
+			s := m.Begin("local")
+			be.mu.Lock()
+			be.treeCur--
+			be.mu.Unlock()
+			s.End(Work{Model: "llama3", PromptTokens: 100, CompletionTokens: 100})
+		}
+		b.ReportMetric(float64(be.walks-walks)/float64(b.N), "walks/op")
+	})
 	// A real backend, e.g. Ollama with a model loaded: EOC_METER_BENCH_URL=http://127.0.0.1:11434.
 	b.Run("env-backend", func(b *testing.B) {
 		u := os.Getenv("EOC_METER_BENCH_URL")
