@@ -64,14 +64,15 @@ func ollamaMessages(in []cascade.Message) ([]api.Message, error) {
 	out := make([]api.Message, 0, len(in))
 	for i := range in {
 		m := &in[i]
-		om := api.Message{Role: m.Role, ToolCallID: m.ToolCallID}
+		out = append(out, api.Message{Role: m.Role, ToolCallID: m.ToolCallID})
+		om := &out[i] // filled in place: a local api.Message would escape, one allocation a message
 		switch m.Role {
 		case "developer":
 			om.Role = "system"
 		case "function": // the legacy shape of a tool result
 			om.Role = "tool"
 		}
-		if err := ollamaContent(m.Content, &om, i); err != nil {
+		if err := ollamaContent(m.Content, om, i); err != nil {
 			return nil, err
 		}
 		for j, tc := range m.ToolCalls {
@@ -89,7 +90,6 @@ func ollamaMessages(in []cascade.Message) ([]api.Message, error) {
 				om.ToolName = toolNameByID(in[:i], m.ToolCallID)
 			}
 		}
-		out = append(out, om)
 	}
 	return out, nil
 }
