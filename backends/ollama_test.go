@@ -442,3 +442,37 @@ func TestOllamaErrorLineMidStream(t *testing.T) {
 }
 
 func b64(b []byte) string { return base64Std(b) }
+
+// TestOllamaLineMatchesChatResponse: ollamaLine decodes every field the conversion reads as
+// api.ChatResponse does, so the answers and chunks made from either are the same.
+func TestOllamaLineMatchesChatResponse(t *testing.T) {
+	for _, line := range []string{
+		benchOllamaAnswer,
+		`{"model":"m","created_at":"2024-05-06T07:08:09.123456789+02:00","message":{"role":"ASSISTANT","content":"","thinking":"let me see","tool_calls":[{"id":"call_1","function":{"index":0,"name":"search","arguments":{"q":"go","n":3,"deep":{"a":[1,2.5,"x"]}}}},{"function":{"index":1,"name":"noargs","arguments":{}}}]},"done":true,"done_reason":"stop","prompt_eval_count":7,"eval_count":2}`,
+		`{"model":"m","created_at":"2024-01-01T00:00:00Z","message":{"role":"assistant","content":"Hi \u003cthere\u003e \ud83d\ude00","images":["aGk="]},"logprobs":[{"token":"Hi","logprob":-0.25,"bytes":[72,105],"top_logprobs":[{"token":"Hi","logprob":-0.25},{"token":"Hey","logprob":-1.5}]}],"done":false}`,
+		`{"model":"m","message":{"content":"x"},"done":true,"done_reason":"length","total_duration":5,"load_duration":1,"prompt_eval_duration":2,"eval_duration":3,"remote_model":"r","_debug_info":{"rendered_template":"t"}}`,
+		`{"error":"model \"m\" not found"}`,
+		`{}`,
+	} {
+		var lean ollamaLine
+		var full struct {
+			api.ChatResponse
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(line), &lean); err != nil {
+			t.Fatalf("ollamaLine %s: %v", line, err)
+		}
+		if err := json.Unmarshal([]byte(line), &full); err != nil {
+			t.Fatalf("api.ChatResponse %s: %v", line, err)
+		}
+		r := &full.ChatResponse
+		want := ollamaLine{Model: r.Model, CreatedAt: r.CreatedAt, Done: r.Done, DoneReason: r.DoneReason, Logprobs: r.Logprobs, Metrics: r.Metrics, Error: full.Error,
+			Message: ollamaMessage{Content: r.Message.Content, Thinking: r.Message.Thinking, ToolCalls: r.Message.ToolCalls}}
+		if got, w := mustJSON(t, lean), mustJSON(t, want); got != w || !lean.CreatedAt.Equal(want.CreatedAt) {
+			t.Errorf("%s\nollamaLine       %s\napi.ChatResponse %s", line, got, w)
+		}
+		if !reflect.DeepEqual(lean.Metrics, want.Metrics) || !reflect.DeepEqual(lean.Logprobs, want.Logprobs) {
+			t.Errorf("%s: metrics or logprobs differ: %+v %+v", line, lean, want)
+		}
+	}
+}
