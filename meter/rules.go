@@ -113,8 +113,8 @@ const ConstantsVersion = "meter-1"
 
 // treeTTL is how long Begin trusts the tree last known complete (walked, or confirmed by an
 // End) without reading the last PID: a child born just before Begin and missed then is found
-// by End, which never trusts a tree walked before the last PID moved, and makes the count
-// short rather than wrong.
+// by End, which trusts a tree walked before the last PID moved only after reading each PID
+// handed out since (newPIDsOutside), and makes the count short rather than wrong.
 const treeTTL = time.Second
 
 // rediscoverEvery limits how often a backend whose process was not found is looked for again:
