@@ -142,6 +142,7 @@ func (o *Ollama) stream(ctx context.Context, cancel context.CancelFunc, body io.
 		}
 		return nil
 	}
+	var line ollamaLine // one for all lines: it escapes to the heap, and nothing keeps it
 	for {
 		raw, err := lr.next()
 		if err != nil {
@@ -153,7 +154,7 @@ func (o *Ollama) stream(ctx context.Context, cancel context.CancelFunc, body io.
 		if len(bytes.TrimSpace(raw)) == 0 {
 			continue
 		}
-		var line ollamaLine
+		line = ollamaLine{}
 		if err := json.Unmarshal(raw, &line); err != nil {
 			return conv.final(false), &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("decoding stream line: %w", err)}
 		}
