@@ -83,8 +83,9 @@ type procSample struct {
 // It reads only what the figure can use. A remote backend, and a local one with no processes
 // to meter (not found, or listening in this process), read nothing: their figure is priced by
 // tokens. A local one reads the CPU clock of each process of its tree, which is walked again
-// only after a new PID was handed out on the host (End reads the last PID from /proc/loadavg,
-// and polls the root's pidfd). The host's CPU time, the proxy's and RAPL are read only when a
+// only after a new PID that may be the tree's was handed out on the host (End reads the last
+// PID from /proc/loadavg, the stat of each of up to 4 new PIDs, and polls the root's pidfd).
+// The host's CPU time, the proxy's and RAPL are read only when a
 // measured CPU figure is possible: RAPL live and no other local span open. NVML is read only
 // when live; then a goroutine waits (bounded) for each GPU counter's next update, the Begin end
 // of the GPU window. The tree's CPU time read here is booked in the backend's edge book, which
