@@ -63,9 +63,9 @@ func agree[T any](t *testing.T, body []byte) {
 // TestUnmarshalKeepsEncodingJSONErrors: a refusal names the field as encoding/json's error does.
 func TestUnmarshalKeepsEncodingJSONErrors(t *testing.T) {
 	for body, want := range map[string]string{
-		`{"model":1}`:                     "model: expected string, got number",
+		`{"model":1}`:                    "model: expected string, got number",
 		`{"model":"m","max_tokens":"9"}`: "max_tokens: expected int, got string",
-		`{"model":`:                       "malformed JSON at byte 9: unexpected end of JSON input",
+		`{"model":`:                      "malformed JSON at byte 9: unexpected end of JSON input",
 	} {
 		var req cascade.ChatRequest
 		e := unmarshal([]byte(body), &req)
