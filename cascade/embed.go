@@ -125,7 +125,7 @@ func (c *Cascade) Embed(ctx context.Context, call *EmbedCall, res *EmbedResult) 
 		took := time.Since(start)
 		res.Attempts = append(res.Attempts, Attempt{Stage: st.Name(), Duration: took, Err: err})
 		if errors.Is(err, ErrMiss) {
-			span.End(stageResult(call.Req.Model, nil, err))
+			span.endStage(call.Req.Model, nil, err)
 			continue
 		}
 		if e != nil && e.Energy.IsZero() {
@@ -134,7 +134,7 @@ func (c *Cascade) Embed(ctx context.Context, call *EmbedCall, res *EmbedResult) 
 		if e != nil {
 			span.End(SpanResult{Model: call.Req.Model, Backend: e.Backend, Outcome: stageOutcome(err), Err: err, Energy: e.Energy})
 		} else {
-			span.End(stageResult(call.Req.Model, nil, err))
+			span.endStage(call.Req.Model, nil, err)
 		}
 		if err != nil {
 			if i == len(stages)-1 || ctx.Err() != nil {

@@ -67,6 +67,14 @@ func (t TraceSpan) End(r SpanResult) {
 	}
 }
 
+// endStage closes a stage span with stageResult's account of ans and err; on the zero TraceSpan
+// it computes nothing (stageResult's errors.As allocates).
+func (t TraceSpan) endStage(model string, ans *Answer, err error) {
+	if t.s != nil {
+		t.s.End(stageResult(model, ans, err))
+	}
+}
+
 // stageOutcome is a stage span's outcome word for err, as eoc_stage_duration_seconds names it.
 func stageOutcome(err error) string {
 	switch {

@@ -81,6 +81,9 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 		}
 	}
 	var spent energy.Figure // what stages that did not answer spent outside this process
+	if res.Attempts == nil {
+		res.Attempts = make([]Attempt, 0, len(c.stages))
+	}
 	for i, st := range c.stages {
 		res.Stage = st.Name()
 		writing = res.Stage
@@ -89,12 +92,16 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 		ans, err := st.Serve(sctx, req, tracked)
 		took := time.Since(start)
 		res.Attempts = append(res.Attempts, Attempt{Stage: st.Name(), Duration: took, Err: err})
+		if err == ErrMiss { //nolint:errorlint // the common miss, spared errors.As's reflection; wrapped ones go below
+			span.endStage(req.Chat.Model, nil, err)
+			continue
+		}
 		var se *SpentError
 		if errors.As(err, &se) {
 			spent = spent.Plus(se.Energy)
 		}
 		if errors.Is(err, ErrMiss) {
-			span.End(stageResult(req.Chat.Model, nil, err))
+			span.endStage(req.Chat.Model, nil, err)
 			continue
 		}
 		if ans != nil {
@@ -103,7 +110,7 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 			}
 			ans.Energy, ans.Spent, ans.SpentTime = ans.Energy.Plus(ans.Spent), energy.Figure{}, 0
 		}
-		span.End(stageResult(req.Chat.Model, ans, err))
+		span.endStage(req.Chat.Model, ans, err)
 		if err != nil {
 			if i == len(c.stages)-1 || res.Wrote || ctx.Err() != nil {
 				res.Answer = withSpent(ans, spent)

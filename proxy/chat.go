@@ -10,12 +10,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
+	jsonv1 "github.com/go-json-experiment/json/v1"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
@@ -392,7 +394,18 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, *APIE
 }
 
 // unmarshal decodes a request body into v; a failure names the field.
+//
+// It decodes with go-json-experiment/json's v1 package (encoding/json's semantics implemented on
+// its v2 decoder, what encoding/json becomes under GOEXPERIMENT=jsonv2): 2.7x faster than
+// encoding/json on a chat request (2.5 vs 6.7 µs, proxy BenchmarkDecodeRequest), about a
+// twentieth of a cache hit's CPU. A body it refuses is decoded again by encoding/json, from zero,
+// so that refusals keep encoding/json's errors and a body only one of them accepts is still
+// decoded; FuzzDecodeAgreesWithEncodingJSON checks that they agree.
 func unmarshal(body []byte, v any) *APIError {
+	if jsonv1.Unmarshal(body, v) == nil {
+		return nil
+	}
+	reflect.ValueOf(v).Elem().SetZero()
 	if err := json.Unmarshal(body, v); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		var syntaxErr *json.SyntaxError

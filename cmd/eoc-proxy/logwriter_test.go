@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // slowBuffer is a buffer whose writes can be held, to pile lines up behind one.
@@ -84,5 +85,24 @@ func TestLineWriterBatches(t *testing.T) {
 	}
 	if out.writes > 3 {
 		t.Fatalf("%d writes for 101 lines logged behind one write, want them batched", out.writes)
+	}
+}
+
+// TestLineWriterFlushesWithoutClose: a line goes out on its own, from the timer, with no Close
+// and no further line to push it.
+func TestLineWriterFlushesWithoutClose(t *testing.T) {
+	out := &slowBuffer{}
+	lw := newLineWriter(out)
+	defer func() { _ = lw.Close() }()
+	for i := range 3 { // three batches: the timer is armed again after each flush
+		line := fmt.Sprintf("line %d\n", i)
+		_, _ = lw.Write([]byte(line))
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.HasSuffix(out.String(), line) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%q not written 10 s after Write; have %q", line, out.String())
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 }
