@@ -14,6 +14,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/internal/jsonx"
 )
 
 var (
@@ -138,7 +139,7 @@ func (o *OpenAI) whole(ctx context.Context, body io.Reader) (*cascade.Answer, er
 		return nil, o.transportError(ctx, fmt.Errorf("reading response: %w", err))
 	}
 	var w wireAnswer
-	if err := json.Unmarshal(buf.Bytes(), &w); err != nil {
+	if err := jsonx.Unmarshal(buf.Bytes(), &w); err != nil {
 		return nil, &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("decoding response: %w", err)}
 	}
 	ans := &w.Answer
@@ -204,7 +205,7 @@ func (o *OpenAI) stream(ctx context.Context, cancel context.CancelFunc, body io.
 			break
 		}
 		w := new(wireChunk)
-		if err := json.Unmarshal(data, w); err != nil {
+		if err := jsonx.Unmarshal(data, w); err != nil {
 			return finish(false), &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("decoding stream chunk: %w", err)}
 		}
 		if len(w.Error) > 0 && string(w.Error) != "null" {

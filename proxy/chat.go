@@ -10,17 +10,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"reflect"
 	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
-	jsonv1 "github.com/go-json-experiment/json/v1"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/internal/jsonx"
 )
 
 // The X-EOC headers (X-EOC-Joules, …), spelled in Go's canonical form so setting them allocates
@@ -393,20 +392,10 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, *APIE
 	return body, nil
 }
 
-// unmarshal decodes a request body into v; a failure names the field.
-//
-// It decodes with go-json-experiment/json's v1 package (encoding/json's semantics implemented on
-// its v2 decoder, what encoding/json becomes under GOEXPERIMENT=jsonv2): 2.7x faster than
-// encoding/json on a chat request (2.5 vs 6.7 µs, proxy BenchmarkDecodeRequest), about a
-// twentieth of a cache hit's CPU. A body it refuses is decoded again by encoding/json, from zero,
-// so that refusals keep encoding/json's errors and a body only one of them accepts is still
-// decoded; FuzzDecodeAgreesWithEncodingJSON checks that they agree.
+// unmarshal decodes a request body into v (internal/jsonx: encoding/json's semantics and errors,
+// faster); a failure names the field.
 func unmarshal(body []byte, v any) *APIError {
-	if jsonv1.Unmarshal(body, v) == nil {
-		return nil
-	}
-	reflect.ValueOf(v).Elem().SetZero()
-	if err := json.Unmarshal(body, v); err != nil {
+	if err := jsonx.Unmarshal(body, v); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		var syntaxErr *json.SyntaxError
 		switch {

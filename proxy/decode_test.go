@@ -2,12 +2,10 @@ package proxy
 
 import (
 	"encoding/json"
-	"reflect"
 	"testing"
 
-	jsonv1 "github.com/go-json-experiment/json/v1"
-
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/internal/jsonx"
 )
 
 // decodeSeeds are request bodies of every shape the handlers take, good and bad.
@@ -26,38 +24,21 @@ var decodeSeeds = []string{
 	`{"model":"e","input":["a","b"],"encoding_format":"float","dimensions":8}`, `{"model":"e","input":[[1,2],[3]]}`,
 }
 
-// FuzzDecodeAgreesWithEncodingJSON checks that the request decoder (go-json-experiment/json's
-// v1 package) accepts exactly what encoding/json accepts and decodes it to the same values, for
-// both request types the proxy decodes.
+// FuzzDecodeAgreesWithEncodingJSON checks that the request decoder (internal/jsonx) accepts
+// exactly what encoding/json accepts and decodes it to the same values, for both request types
+// the proxy decodes.
 func FuzzDecodeAgreesWithEncodingJSON(f *testing.F) {
 	for _, s := range decodeSeeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		agree[cascade.ChatRequest](t, body)
-		agree[embeddingsRequest](t, body)
+		if err := jsonx.Agrees[cascade.ChatRequest](body); err != nil {
+			t.Fatal(err)
+		}
+		if err := jsonx.Agrees[embeddingsRequest](body); err != nil {
+			t.Fatal(err)
+		}
 	})
-}
-
-func agree[T any](t *testing.T, body []byte) {
-	t.Helper()
-	var std, fast T
-	stdErr := json.Unmarshal(body, &std)
-	fastErr := jsonv1.Unmarshal(body, &fast)
-	if (stdErr == nil) != (fastErr == nil) {
-		t.Fatalf("%T from %q: encoding/json says %v, jsonv1 says %v", std, body, stdErr, fastErr)
-	}
-	if stdErr == nil && !reflect.DeepEqual(std, fast) {
-		t.Fatalf("%T from %q:\nencoding/json %+v\njsonv1        %+v", std, body, std, fast)
-	}
-	// unmarshal itself: the same value, or the same refusal as encoding/json's.
-	var got T
-	if e := unmarshal(body, &got); (e == nil) != (stdErr == nil) {
-		t.Fatalf("%T from %q: unmarshal says %v, encoding/json %v", std, body, e, stdErr)
-	}
-	if stdErr == nil && !reflect.DeepEqual(std, got) {
-		t.Fatalf("%T from %q: unmarshal %+v, encoding/json %+v", std, body, got, std)
-	}
 }
 
 // TestUnmarshalKeepsEncodingJSONErrors: a refusal names the field as encoding/json's error does.
