@@ -11,85 +11,108 @@ import (
 	chromem "github.com/philippgille/chromem-go"
 )
 
-// The similarity index is a sign sketch (SimHash) per entry: 256 random hyperplanes, one bit
-// each for the side of the plane the vector falls on. Two unit vectors with cosine c differ on a
+// The similarity index is a sign sketch (SimHash) per entry: the signs of 256 coordinates of the
+// vector after a pseudo-random rotation, one bit each. Two unit vectors with cosine c differ on a
 // bit with probability acos(c)/π, so the Hamming distance between sketches estimates the angle.
 // A query scans every sketch (four XOR-and-popcounts an entry, sequential in memory) and keeps
 // those within a cutoff set four standard deviations above the distance expected at the
 // threshold; only those are scored exactly. At a threshold of 0.95 the cutoff is 46 bits: an
-// entry at exactly the threshold is missed with probability ~3e-5, and an unrelated entry
+// entry at exactly the threshold is missed with probability ~4e-5, and an unrelated entry
 // (c ≈ 0.6) survives with probability ~1e-5. A miss costs one model call, never a wrong answer.
+//
+// The rotation is HD₃ (Andoni, Indyk, Laarhoven, Razenshteyn and Schmidt, "Practical and Optimal
+// LSH for Angular Distance", NeurIPS 2015): three rounds of random sign flips, each followed by a
+// Walsh-Hadamard transform, on the vector padded to a power of two. It stands in for 256 Gaussian
+// hyperplanes (the sketch until 2026-12): 3·n·log₂n additions instead of 256 multiply-adds per
+// nonzero coordinate, 27 µs → 3 µs for a built-in embedding (BenchmarkSketch), and additions
+// only, so the bits are the same on every platform (no fused multiply-add). Sketches are never
+// stored or sent: every place that indexes a vector (load, learn, the Redis stream, import)
+// sketches it in this process, so changing the definition needs no migration.
+// TestSketchRecall and TestSketchBuiltinPairs check the distances against acos(c)/π.
 const (
 	sketchBits  = 256
 	sketchWords = sketchBits / 64
-	// lshSeed fixes the hyperplanes, so sketches are the same in every process.
-	lshSeed = 0x0e0c_6b76_0000_0001
+	// lshSeed fixes the sign flips, so sketches are the same in every process.
+	lshSeed = 0x0e0c_6b76_0000_0002
 )
 
-// lsh holds the hyperplanes for one dimension, transposed (dim × sketchBits) so that a sparse
-// vector touches only its nonzero rows. It is read-only after newLSH.
+// lsh is the rotation for one dimension. It is read-only after newLSH.
 type lsh struct {
-	dim int
-	t   []float32
+	dim   int
+	n     int          // transform length: a power of two, at least dim and sketchBits
+	signs [3][]float32 // ±1 for each round
 }
 
 func newLSH(dim int) *lsh {
-	r := rand.New(rand.NewPCG(lshSeed, uint64(dim)))
-	t := make([]float32, dim*sketchBits)
-	for i := range t {
-		t[i] = float32(r.NormFloat64())
+	n := sketchBits
+	for n < dim {
+		n *= 2
 	}
-	return &lsh{dim: dim, t: t}
+	r := rand.New(rand.NewPCG(lshSeed, uint64(dim)))
+	l := &lsh{dim: dim, n: n}
+	for k := range l.signs {
+		l.signs[k] = make([]float32, n)
+		for i := range l.signs[k] {
+			l.signs[k][i] = float32(1 - 2*int(r.Uint64()&1))
+		}
+	}
+	return l
 }
 
 // sketch is a vector's sign bits.
 type sketch [sketchWords]uint64
 
-// sketch projects v on the hyperplanes. Each accumulator adds v's nonzero rows in index order, as
-// one row at a time would; taking eight rows a pass keeps the accumulator in a register across
-// them, an eighth of the loads and stores.
+// sketch rotates v and takes the signs of the first sketchBits coordinates.
 func (l *lsh) sketch(v []float32) sketch {
-	var acc [sketchBits]float32
-	var xs [8]float32
-	var rows [8][]float32
-	n := 0
-	for i, x := range v {
-		if x == 0 {
-			continue
-		}
-		xs[n], rows[n] = x, l.t[i*sketchBits:(i+1)*sketchBits]
-		if n++; n == 8 {
-			x0, x1, x2, x3, x4, x5, x6, x7 := xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], xs[6], xs[7]
-			r0, r1, r2, r3 := rows[0][:sketchBits], rows[1][:sketchBits], rows[2][:sketchBits], rows[3][:sketchBits]
-			r4, r5, r6, r7 := rows[4][:sketchBits], rows[5][:sketchBits], rows[6][:sketchBits], rows[7][:sketchBits]
-			for k := range acc {
-				a := acc[k]
-				a += x0 * r0[k]
-				a += x1 * r1[k]
-				a += x2 * r2[k]
-				a += x3 * r3[k]
-				a += x4 * r4[k]
-				a += x5 * r5[k]
-				a += x6 * r6[k]
-				a += x7 * r7[k]
-				acc[k] = a
-			}
-			n = 0
-		}
+	var buf [1024]float32
+	var x []float32
+	if l.n <= len(buf) {
+		x = buf[:l.n]
+	} else {
+		x = make([]float32, l.n)
 	}
-	for j := range n {
-		x, row := xs[j], rows[j][:sketchBits]
-		for k := range acc {
-			acc[k] += x * row[k]
+	copy(x, v)
+	for _, sg := range l.signs {
+		for i, f := range sg[:len(x)] {
+			x[i] *= f
 		}
+		fwht(x)
 	}
 	var s sketch
-	for k, a := range acc {
+	for k, a := range x[:sketchBits] {
 		if a >= 0 {
 			s[k/64] |= 1 << (k % 64)
 		}
 	}
 	return s
+}
+
+// fwht is the unnormalised Walsh-Hadamard transform of x in place; len(x) is a power of two, at
+// least 4. Two levels a pass (radix 4: the same additions in the same order as one level at a
+// time, half the loads and stores): 2.3x faster than one level a pass for 512 coordinates.
+func fwht(x []float32) {
+	n := len(x)
+	for i := 0; i+4 <= n; i += 4 { // levels 1 and 2
+		q := (*[4]float32)(x[i : i+4])
+		p0, p1, p2, p3 := q[0]+q[1], q[0]-q[1], q[2]+q[3], q[2]-q[3]
+		q[0], q[1], q[2], q[3] = p0+p2, p1+p3, p0-p2, p1-p3
+	}
+	h := 4
+	for ; 4*h <= n; h *= 4 {
+		for i := 0; i < n; i += 4 * h {
+			a, b, c, d := x[i:i+h], x[i+h:i+2*h], x[i+2*h:i+3*h], x[i+3*h:i+4*h]
+			for j := range a {
+				p0, p1, p2, p3 := a[j]+b[j], a[j]-b[j], c[j]+d[j], c[j]-d[j]
+				a[j], b[j], c[j], d[j] = p0+p2, p1+p3, p0-p2, p1-p3
+			}
+		}
+	}
+	if h < n { // one level left
+		a, b := x[:h], x[h:2*h]
+		for j := range a {
+			a[j], b[j] = a[j]+b[j], a[j]-b[j]
+		}
+	}
 }
 
 // hammingCutoff is the largest sketch distance searched for a threshold: the expected distance

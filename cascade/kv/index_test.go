@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -73,6 +74,77 @@ func TestSketchRecall(t *testing.T) {
 	}
 }
 
+// TestSketchBuiltinPairs: on built-in embeddings (sparse, sharing the words of a system prompt
+// and of "user"), the distance between sketches follows the model the cutoff assumes, a binomial
+// with p = acos(c)/π: at exactly the threshold (a conversation tilted to cosine 0.95) its mean is
+// not above the binomial's nor its spread wider, and at most 0.5 % fall beyond the cutoff; edited questions that
+// stay above the threshold are within it; and unrelated questions are as far as the model says,
+// on average, not nearer (nearer would make every search check more candidates).
+func TestSketchBuiltinPairs(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 11))
+	l := newLSH(2 * BuiltinDim)
+	cut := hammingCutoff(DefaultThreshold)
+	embed := func(q string) []float32 {
+		v, ok := embedQueryJoined(query{question: q, context: "system: You are a helpful assistant. Be brief.\n" + contextOf(q)})
+		if !ok {
+			t.Fatalf("%q embeds to nothing", q)
+		}
+		return v
+	}
+	expected := func(c float64) float64 { return sketchBits * math.Acos(math.Min(1, c)) / math.Pi }
+
+	const trials = 2000
+	p := expected(DefaultThreshold) / sketchBits
+	sd := math.Sqrt(sketchBits * p * (1 - p))
+	var sum, sum2 float64
+	beyond := 0
+	for range trials {
+		v := embed(benchPrompt(r))
+		d := hamming(l.sketch(v), l.sketch(tilt(r, v, DefaultThreshold)))
+		z := (float64(d) - expected(DefaultThreshold)) / sd
+		sum, sum2 = sum+z, sum2+z*z
+		if d > cut {
+			beyond++
+		}
+	}
+	mean := sum / trials
+	if spread := math.Sqrt(sum2/trials - mean*mean); mean > 0.15 || spread > 1.2 {
+		t.Errorf("at the threshold: distance %.2f ± %.2f standard deviations from the binomial's", mean, spread)
+	}
+	if share := float64(beyond) / trials; share > 0.005 {
+		t.Errorf("at the threshold: %.2f%% beyond the cutoff %d", 100*share, cut)
+	}
+
+	near, far := 0, 0
+	var farGap float64
+	for range trials {
+		a := benchPrompt(r)
+		b := strings.Replace(a, "explain", "tell me", 1)
+		if r.IntN(2) == 0 {
+			b = a + " " + benchVocab[r.IntN(len(benchVocab))]
+		}
+		va, vb := embed(a), embed(b)
+		half := len(va) / 2
+		if 2*dot(va[:half], vb[:half]) >= DefaultThreshold && 2*dot(va[half:], vb[half:]) >= DefaultThreshold {
+			near++
+			if d := hamming(l.sketch(va), l.sketch(vb)); d > cut {
+				t.Errorf("%q and %q: distance %d beyond the cutoff %d", a, b, d, cut)
+			}
+		}
+		va, vb = embed(benchQuestion(r)), embed(benchQuestion(r))
+		if c := float64(dot(va, vb)); c < 0.8 {
+			far++
+			farGap += float64(hamming(l.sketch(va), l.sketch(vb))) - expected(c)
+		}
+	}
+	if near < trials/4 || far < trials/4 {
+		t.Fatalf("%d near pairs, %d far ones: the test's edits no longer make both", near, far)
+	}
+	if gap := farGap / float64(far); gap < -2 {
+		t.Errorf("unrelated questions: distance %.1f bits below acos(c)/π on average", -gap)
+	}
+}
+
 func TestCollectionInsertRemove(t *testing.T) {
 	c := newCollection("", "m")
 	l := newLSH(4)
@@ -98,48 +170,68 @@ func TestCollectionInsertRemove(t *testing.T) {
 	}
 }
 
-// sketchOneRow is the projection one nonzero row at a time, the reference for lsh.sketch.
-func sketchOneRow(l *lsh, v []float32) sketch {
-	var acc [sketchBits]float32
-	for i, x := range v {
-		if x == 0 {
-			continue
-		}
-		for k := range acc {
-			acc[k] += x * l.t[i*sketchBits+k]
-		}
+// rotateNaive is the rotation lsh.sketch applies, in float64 with the Hadamard matrix written
+// out (H[k][j] = (-1)^popcount(k&j)), the reference for the fast transform.
+func rotateNaive(l *lsh, v []float32) []float64 {
+	x := make([]float64, l.n)
+	for i, f := range v {
+		x[i] = float64(f)
 	}
-	var s sketch
-	for k, a := range acc {
-		if a >= 0 {
-			s[k/64] |= 1 << (k % 64)
+	for _, sg := range l.signs {
+		y := make([]float64, l.n)
+		for k := range y {
+			for j, f := range x {
+				if bits.OnesCount(uint(k&j))%2 == 1 {
+					y[k] -= f * float64(sg[j])
+				} else {
+					y[k] += f * float64(sg[j])
+				}
+			}
 		}
+		x = y
 	}
-	return s
+	return x
 }
 
-// TestSketchMatchesOneRow: the sketch is the same bits as projecting one row at a time, for
-// dense vectors and for sparse ones with any number of nonzero rows.
-func TestSketchMatchesOneRow(t *testing.T) {
+// TestSketchMatchesNaive: the sketch is the signs of the naive rotation, for dense vectors and
+// sparse ones, of the built-in dimension, a smaller and a larger one (coordinates within rounding
+// of zero are not compared).
+func TestSketchMatchesNaive(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
-	l := newLSH(2 * BuiltinDim)
-	for trial := range 300 {
-		v := make([]float32, l.dim)
-		nonzero := trial % 13
-		if trial%5 == 0 {
-			nonzero = l.dim
+	for _, dim := range []int{4, 2 * BuiltinDim, 768} {
+		l := newLSH(dim)
+		if l.n < dim || l.n < sketchBits || l.n&(l.n-1) != 0 {
+			t.Fatalf("dim %d: transform length %d", dim, l.n)
 		}
-		for range nonzero {
-			v[r.IntN(l.dim)] = float32(r.NormFloat64())
-		}
-		if got, want := l.sketch(v), sketchOneRow(l, v); got != want {
-			t.Fatalf("trial %d (%d nonzero): %x, want %x", trial, nonzero, got, want)
+		for trial := range 20 {
+			v := make([]float32, dim)
+			nonzero := trial % 13
+			if trial%5 == 0 {
+				nonzero = dim
+			}
+			for range nonzero {
+				v[r.IntN(dim)] = float32(r.NormFloat64())
+			}
+			got, want := l.sketch(v), rotateNaive(l, v)
+			var norm float64
+			for _, f := range want {
+				norm = math.Max(norm, math.Abs(f))
+			}
+			for k := range sketchBits {
+				if math.Abs(want[k]) <= 1e-5*norm {
+					continue
+				}
+				if bit := got[k/64]>>(k%64)&1 == 1; bit != (want[k] >= 0) {
+					t.Fatalf("dim %d trial %d (%d nonzero): bit %d is %v, coordinate %g", dim, trial, nonzero, k, bit, want[k])
+				}
+			}
 		}
 	}
+	// The same bits in every process: the sign flips come from the fixed seed.
 	q := "Can you explain how the payment gateway handles the rotate token?"
 	v, ok := join(embedBuiltin(q), embedBuiltin(contextOf(q)))
-	if !ok || l.sketch(v) != sketchOneRow(l, v) {
-		t.Fatal("a built-in embedding sketches differently")
+	if !ok || newLSH(len(v)).sketch(v) != newLSH(len(v)).sketch(v) {
+		t.Fatal("two rotations of one dimension sketch differently")
 	}
 }
 
