@@ -251,7 +251,7 @@ func TestScanIsExact(t *testing.T) {
 	}
 	for _, tc := range []struct{ n, kind int }{{0, -1}, {1, -1}, {3, -1}, {4, -1}, {5, -1}, {9, -1}, {1001, -1},
 		{16, 0}, {16, 1}, {16, 2}, {16, 3}, {16, 4}, {15, 2}, {17, 2},
-		{2*scanChunk + 5, -1}} { // kind -1: mixed; the last is split across goroutines
+		{4*scanChunk + 5, -1}} { // kind -1: mixed; the last is split across goroutines
 		n := tc.n
 		c := newCollection("", "m")
 		var want []int
