@@ -5,10 +5,8 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	chromem "github.com/philippgille/chromem-go"
 )
@@ -263,7 +261,7 @@ func (c *collection) search(v []float32, sk sketch, threshold float32) []scored 
 	var out []scored
 	var buf [32]int32
 	c.mu.RLock()
-	for _, slot := range c.near(&sk, cutoff, buf[:0]) {
+	for _, slot := range appendNear(c.sketches[:len(c.slots)*sketchWords], &sk, cutoff, buf[:0]) {
 		e := c.slots[slot]
 		if e == nil || len(e.vec) != len(v) {
 			continue
@@ -283,78 +281,20 @@ func (c *collection) search(v []float32, sk sketch, threshold float32) []scored 
 	return out
 }
 
-// scanChunk is how many sketches one step of a split scan takes: ~20 µs of scanning.
-const scanChunk = 1 << 13
-
-// near appends to out the slots, in order, whose sketch is within cutoff bits of sk. c.mu is
-// read-locked. A collection of at least four chunks is scanned with helpers, one per other
-// processor and four chunks (waking an idle processor costs a few µs of futex calls on both
-// sides, 20 % of ServeLearn's CPU when 16k sketches were split in two): the caller takes chunks from the front, the helpers from the back, and where they
-// meet the caller takes a helper's result if it is done, else scans that chunk itself. So the
-// caller never waits for a helper that the scheduler has not run (on a busy machine the search
-// is the serial scan plus a goroutine start a helper), and every idle processor shortens it.
-// The CPU is the serial scan's plus, at most, a chunk a helper that was overtaken (see
-// BenchmarkLookup's cpu-ns/op against its ns/op).
-func (c *collection) near(sk *sketch, cutoff int, out []int32) []int32 {
-	n := len(c.slots)
-	all := c.sketches[:n*sketchWords]
-	chunks := (n + scanChunk - 1) / scanChunk
-	helpers := min(runtime.GOMAXPROCS(0)-1, chunks/4)
-	if helpers < 1 {
-		return appendNear(all, sk, cutoff, 0, n, out)
-	}
-	j := &splitScan{state: make([]atomic.Int32, chunks), found: make([][]int32, chunks)}
-	for range helpers {
-		go c.help(j, all, *sk, cutoff)
-	}
-	for k := range chunks {
-		lo, hi := k*scanChunk, min((k+1)*scanChunk, n)
-		if !j.state[k].CompareAndSwap(chunkFree, chunkCaller) && j.state[k].Load() == chunkDone {
-			out = append(out, j.found[k]...)
-			continue
-		}
-		out = appendNear(all, sk, cutoff, lo, hi, out)
-	}
-	return out
-}
-
-// splitScan is a scan shared between near and its helpers.
-type splitScan struct {
-	state []atomic.Int32 // per chunk: chunkFree, chunkCaller, chunkHelper, chunkDone
-	found [][]int32      // a helper's result, set before state is chunkDone
-}
-
-const (
-	chunkFree = iota
-	chunkCaller
-	chunkHelper
-	chunkDone
-)
-
-// help scans the free chunks, from the back. It holds a read lock of its own, so that it reads
-// nothing a writer changes after the caller is done: by then no chunk is free, and it returns
-// without reading.
-func (c *collection) help(j *splitScan, all []uint64, sk sketch, cutoff int) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	for k := len(j.state) - 1; k >= 0; k-- {
-		if !j.state[k].CompareAndSwap(chunkFree, chunkHelper) {
-			continue
-		}
-		j.found[k] = appendNear(all, &sk, cutoff, k*scanChunk, min((k+1)*scanChunk, len(all)/sketchWords), nil)
-		j.state[k].Store(chunkDone)
-	}
-}
-
-// appendNear appends to out the slots in [lo, hi) whose sketch in all is within cutoff bits of
-// sk. It is the loop every search runs over the whole collection: two sketches a step, one
-// branch for both (most are beyond the cutoff), 1.25x faster than one a step on the sketches of
-// real questions. Counting three words and skipping the fourth when they exceed the cutoff
-// already was no faster, nor was a first pass over one word of each sketch (a cutoff of its own
-// for 64 bits lets 22 % of real questions' sketches through, and changes the recall).
-func appendNear(all []uint64, sk *sketch, cutoff, lo, hi int, out []int32) []int32 {
+// appendNear appends to out the slots whose sketch in all is within cutoff bits of sk. It is the loop every search runs over the whole collection: two sketches a step, one
+// branch for both (most are beyond the cutoff). That was 1.25x faster than one a step, counting
+// three words and the fourth only when they were within the cutoff, on the former Gaussian
+// sketches of real questions (and within the noise on these). A first pass over one word of
+// each sketch, with a cutoff of its own for 64 bits, was no faster: it lets 22 % of real
+// questions' sketches through. Splitting the scan between goroutines (one per processor, the
+// caller never waiting for a helper the scheduler had not run) cost 25-40 % more CPU per lookup
+// on this project's 2-core machine, for no shorter lookup while other work ran: not done.
+// Multi-index hashing over 16-bit bands (exact for the cutoff) visited ~10x more sketches than
+// the scan reads: real questions share most bands.
+func appendNear(all []uint64, sk *sketch, cutoff int, out []int32) []int32 {
 	s0, s1, s2, s3 := sk[0], sk[1], sk[2], sk[3]
-	slot := lo
+	hi := len(all) / sketchWords
+	slot := 0
 	for ; slot+2 <= hi; slot += 2 {
 		w := (*[2 * sketchWords]uint64)(all[slot*sketchWords : (slot+2)*sketchWords])
 		d0 := bits.OnesCount64(w[0]^s0) + bits.OnesCount64(w[1]^s1) + bits.OnesCount64(w[2]^s2) + bits.OnesCount64(w[3]^s3)
