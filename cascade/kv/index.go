@@ -281,34 +281,31 @@ func (c *collection) search(v []float32, sk sketch, threshold float32) []scored 
 	return out
 }
 
-// appendNear appends to out the slots whose sketch in all is within cutoff bits of sk. It is the loop every search runs over the whole collection: two sketches a step, one
-// branch for both (most are beyond the cutoff). That was 1.25x faster than one a step, counting
-// three words and the fourth only when they were within the cutoff, on the former Gaussian
-// sketches of real questions (and within the noise on these). A first pass over one word of
-// each sketch, with a cutoff of its own for 64 bits, was no faster: it lets 22 % of real
-// questions' sketches through. Splitting the scan between goroutines (one per processor, the
-// caller never waiting for a helper the scheduler had not run) cost 25-40 % more CPU per lookup
-// on this project's 2-core machine, for no shorter lookup while other work ran: not done.
+// appendNear appends to out the slots whose sketch in all is within cutoff bits of sk. It is the
+// loop every search runs over the whole collection, 64 sketches a step (nearMask, scan.go).
+// Other ways measured on real questions' sketches (BenchmarkLookup, BenchmarkScan): counting
+// three words and the fourth only when they were within the cutoff, and two sketches a step in
+// Go, were both limited by the POPCNT check of GOAMD64=v1 builds (see nearMaskGo). A first pass
+// over one word of each sketch, with a cutoff of its own for 64 bits, was no faster: it lets 22 %
+// of real questions' sketches through. Splitting the scan between goroutines (one per processor,
+// the caller never waiting for a helper the scheduler had not run) cost 25-40 % more CPU per
+// lookup on this project's 2-core machine, for no shorter lookup while other work ran.
 // Multi-index hashing over 16-bit bands (exact for the cutoff) visited ~10x more sketches than
 // the scan reads: real questions share most bands.
 func appendNear(all []uint64, sk *sketch, cutoff int, out []int32) []int32 {
-	s0, s1, s2, s3 := sk[0], sk[1], sk[2], sk[3]
-	hi := len(all) / sketchWords
+	if cutoff < 0 {
+		return out
+	}
+	n := len(all) / sketchWords
 	slot := 0
-	for ; slot+2 <= hi; slot += 2 {
-		w := (*[2 * sketchWords]uint64)(all[slot*sketchWords : (slot+2)*sketchWords])
-		d0 := bits.OnesCount64(w[0]^s0) + bits.OnesCount64(w[1]^s1) + bits.OnesCount64(w[2]^s2) + bits.OnesCount64(w[3]^s3)
-		d1 := bits.OnesCount64(w[4]^s0) + bits.OnesCount64(w[5]^s1) + bits.OnesCount64(w[6]^s2) + bits.OnesCount64(w[7]^s3)
-		if min(d0, d1) <= cutoff {
-			if d0 <= cutoff {
-				out = append(out, int32(slot))
-			}
-			if d1 <= cutoff {
-				out = append(out, int32(slot+1))
-			}
+	for ; slot+blockSlots <= n; slot += blockSlots {
+		m := nearMask((*[blockSlots * sketchWords]uint64)(all[slot*sketchWords:(slot+blockSlots)*sketchWords]), sk, cutoff)
+		for ; m != 0; m &= m - 1 {
+			out = append(out, int32(slot+bits.TrailingZeros64(m)))
 		}
 	}
-	if slot < hi {
+	s0, s1, s2, s3 := sk[0], sk[1], sk[2], sk[3]
+	for ; slot < n; slot++ {
 		w := (*sketch)(all[slot*sketchWords : (slot+1)*sketchWords])
 		if bits.OnesCount64(w[0]^s0)+bits.OnesCount64(w[1]^s1)+bits.OnesCount64(w[2]^s2)+bits.OnesCount64(w[3]^s3) <= cutoff {
 			out = append(out, int32(slot))
