@@ -216,7 +216,7 @@ func BenchmarkServeLearn(b *testing.B) {
 	}
 }
 
-// BenchmarkSketch is one projection of a built-in embedding (question and context halves).
+// BenchmarkSketch is one sketch of a built-in embedding (question and context halves).
 func BenchmarkSketch(b *testing.B) {
 	q := "Please explain in two sentences how bakufi glumedo stotri vizo lapo rusate relates to gluba fikute sobra damena tripo zolavi."
 	v, _ := join(embedBuiltin(q), embedBuiltin("system: You are a helpful assistant. Be brief.\\n"+contextOf(q)))

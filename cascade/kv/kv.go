@@ -58,7 +58,7 @@ type Stage struct {
 	dim   int // full vector dimension once known
 
 	// recent keeps the queries, vectors and sketches Serve computed, by request key, so learning
-	// the answer to a miss neither renders the conversation, embeds nor projects again.
+	// the answer to a miss neither renders the conversation, embeds nor sketches again.
 	recent *lru.Cache[string, embedded]
 
 	qmu    sync.RWMutex
@@ -349,7 +349,7 @@ func (s *Stage) embed(ctx context.Context, q query) ([]float32, energy.Figure, e
 	return v, fig, nil
 }
 
-// sketchOf returns v's sketch, creating the hyperplanes for the first dimension seen. The caller
+// sketchOf returns v's sketch, creating the rotation for the first dimension seen. The caller
 // makes sure v has the index's dimension (collectionFor, indexes).
 func (s *Stage) sketchOf(v []float32) sketch {
 	s.mu.Lock()
