@@ -5,9 +5,16 @@ import (
 	"testing"
 )
 
-// TestNearMask: the mask the build uses (assembly on amd64 with POPCNT) is nearMaskGo's, for
-// sketches at, one below and one beyond the cutoff, in each word, and cutoffs from 0 to all bits.
-func TestNearMask(t *testing.T) {
+type maskFunc func(*[blockSlots * sketchWords]uint64, *sketch, int) uint64
+
+// TestNearMask: the mask the build uses is nearMaskGo's (scan_amd64_test.go checks each
+// assembly version).
+func TestNearMask(t *testing.T) { checkMask(t, nearMask) }
+
+// checkMask compares f with nearMaskGo for sketches at, one below and one beyond the cutoff, in
+// each word, and cutoffs from 0 to all bits.
+func checkMask(t *testing.T, f maskFunc) {
+	t.Helper()
 	r := rand.New(rand.NewPCG(13, 13))
 	for _, cutoff := range []int{0, 1, hammingCutoff(DefaultThreshold), 128, sketchBits - 1, sketchBits} {
 		for trial := range 50 {
@@ -24,7 +31,7 @@ func TestNearMask(t *testing.T) {
 				}
 				copy(block[i*sketchWords:], s[:])
 			}
-			if got, want := nearMask(&block, &q, cutoff), nearMaskGo(&block, &q, cutoff); got != want {
+			if got, want := f(&block, &q, cutoff), nearMaskGo(&block, &q, cutoff); got != want {
 				t.Fatalf("cutoff %d trial %d: mask %064b, want %064b", cutoff, trial, got, want)
 			}
 		}
