@@ -151,6 +151,7 @@ type collection struct {
 	byID     map[string]*entry
 	slots    []*entry // slot → entry; nil for a free slot
 	sketches []uint64 // sketchWords per slot, in slot order
+	heads    []uint64 // the first headWords of each slot's sketch: the scan's first pass (scan.go)
 	free     []int32
 	fifo     []*entry // insertion order; entries no longer in byID are skipped
 	head     int
@@ -194,10 +195,12 @@ func (c *collection) insert(e *entry, max int) (evicted []*entry, added bool) {
 		slot, c.free = c.free[n-1], c.free[:n-1]
 		c.slots[slot] = e
 		copy(c.sketches[int(slot)*sketchWords:], e.sketch[:])
+		copy(c.heads[int(slot)*headWords:], e.sketch[:headWords])
 	} else {
 		slot = int32(len(c.slots))
 		c.slots = append(c.slots, e)
 		c.sketches = append(c.sketches, e.sketch[:]...)
+		c.heads = append(c.heads, e.sketch[:headWords]...)
 	}
 	e.slot = slot // e is not visible to readers yet
 	c.byID[e.id] = e
@@ -260,11 +263,11 @@ type scored struct {
 // similar to v's, best first. sk is v's sketch.
 func (c *collection) search(v []float32, sk sketch, threshold float32) []scored {
 	half := len(v) / 2
-	cutoff := hammingCutoff(threshold)
 	var out []scored
 	var buf [32]int32
 	c.mu.RLock()
-	for _, slot := range appendNear(c.sketches[:len(c.slots)*sketchWords], &sk, cutoff, buf[:0]) {
+	n := len(c.slots)
+	for _, slot := range appendNear(c.heads[:n*headWords], c.sketches[:n*sketchWords], &sk, cutoffsFor(threshold), buf[:0]) {
 		e := c.slots[slot]
 		if e == nil || len(e.vec) != len(v) {
 			continue
@@ -284,33 +287,47 @@ func (c *collection) search(v []float32, sk sketch, threshold float32) []scored 
 	return out
 }
 
-// appendNear appends to out the slots whose sketch in all is within cutoff bits of sk. It is the
-// loop every search runs over the whole collection, 64 sketches a step (nearMask, scan.go).
-// Other ways measured on real questions' sketches (BenchmarkLookup, BenchmarkScan): counting
-// three words and the fourth only when they were within the cutoff, and two sketches a step in
-// Go, were both limited by the POPCNT check of GOAMD64=v1 builds (see nearMaskGo). A first pass
-// over one word of each sketch, with a cutoff of its own for 64 bits, was no faster: it lets 22 %
-// of real questions' sketches through. Splitting the scan between goroutines (one per processor,
-// the caller never waiting for a helper the scheduler had not run) cost 25-40 % more CPU per
-// lookup on this project's 2-core machine, for no shorter lookup while other work ran.
-// Multi-index hashing over 16-bit bands (exact for the cutoff) visited ~10x more sketches than
-// the scan reads: real questions share most bands.
-func appendNear(all []uint64, sk *sketch, cutoff int, out []int32) []int32 {
-	if cutoff < 0 {
+// cutoffs are the scan's two: for the first word of a sketch and for the whole of it.
+type cutoffs struct{ head, full int }
+
+func cutoffsFor(threshold float32) cutoffs {
+	return cutoffs{head: headCutoff(threshold), full: hammingCutoff(threshold)}
+}
+
+// within reports whether s passes both of the scan's cutoffs for a query sketched q.
+func within(q, s *sketch, c cutoffs) bool {
+	head := bits.OnesCount64(q[0]^s[0]) + bits.OnesCount64(q[1]^s[1])
+	return head <= c.head && head+bits.OnesCount64(q[2]^s[2])+bits.OnesCount64(q[3]^s[3]) <= c.full
+}
+
+// appendNear appends to out, in order, the slots whose sketch is within both cutoffs of sk;
+// heads holds the first headWords of each slot's sketch, all the sketches. It is the loop every
+// search runs over the whole collection (scan.go). Other ways measured on real questions'
+// sketches (BenchmarkLookup, BenchmarkScan): one pass over the whole sketches, in Go and in
+// assembly (bound by the 3.2 MB it reads at 100k); counting three words and the fourth only when
+// they were within the cutoff. Splitting the scan between goroutines (one per processor, the
+// caller never waiting for a helper the scheduler had not run) cost 25-40 % more CPU per lookup
+// on this project's 2-core machine, for no shorter lookup while other work ran. Multi-index
+// hashing over 16-bit bands (exact for the cutoff) visited ~10x more sketches than the scan
+// reads: real questions share most bands.
+func appendNear(heads, all []uint64, sk *sketch, c cutoffs, out []int32) []int32 {
+	if c.head < 0 || c.full < 0 {
 		return out
 	}
-	n := len(all) / sketchWords
+	n := len(heads) / headWords
 	slot := 0
 	for ; slot+blockSlots <= n; slot += blockSlots {
-		m := nearMask((*[blockSlots * sketchWords]uint64)(all[slot*sketchWords:(slot+blockSlots)*sketchWords]), sk, cutoff)
+		m := headMask((*[blockSlots * headWords]uint64)(heads[slot*headWords:(slot+blockSlots)*headWords]), sk[0], sk[1], c.head)
+		if m == 0 {
+			continue
+		}
+		m = fullMask((*[blockSlots * sketchWords]uint64)(all[slot*sketchWords:(slot+blockSlots)*sketchWords]), sk, c.full, m)
 		for ; m != 0; m &= m - 1 {
 			out = append(out, int32(slot+bits.TrailingZeros64(m)))
 		}
 	}
-	s0, s1, s2, s3 := sk[0], sk[1], sk[2], sk[3]
 	for ; slot < n; slot++ {
-		w := (*sketch)(all[slot*sketchWords : (slot+1)*sketchWords])
-		if bits.OnesCount64(w[0]^s0)+bits.OnesCount64(w[1]^s1)+bits.OnesCount64(w[2]^s2)+bits.OnesCount64(w[3]^s3) <= cutoff {
+		if within(sk, (*sketch)(all[slot*sketchWords:(slot+1)*sketchWords]), c) {
 			out = append(out, int32(slot))
 		}
 	}

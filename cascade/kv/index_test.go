@@ -38,13 +38,13 @@ func hamming(a, b sketch) int {
 	return d
 }
 
-// TestSketchRecall: vectors at or above the threshold survive the sketch filter; unrelated ones
-// do not.
+// TestSketchRecall: vectors at or above the threshold survive the sketch filter (both of the
+// scan's cutoffs); unrelated ones do not.
 func TestSketchRecall(t *testing.T) {
 	const dim, trials = 256, 400
 	r := rand.New(rand.NewPCG(7, 7))
 	l := newLSH(dim)
-	cut := hammingCutoff(DefaultThreshold)
+	cut := cutoffsFor(DefaultThreshold)
 	for _, tc := range []struct {
 		cos      float64
 		maxShare float64 // the share of pairs allowed on the wrong side of the cutoff
@@ -63,27 +63,28 @@ func TestSketchRecall(t *testing.T) {
 				v[i] = float32(r.NormFloat64())
 			}
 			normalize(v)
-			near := hamming(l.sketch(v), l.sketch(tilt(r, v, tc.cos))) <= cut
+			a, b := l.sketch(v), l.sketch(tilt(r, v, tc.cos))
+			near := within(&a, &b, cut)
 			if near != tc.wantNear {
 				wrong++
 			}
 		}
 		if share := float64(wrong) / trials; share > tc.maxShare {
-			t.Errorf("cosine %.2f: %.2f%% on the wrong side of the cutoff %d", tc.cos, 100*share, cut)
+			t.Errorf("cosine %.2f: %.2f%% on the wrong side of the cutoffs %+v", tc.cos, 100*share, cut)
 		}
 	}
 }
 
 // TestSketchBuiltinPairs: on built-in embeddings (sparse, sharing the words of a system prompt
-// and of "user"), the distance between sketches follows the model the cutoff assumes, a binomial
+// and of "user"), the distance between sketches follows the model the cutoffs assume, a binomial
 // with p = acos(c)/π: at exactly the threshold (a conversation tilted to cosine 0.95) its mean is
-// not above the binomial's nor its spread wider, and at most 0.5 % fall beyond the cutoff; edited questions that
+// not above the binomial's nor its spread wider, and at most 0.5 % fall beyond the cutoffs; edited questions that
 // stay above the threshold are within it; and unrelated questions are as far as the model says,
 // on average, not nearer (nearer would make every search check more candidates).
 func TestSketchBuiltinPairs(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 11))
 	l := newLSH(2 * BuiltinDim)
-	cut := hammingCutoff(DefaultThreshold)
+	cut := cutoffsFor(DefaultThreshold)
 	embed := func(q string) []float32 {
 		v, ok := embedQueryJoined(query{question: q, context: "system: You are a helpful assistant. Be brief.\n" + contextOf(q)})
 		if !ok {
@@ -100,10 +101,10 @@ func TestSketchBuiltinPairs(t *testing.T) {
 	beyond := 0
 	for range trials {
 		v := embed(benchPrompt(r))
-		d := hamming(l.sketch(v), l.sketch(tilt(r, v, DefaultThreshold)))
-		z := (float64(d) - expected(DefaultThreshold)) / sd
+		a, b := l.sketch(v), l.sketch(tilt(r, v, DefaultThreshold))
+		z := (float64(hamming(a, b)) - expected(DefaultThreshold)) / sd
 		sum, sum2 = sum+z, sum2+z*z
-		if d > cut {
+		if !within(&a, &b, cut) {
 			beyond++
 		}
 	}
@@ -112,7 +113,7 @@ func TestSketchBuiltinPairs(t *testing.T) {
 		t.Errorf("at the threshold: distance %.2f ± %.2f standard deviations from the binomial's", mean, spread)
 	}
 	if share := float64(beyond) / trials; share > 0.005 {
-		t.Errorf("at the threshold: %.2f%% beyond the cutoff %d", 100*share, cut)
+		t.Errorf("at the threshold: %.2f%% beyond the cutoffs %+v", 100*share, cut)
 	}
 
 	near, far := 0, 0
@@ -127,8 +128,8 @@ func TestSketchBuiltinPairs(t *testing.T) {
 		half := len(va) / 2
 		if 2*dot(va[:half], vb[:half]) >= DefaultThreshold && 2*dot(va[half:], vb[half:]) >= DefaultThreshold {
 			near++
-			if d := hamming(l.sketch(va), l.sketch(vb)); d > cut {
-				t.Errorf("%q and %q: distance %d beyond the cutoff %d", a, b, d, cut)
+			if sa, sb := l.sketch(va), l.sketch(vb); !within(&sa, &sb, cut) {
+				t.Errorf("%q and %q: distance %d beyond the cutoffs %+v", a, b, hamming(sa, sb), cut)
 			}
 		}
 		va, vb = embed(benchQuestion(r)), embed(benchQuestion(r))
@@ -237,12 +238,13 @@ func TestSketchMatchesNaive(t *testing.T) {
 	}
 }
 
-// TestScanIsExact: the scan finds exactly the slots a full Hamming distance finds, with
-// distances on both sides of the cutoff, near ones concentrated in either half, and collections
-// of several sizes.
+// TestScanIsExact: the scan finds exactly the slots whose sketch is within both cutoffs, with
+// distances on both sides of each, near ones concentrated in either half, the first around its
+// own cutoff,
+// collections of several sizes, and slots freed and taken again by other sketches.
 func TestScanIsExact(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
-	cut := hammingCutoff(DefaultThreshold)
+	cut := cutoffsFor(DefaultThreshold)
 	q := sketch{r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64()}
 	flip := func(s sketch, n int, lo, hi int) sketch { // n distinct bits in [lo, hi)
 		for _, b := range r.Perm(hi - lo)[:n] {
@@ -251,40 +253,50 @@ func TestScanIsExact(t *testing.T) {
 		}
 		return s
 	}
-	for _, tc := range []struct{ n, kind int }{{0, -1}, {1, -1}, {3, -1}, {4, -1}, {5, -1}, {9, -1}, {1001, -1},
-		{16, 0}, {16, 1}, {16, 2}, {16, 3}, {16, 4}, {15, 2}, {17, 2}} { // kind -1: mixed
+	gen := func(kind int) sketch {
+		switch kind {
+		case 0: // unrelated
+			return sketch{r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64()}
+		case 1: // around the cutoff, anywhere
+			return flip(q, cut.full-2+r.IntN(5), 0, sketchBits)
+		case 2: // all the distance in the first half, at the cutoff or one past it
+			return flip(q, cut.full+r.IntN(2), 0, sketchBits/2)
+		case 3: // all of it in the second half
+			return flip(q, cut.full-1+r.IntN(3), sketchBits/2, sketchBits)
+		case 4: // the first half around its cutoff, a little more elsewhere
+			return flip(flip(q, cut.head-1+r.IntN(3), 0, 64*headWords), r.IntN(cut.full-cut.head), 64*headWords, sketchBits)
+		default: // near
+			return flip(q, r.IntN(cut.full), 0, sketchBits)
+		}
+	}
+	for _, tc := range []struct{ n, kind int }{{0, -1}, {1, -1}, {3, -1}, {4, -1}, {5, -1}, {9, -1}, {63, -1},
+		{64, -1}, {65, -1}, {1001, -1}, {130, 0}, {130, 1}, {130, 2}, {130, 3}, {130, 4}, {130, 5}, {127, 2}, {129, 4}} { // kind -1: mixed
 		n := tc.n
 		c := newCollection("", "m")
-		var want []int
+		kind := func(i int) int {
+			if tc.kind < 0 {
+				return i % 6
+			}
+			return tc.kind
+		}
 		for i := range n {
-			var s sketch
-			kind := tc.kind
-			if kind < 0 {
-				kind = i % 5
-			}
-			switch kind {
-			case 0: // unrelated
-				s = sketch{r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64()}
-			case 1: // around the cutoff, anywhere
-				s = flip(q, cut-2+r.IntN(5), 0, sketchBits)
-			case 2: // all the distance in the first half, at the cutoff or one past it
-				s = flip(q, cut+r.IntN(2), 0, sketchBits/2)
-			case 3: // all of it in the second half
-				s = flip(q, cut-1+r.IntN(3), sketchBits/2, sketchBits)
-			default: // near
-				s = flip(q, r.IntN(cut), 0, sketchBits)
-			}
-			c.insert(&entry{id: fmt.Sprint(i), sketch: s}, 0)
-			if hamming(q, s) <= cut {
-				want = append(want, i)
+			c.insert(&entry{id: fmt.Sprint(i), sketch: gen(kind(i))}, 0)
+		}
+		for i := 0; i < n; i += 7 { // replaced: the slot is freed and taken by the new sketch
+			c.insert(&entry{id: fmt.Sprint(i), sketch: gen(kind(i + 1))}, 0)
+		}
+		var want []int
+		for slot, e := range c.slots {
+			if within(&q, &e.sketch, cut) {
+				want = append(want, slot)
 			}
 		}
 		var got []int
-		for _, s := range appendNear(c.sketches, &q, cut, nil) {
+		for _, s := range appendNear(c.heads, c.sketches, &q, cut, nil) {
 			got = append(got, int(s))
 		}
 		if !slices.Equal(got, want) {
-			t.Fatalf("%d entries: scan found %v, full distance %v", n, got, want)
+			t.Fatalf("%d entries of kind %d: scan found %v, the cutoffs %v", n, tc.kind, got, want)
 		}
 	}
 }

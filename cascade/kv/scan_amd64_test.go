@@ -2,18 +2,23 @@ package kv
 
 import "testing"
 
-// TestNearMaskAssembly: each assembly version this processor runs computes nearMaskGo's mask.
-func TestNearMaskAssembly(t *testing.T) {
+// TestScanMasksAssembly: each assembly version this processor runs computes the Go version's
+// mask.
+func TestScanMasksAssembly(t *testing.T) {
 	for _, k := range []struct {
 		name string
 		ok   bool
-		f    maskFunc
-	}{{"POPCNT", hasPOPCNT, nearMaskPOPCNT}, {"AVX-512", hasAVX512, nearMaskAVX512}} {
+		head headFunc
+		full fullFunc
+	}{{"POPCNT", hasPOPCNT, headMaskPOPCNT, fullMaskPOPCNT}, {"AVX-512", hasAVX512, headMaskAVX512, nil}} {
 		t.Run(k.name, func(t *testing.T) {
 			if !k.ok {
 				t.Skipf("this processor has no %s", k.name)
 			}
-			checkMask(t, k.f)
+			checkHeadMask(t, k.head)
+			if k.full != nil {
+				checkFullMask(t, k.full)
+			}
 		})
 	}
 }
