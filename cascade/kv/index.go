@@ -14,10 +14,11 @@ import (
 // The similarity index is a sign sketch (SimHash) per entry: the signs of 256 coordinates of the
 // vector after a pseudo-random rotation, one bit each. Two unit vectors with cosine c differ on a
 // bit with probability acos(c)/π, so the Hamming distance between sketches estimates the angle.
-// A query scans every sketch (four XOR-and-popcounts an entry, sequential in memory) and keeps
-// those within a cutoff set four standard deviations above the distance expected at the
-// threshold; only those are scored exactly. At a threshold of 0.95 the cutoff is 46 bits: an
-// entry at exactly the threshold is missed with probability ~4e-5, and an unrelated entry
+// A query scans the sketches (scan.go: the first half of every one, then the whole of those
+// within a looser cutoff of their own) and keeps those within a cutoff set four standard
+// deviations above the distance expected at the threshold; only those are scored exactly. At a
+// threshold of 0.95 the cutoff is 46 bits: an entry at exactly the threshold is missed with
+// probability ~5e-5 (4.5e-5 the whole sketch, 3.3e-6 its first half), and an unrelated entry
 // (c ≈ 0.6) survives with probability ~1e-5. A miss costs one model call, never a wrong answer.
 //
 // The rotation is HD₃ (Andoni, Indyk, Laarhoven, Razenshteyn and Schmidt, "Practical and Optimal
