@@ -107,6 +107,7 @@ func BenchmarkLookup(b *testing.B) {
 					qs = set.fresh
 				}
 				hits := 0
+				defer cpuClock(b)()
 				for i := 0; b.Loop(); i++ {
 					r := request("", "m", user(qs[i%len(qs)]))
 					if _, err := set.s.Serve(context.Background(), r, nil); err == nil {
@@ -128,6 +129,7 @@ func BenchmarkSearch(b *testing.B) {
 		b.Run(sizeName(n), func(b *testing.B) {
 			set := benchStore(b, n)
 			var cands int
+			defer cpuClock(b)()
 			for i := 0; b.Loop(); i++ {
 				v := set.vecs[(i*7919)%len(set.vecs)]
 				cands += len(set.col.search(v, set.s.sketchOf(v), DefaultThreshold))
@@ -155,6 +157,7 @@ func BenchmarkChromemQuery(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			defer cpuClock(b)()
 			for i := 0; b.Loop(); i++ {
 				if _, err := col.QueryEmbedding(context.Background(), set.vecs[(i*7919)%len(set.vecs)], 1, nil, nil); err != nil {
 					b.Fatal(err)
@@ -167,6 +170,7 @@ func BenchmarkChromemQuery(b *testing.B) {
 func BenchmarkBuiltinEmbed(b *testing.B) {
 	q := "Can you explain how the payment gateway handles the rotate token?"
 	texts := []string{q, contextOf(q)}
+	defer cpuClock(b)()
 	for b.Loop() {
 		_, _, _ = Builtin{}.Embed(context.Background(), texts)
 	}
@@ -199,6 +203,7 @@ func BenchmarkServeLearn(b *testing.B) {
 		s.Flush()
 	}
 	ans := neural("Hello from the fake upstream.", 1)
+	defer cpuClock(b)()
 	for b.Loop() {
 		b.StopTimer() // every question is new, as in benchout
 		req := request("", "m", sys, user(benchPrompt(r)))
@@ -211,11 +216,12 @@ func BenchmarkServeLearn(b *testing.B) {
 	}
 }
 
-// BenchmarkSketch is one projection of a built-in embedding (question and context halves).
+// BenchmarkSketch is one sketch of a built-in embedding (question and context halves).
 func BenchmarkSketch(b *testing.B) {
 	q := "Please explain in two sentences how bakufi glumedo stotri vizo lapo rusate relates to gluba fikute sobra damena tripo zolavi."
 	v, _ := join(embedBuiltin(q), embedBuiltin("system: You are a helpful assistant. Be brief.\\n"+contextOf(q)))
 	l := newLSH(len(v))
+	defer cpuClock(b)()
 	for b.Loop() {
 		l.sketch(v)
 	}
@@ -238,6 +244,7 @@ func benchScan(b *testing.B, n int) {
 		c.insert(e, 0)
 	}
 	q := sketch{r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64()}
+	defer cpuClock(b)()
 	for b.Loop() {
 		if len(c.search(vec, q, DefaultThreshold)) > 0 {
 			b.Fatal("a random sketch within the cutoff")

@@ -57,8 +57,8 @@ type Stage struct {
 	lsh   *lsh
 	dim   int // full vector dimension once known
 
-	// recent keeps the vectors and sketches Serve computed, by request key, so learning the
-	// answer to a miss neither embeds nor projects again.
+	// recent keeps the queries, vectors and sketches Serve computed, by request key, so learning
+	// the answer to a miss neither renders the conversation, embeds nor sketches again.
 	recent *lru.Cache[string, embedded]
 
 	qmu    sync.RWMutex
@@ -191,7 +191,7 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 		return nil, cascade.Spent(cascade.ErrMiss, spent)
 	}
 	sk := s.sketchOf(vec)
-	s.recent.Add(req.Key(), embedded{vec: vec, sketch: sk})
+	s.recent.Add(req.Key(), embedded{q: q, vec: vec, sketch: sk})
 	cands := col.search(vec, sk, s.threshold)
 	if len(cands) == 0 {
 		return nil, cascade.Spent(cascade.ErrMiss, spent)
@@ -315,8 +315,9 @@ func contextOf(question string) string { return "user: " + question }
 
 var errNothing = errors.New("nothing to embed")
 
-// embedded is a query's stored-vector form and its sketch, as Serve computed them.
+// embedded is a query, its stored-vector form and its sketch, as Serve computed them.
 type embedded struct {
+	q      query
 	vec    []float32
 	sketch sketch
 }
@@ -348,7 +349,7 @@ func (s *Stage) embed(ctx context.Context, q query) ([]float32, energy.Figure, e
 	return v, fig, nil
 }
 
-// sketchOf returns v's sketch, creating the hyperplanes for the first dimension seen. The caller
+// sketchOf returns v's sketch, creating the rotation for the first dimension seen. The caller
 // makes sure v has the index's dimension (collectionFor, indexes).
 func (s *Stage) sketchOf(v []float32) sketch {
 	s.mu.Lock()

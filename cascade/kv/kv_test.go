@@ -844,9 +844,12 @@ func TestLearnReusesServeSketch(t *testing.T) {
 	if !ok || e.sketch != s.sketchOf(e.vec) {
 		t.Fatalf("Serve kept no sketch (%v) or another one", ok)
 	}
+	if q, _ := s.query(r); e.q != q {
+		t.Fatalf("Serve kept the query %+v, not %+v", e.q, q)
+	}
 	// A marker in place of the sketch shows which one learn stores.
 	marker := sketch{1, 2, 3, 4}
-	s.recent.Add(r.Key(), embedded{vec: e.vec, sketch: marker})
+	s.recent.Add(r.Key(), embedded{q: e.q, vec: e.vec, sketch: marker})
 	teach(t, s, r, neural("b", 1))
 	col := s.collection("", "m")
 	var found bool

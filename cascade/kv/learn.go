@@ -41,15 +41,21 @@ func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {
 		len(m.ToolCalls) > 0 || m.Refusal != "" {
 		return
 	}
-	q, ok := s.query(req)
-	if !ok {
-		return
+	// Serve kept the query with its vector when it embedded this request (same key, same
+	// conversation): the one it matched is the one learned.
+	e, served := s.recent.Peek(req.Key())
+	q := e.q
+	if !served {
+		var ok bool
+		if q, ok = s.query(req); !ok {
+			return
+		}
 	}
 	j := job{tenant: req.Tenant, model: req.Chat.Model, q: q, answer: *m.Content, joules: cascade.OriginalCost(ans)}
 	if ans.Usage != nil {
 		j.ctok = ans.Usage.CompletionTokens
 	}
-	if e, ok := s.recent.Peek(req.Key()); ok {
+	if served {
 		j.vec, j.sketch, j.sketched = e.vec, e.sketch, true
 	}
 	s.qmu.RLock()

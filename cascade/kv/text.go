@@ -3,6 +3,7 @@ package kv
 import (
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/eoc-proxy/eoc-proxy/internal/text"
 )
@@ -39,82 +40,108 @@ const keptPunct = "#%&@*/\\§"
 // word is dropped ("whats" and "what's" are one word) unless the word is a contraction, which is
 // written out.
 func tokenize(s string) []token {
-	var toks []token
-	var word strings.Builder
+	toks := make([]token, 0, len(s)/5+1)
 	initial := true
-	apos := false // word holds an apostrophe
-	flush := func() {
-		if word.Len() == 0 {
-			return
-		}
-		w := word.String()
-		word.Reset()
-		folded := text.Fold(w)
-		parts := expand(folded)
-		if parts == nil {
-			parts = []string{folded}
-		}
-		for i, p := range parts {
-			if apos {
-				p = strings.ReplaceAll(p, "'", "")
-			}
-			if p == "" {
-				continue
-			}
-			t := token{norm: p, initial: initial}
-			if i == 0 {
-				// How the first part was written is how the word was.
-				for j, r := range w {
-					if unicode.IsUpper(r) {
-						if j == 0 {
-							t.cap = true
-						} else {
-							t.inner = true
-						}
-					}
-				}
-			}
-			toks = append(toks, t)
-			initial = false
-		}
-		apos = false
-	}
 	// Lines one at a time: text.Canon turns a line break into a space, and a new line starts a
 	// sentence.
 	for line := range strings.SplitSeq(s, "\n") {
-		runes := []rune(text.Canon(line))
-		for i, r := range runes {
-			var prev, next rune
-			if i > 0 {
-				prev = runes[i-1]
+		toks = tokenizeLine(toks, text.Canon(line), &initial)
+		initial = true
+	}
+	return toks
+}
+
+// tokenizeLine appends the words of one Canon line to toks. A word is the bytes of line from
+// its first rune to its last (every rune between is part of it: the runes that are not end it,
+// or come before it starts), so it is sliced, not built, except for a leading '−', written '-'.
+func tokenizeLine(toks []token, line string, initial *bool) []token {
+	start, end := -1, 0 // the word is line[start:end]; start < 0: no word
+	minus := false      // the word starts with '−', written '-'
+	apos := false       // the word holds an apostrophe
+	write := func(i, size int) {
+		if start < 0 {
+			start = i
+		}
+		end = i + size
+	}
+	flush := func() {
+		if start < 0 {
+			return
+		}
+		w := line[start:end]
+		if minus {
+			w = "-" + w[len("−"):]
+		}
+		start, minus = -1, false
+		toks = appendWord(toks, w, apos, initial)
+		apos = false
+	}
+	var prev rune
+	for i, size := 0, 0; i < len(line); i += size {
+		var r, next rune
+		r, size = utf8.DecodeRuneInString(line[i:])
+		if i+size < len(line) {
+			next, _ = utf8.DecodeRuneInString(line[i+size:])
+		}
+		switch {
+		case unicode.IsSpace(r):
+			flush()
+		case (r == '.' || r == ',' || r == ':') && unicode.IsDigit(prev) && unicode.IsDigit(next):
+			write(i, size) // 3.5, 1,000, 10:30
+		case (r == '-' || r == '−') && unicode.IsDigit(next) && !isWordRune(prev):
+			flush()
+			write(i, size) // -4
+			minus = r == '−'
+		case r == '\'':
+			if start >= 0 {
+				write(i, size) // kept until flush: contractions are read with it
+				apos = true
 			}
-			if i+1 < len(runes) {
-				next = runes[i+1]
+		case unicode.IsPunct(r) && !strings.ContainsRune(keptPunct, r):
+			flush()
+			if strings.ContainsRune(".!?:;", r) {
+				*initial = true
 			}
-			switch {
-			case unicode.IsSpace(r):
-				flush()
-			case strings.ContainsRune(".,:", r) && unicode.IsDigit(prev) && unicode.IsDigit(next):
-				word.WriteRune(r) // 3.5, 1,000, 10:30
-			case (r == '-' || r == '−') && unicode.IsDigit(next) && !isWordRune(prev):
-				flush()
-				word.WriteRune('-') // -4
-			case r == '\'':
-				if word.Len() > 0 {
-					word.WriteRune(r) // kept until flush: contractions are read with it
-					apos = true
+		default:
+			write(i, size)
+		}
+		prev = r
+	}
+	flush()
+	return toks
+}
+
+// appendWord appends the tokens of one word as written, w, to toks.
+func appendWord(toks []token, w string, apos bool, initial *bool) []token {
+	folded := text.Fold(w)
+	parts := expand(folded)
+	var one [1]string
+	if parts == nil {
+		one[0] = folded
+		parts = one[:]
+	}
+	for i, p := range parts {
+		if apos {
+			p = strings.ReplaceAll(p, "'", "")
+		}
+		if p == "" {
+			continue
+		}
+		t := token{norm: p, initial: *initial}
+		if i == 0 {
+			// How the first part was written is how the word was.
+			for j, r := range w {
+				if unicode.IsUpper(r) {
+					if j == 0 {
+						t.cap = true
+					} else {
+						t.inner = true
+					}
 				}
-			case unicode.IsPunct(r) && !strings.ContainsRune(keptPunct, r):
-				flush()
-				if strings.ContainsRune(".!?:;", r) {
-					initial = true
-				}
-			default:
-				word.WriteRune(r)
 			}
 		}
-		flush()
-		initial = true
+		toks = append(toks, t)
+		*initial = false
 	}
 	return toks
 }
@@ -163,6 +190,9 @@ func expand(w string) []string {
 	}
 	if parts, ok := contractions[w]; ok {
 		return parts
+	}
+	if strings.IndexByte(w, '\'') < 0 {
+		return nil // every suffix has one
 	}
 	for _, s := range suffixes {
 		if stem, ok := strings.CutSuffix(w, s.suffix); ok && s.stems[stem] {
