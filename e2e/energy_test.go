@@ -74,14 +74,18 @@ func TestEnergyFromOllamaTree(t *testing.T) {
 }
 
 // BenchmarkTinyCall is one eoc-tiny call (32 tokens, non-streaming), direct to Ollama and
-// through the proxy with the cache bypassed: the yardstick for the kv and graph lookup
-// benchmarks that scripts/bench.sh runs beside it.
+// through the proxy, each with a question not asked before (a repeated one would reuse Ollama's
+// prompt cache, and the proxy's cache and kv would answer it): the yardstick for the kv and
+// graph lookup benchmarks that scripts/bench.sh runs beside it, and the proxy's cost on a real
+// model call.
 func BenchmarkTinyCall(b *testing.B) {
 	stream := false
 	b.Run("direct", func(b *testing.B) {
+		i := 0
 		for b.Loop() {
+			i++
 			err := env.ollama.client().Chat(context.Background(), &api.ChatRequest{Model: model, Stream: &stream,
-				Messages: []api.Message{{Role: "user", Content: "how do I rotate the api key"}},
+				Messages: []api.Message{{Role: "user", Content: "how do I rotate the api key " + strconv.Itoa(i) + prompt()}},
 				Options:  map[string]any{"num_predict": 32}}, func(api.ChatResponse) error { return nil })
 			if err != nil {
 				b.Fatal(err)
