@@ -37,9 +37,9 @@ func Agrees[T any](data []byte) error {
 	gotErr := Unmarshal(data, &got)
 	switch {
 	case (stdErr == nil) != (fastErr == nil):
-		return fmt.Errorf("%T from %q: encoding/json says %v, jsonv1 says %v", std, data, stdErr, fastErr)
+		return fmt.Errorf("%T from %q: encoding/json says %w, jsonv1 says %w", std, data, stdErr, fastErr)
 	case (stdErr == nil) != (gotErr == nil) || stdErr != nil && stdErr.Error() != gotErr.Error():
-		return fmt.Errorf("%T from %q: encoding/json says %v, Unmarshal says %v", std, data, stdErr, gotErr)
+		return fmt.Errorf("%T from %q: encoding/json says %w, Unmarshal says %w", std, data, stdErr, gotErr)
 	case stdErr == nil && !reflect.DeepEqual(std, fast):
 		return fmt.Errorf("%T from %q:\nencoding/json %+v\njsonv1        %+v", std, data, std, fast)
 	case stdErr == nil && !reflect.DeepEqual(std, got):
