@@ -210,7 +210,7 @@ func soak(c *http.Client, url string, workers, from, to int, pool [][]byte) {
 // usage is what the eoc-proxy process holds at one point.
 type usage struct {
 	rssKiB     int64
-	heapKiB    int64 // go_memstats_next_gc_bytes: the heap goal, twice the heap live at the last GC
+	heapKiB    int64 // go_memstats_next_gc_bytes: the heap goal, the live heap at the last GC plus its headroom (GOGC)
 	goroutines int64
 }
 
