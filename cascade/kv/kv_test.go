@@ -101,6 +101,7 @@ func TestNormalize(t *testing.T) {
 		{"possessive", "John's book, the dogs' bowl, its lid", "johns book the dogs bowl its lid"},
 		{"ambiguous kept", "I'd go, ain't, cant, wont", "id go aint cant wont"},
 		{"inner apostrophe", "Côte d’Ivoire", "côte divoire"},
+		{"misplaced apostrophe", "Do'nt, wo'nt", "do not wont"},
 		{"nfkc fullwidth", "ＷＨＡＴ　ｉｓ　２ＦＡ？", "what is 2fa"},
 		{"fold sharp s", "STRASSE straße", "strasse strasse"},
 		{"decimal kept", "pay 3.5 or 35", "pay 3.5 or 35"},

@@ -199,5 +199,8 @@ func expand(w string) []string {
 			return []string{stem, s.word}
 		}
 	}
-	return nil
+	// A misplaced apostrophe ("do'nt") is read as the word without it would be ("dont", a bare
+	// form of "don't"): the apostrophe is dropped from the token either way, and Normalize's
+	// output must normalize to itself.
+	return expand(strings.ReplaceAll(w, "'", ""))
 }
