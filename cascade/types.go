@@ -119,8 +119,9 @@ func (m *Message) Text() string {
 		return ""
 	}
 	// jsontext's unquoting first, not a json.Unmarshal: several stages ask for the text, and this
-	// is a tenth of the cost. What it refuses (not a string, invalid UTF-8, a lone surrogate)
-	// goes to encoding/json as before, which replaces what is invalid.
+	// takes a third of the time (0.4 against 1.3 µs for an 80-character question). What it
+	// refuses (not a string, invalid UTF-8, a lone surrogate) goes to encoding/json as before,
+	// which replaces what is invalid.
 	if b, err := jsontext.AppendUnquote(nil, m.Content); err == nil {
 		return string(b)
 	}
