@@ -13,6 +13,7 @@ import (
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
+	"github.com/eoc-proxy/eoc-proxy/internal/jsonx"
 )
 
 const benchBody = `{"model":"fake-model","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}],"temperature":0.2,"max_tokens":32,"x_unknown":{"keep":true}}`
@@ -107,6 +108,15 @@ func BenchmarkOllamaDecode(b *testing.B) {
 		for b.Loop() {
 			var line ollamaLine
 			if err := json.Unmarshal(data, &line); err != nil || !line.Done {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("ollamaLine-jsonx", func(b *testing.B) { // what whole and stream decode with
+		b.ReportAllocs()
+		for b.Loop() {
+			var line ollamaLine
+			if err := jsonx.Unmarshal(data, &line); err != nil || !line.Done {
 				b.Fatal(err)
 			}
 		}
