@@ -92,12 +92,8 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 		ans, err := st.Serve(sctx, req, tracked)
 		took := time.Since(start)
 		res.Attempts = append(res.Attempts, Attempt{Stage: st.Name(), Duration: took, Err: err})
-		if err == ErrMiss { //nolint:errorlint // the common miss, spared errors.As's reflection; wrapped ones go below
-			span.endStage(req.Chat.Model, nil, err)
-			continue
-		}
 		var se *SpentError
-		if errors.As(err, &se) {
+		if err != ErrMiss && errors.As(err, &se) { //nolint:errorlint // a plain miss spent nothing: spared errors.As's reflection
 			spent = spent.Plus(se.Energy)
 		}
 		if errors.Is(err, ErrMiss) {

@@ -35,7 +35,6 @@ func gcPercent(live uint64) int {
 type gcTuner struct {
 	sample  []rtmetrics.Sample
 	tuned   atomic.Int64 // collections tuned after, for tests
-	last    atomic.Int64 // the percentage set last
 	stopped atomic.Bool
 }
 
@@ -66,9 +65,7 @@ func (t *gcTuner) tune() {
 	if t.sample[0].Value.Kind() == rtmetrics.KindUint64 {
 		live = t.sample[0].Value.Uint64()
 	}
-	p := gcPercent(live)
-	debug.SetGCPercent(p)
-	t.last.Store(int64(p))
+	debug.SetGCPercent(gcPercent(live))
 	t.tuned.Add(1)
 	runtime.AddCleanup(&gcSentinel{}, func(t *gcTuner) { t.tune() }, t)
 }

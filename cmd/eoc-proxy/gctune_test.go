@@ -47,8 +47,7 @@ func TestTuneGCFollowsCollections(t *testing.T) {
 		runtime.GC()
 		time.Sleep(time.Millisecond) // cleanups run on their own goroutine
 	}
-	got := debug.SetGCPercent(100)
-	if got != int(tn.last.Load()) || got <= 100 {
-		t.Fatalf("GOGC %d after tuning (last set %d); a test binary's live heap is far under %d MiB", got, tn.last.Load(), gcHeadroom>>20)
+	if got := debug.SetGCPercent(100); got <= 100 {
+		t.Fatalf("GOGC %d after tuning; a test binary's live heap is far under %d MiB", got, gcHeadroom>>20)
 	}
 }
