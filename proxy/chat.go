@@ -244,8 +244,14 @@ type settlement struct {
 func (s *Server) settle(st settlement, resv reservation, err error, start time.Time, lf *logFields) outcome {
 	o := outcome{stage: st.stage}
 	status := http.StatusOK
+	gone := disconnected(err, st.wrote)
 	if err != nil {
 		o.apiErr = classify(err, st.model)
+		if gone {
+			// A write to a client that left (a broken pipe, seen before the request's context
+			// is cancelled) is the client's doing, not an internal error: 499 either way.
+			o.apiErr = clientClosed(err)
+		}
 		status = o.apiErr.Status
 		lf.err = o.apiErr
 	}
@@ -268,7 +274,7 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 	if s.opts.Record != nil {
 		call := Call{Time: now, RequestID: st.id, KeyID: st.tenant, Key: st.key, Model: st.model, Stage: o.stage,
 			Backend: lf.backend, Status: status, Energy: o.fig, Receipt: o.receipt, Attempts: st.backendAttempts,
-			Disconnected: disconnected(err, st.wrote)}
+			Disconnected: gone}
 		if rerr := s.opts.Record(call); rerr != nil {
 			s.log.Error().Err(rerr).Str("request_id", st.id).Msg("ledger: record not written")
 		}

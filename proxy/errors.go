@@ -106,7 +106,7 @@ func classify(err error, model string) *APIError {
 		return &APIError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "bad_gateway",
 			Message: fmt.Sprintf("backend %q failed with status %d: %s", up.Backend, up.Status, up.Message), Err: err}
 	case errors.Is(err, context.Canceled):
-		return &APIError{Status: StatusClientClosed, Type: "invalid_request_error", Code: "client_closed", Message: "client closed the request", Err: err}
+		return clientClosed(err)
 	case isTimeout(err):
 		return &APIError{Status: http.StatusGatewayTimeout, Type: "upstream_error", Code: "timeout",
 			Message: fmt.Sprintf("backend %q timed out", backendOf(err)), Err: err}
@@ -147,4 +147,9 @@ func backendOf(err error) string {
 		return up.Backend
 	}
 	return "?"
+}
+
+// clientClosed is the error of a call whose client went away (499).
+func clientClosed(err error) *APIError {
+	return &APIError{Status: StatusClientClosed, Type: "invalid_request_error", Code: "client_closed", Message: "client closed the request", Err: err}
 }

@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -439,5 +441,46 @@ func TestAdmissionWaitIsBoundedByTheRequestTimeout(t *testing.T) {
 	release()
 	if st := <-first; st != http.StatusOK {
 		t.Fatalf("first call: %d", st)
+	}
+}
+
+// goneStage streams one chunk, then fails as a write to a client that left does: a broken pipe,
+// before the request's context is cancelled.
+type goneStage struct{}
+
+func (goneStage) Name() string { return "neural" }
+func (goneStage) Serve(_ context.Context, _ *cascade.Request, sink cascade.Sink) (*cascade.Answer, error) {
+	t := "partial"
+	if err := sink(&cascade.Chunk{ID: "x", Model: "known-1", Choices: []cascade.ChunkChoice{{Delta: cascade.Delta{Content: &t}}}}); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("write tcp 127.0.0.1:1->127.0.0.1:2: %w", syscall.EPIPE)
+}
+
+// A client that left mid-stream is a 499 in the record and the metrics, whether the proxy saw it
+// as a cancelled context or as a failed write (the Node SDK's abort, seen in CI as a 500).
+func TestMidStreamBrokenPipeIsAClientThatLeft(t *testing.T) {
+	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cascade.New(router, []cascade.Stage{goneStage{}}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
+	got := make(chan Call, 1)
+	srv := httptest.NewServer(New(Options{Cascade: c, Logger: zerolog.Nop(), MaxBodyBytes: 1 << 20,
+		Record: func(c Call) error { got <- c; return nil }}))
+	t.Cleanup(srv.Close)
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"known-1","stream":true,"messages":[{"role":"user","content":"a"}]}`))
+	if err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+	select {
+	case call := <-got:
+		if !call.Disconnected || call.Status != StatusClientClosed {
+			t.Fatalf("record: disconnected %v, status %d; want a client that left (499)", call.Disconnected, call.Status)
+		}
+	case <-time.After(30 * time.Second): // bounds a hang only; generous for a loaded machine
+		t.Fatal("no record")
 	}
 }
