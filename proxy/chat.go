@@ -128,8 +128,6 @@ func (s *Server) guard(id string, walk func() error) (err error) {
 // so the client is told 504.
 var errRequestTimeout = fmt.Errorf("request timeout: %w", context.DeadlineExceeded)
 
-// withRequestTimeout bounds ctx by d (none when d <= 0) until stop is called; stop may be called
-// more than once. cancel releases the context when the call is over.
 // refuse answers a request that did not decode.
 func (s *Server) refuse(w http.ResponseWriter, lf *logFields, apiErr *APIError) {
 	lf.err = apiErr
@@ -169,6 +167,8 @@ func (s *Server) inFlight() func() {
 	return s.metrics.inFlight.Dec
 }
 
+// withRequestTimeout bounds ctx by d (none when d <= 0) until stop is called; stop may be called
+// more than once. cancel releases the context when the call is over.
 func withRequestTimeout(ctx context.Context, d time.Duration) (_ context.Context, stop, cancel func()) {
 	if d <= 0 {
 		return ctx, func() {}, func() {}

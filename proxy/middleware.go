@@ -11,12 +11,14 @@ import (
 	"time"
 )
 
-type ctxKey int
+// ctxKey keys the one context value requestID adds: the request's id and its log fields, in
+// one allocation and one context layer (every ctx.Value lookup walks the layers).
+type ctxKey struct{}
 
-const (
-	keyRequestID ctxKey = iota
-	keyLogFields
-)
+type requestInfo struct {
+	id     string
+	fields logFields
+}
 
 // logFields is what a handler tells the access log about a request. It is written by the one
 // goroutine serving the request.
@@ -28,16 +30,18 @@ type logFields struct {
 }
 
 func fields(ctx context.Context) *logFields {
-	if f, ok := ctx.Value(keyLogFields).(*logFields); ok {
-		return f
+	if ri, ok := ctx.Value(ctxKey{}).(*requestInfo); ok {
+		return &ri.fields
 	}
 	return &logFields{}
 }
 
 // RequestID returns the request's id.
 func RequestID(ctx context.Context) string {
-	id, _ := ctx.Value(keyRequestID).(string)
-	return id
+	if ri, ok := ctx.Value(ctxKey{}).(*requestInfo); ok {
+		return ri.id
+	}
+	return ""
 }
 
 // MaxHeaderBytes is the request-header size the proxy answers itself, with OpenAI's JSON error
@@ -79,9 +83,7 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 		_, _ = rand.Read(b[:])
 		id := "req_" + hex.EncodeToString(b[:])
 		w.Header().Set("X-Request-Id", id)
-		ctx := context.WithValue(r.Context(), keyRequestID, id)
-		ctx = context.WithValue(ctx, keyLogFields, &logFields{})
-		next.ServeHTTP(w, r.WithContext(ctx))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, &requestInfo{id: id})))
 	})
 }
 

@@ -67,7 +67,7 @@ func benchStore(b *testing.B, n int) *benchSet {
 	for i := 0; i < n; i++ {
 		q := benchQuestion(r)
 		query := query{question: q, context: contextOf(q)}
-		v, _, err := s.embed(context.Background(), query)
+		v, _, err := s.embed(context.Background(), query, serveEmbedTimeout)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -176,10 +176,8 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	if col == nil || col.len() == 0 {
 		return nil, cascade.ErrMiss
 	}
-	ectx, cancel := context.WithTimeout(ctx, serveEmbedTimeout)
-	defer cancel()
 	embedStart := time.Now()
-	vec, spent, err := s.embed(ectx, q)
+	vec, spent, err := s.embed(ctx, q, serveEmbedTimeout)
 	embedWait := time.Since(embedStart)
 	if errors.Is(err, errNothing) {
 		return nil, cascade.Spent(cascade.ErrMiss, spent)
@@ -323,8 +321,8 @@ type embedded struct {
 }
 
 // embed returns the stored-vector form of a query (see join) and what the embedder spent, also
-// when it fails.
-func (s *Stage) embed(ctx context.Context, q query) ([]float32, energy.Figure, error) {
+// when it fails. A remote embedder has timeout to answer; the builtin one needs no deadline.
+func (s *Stage) embed(ctx context.Context, q query, timeout time.Duration) ([]float32, energy.Figure, error) {
 	if _, ok := s.emb.(Builtin); ok {
 		v, ok := embedQueryJoined(q)
 		if !ok {
@@ -332,6 +330,10 @@ func (s *Stage) embed(ctx context.Context, q query) ([]float32, energy.Figure, e
 		}
 		return v, energy.Figure{}, nil
 	}
+	// Only a remote embedder can keep the call waiting, so only it gets a deadline (and the
+	// timer that comes with one).
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	vs, fig, err := s.emb.Embed(ctx, []string{q.question, q.context})
 	if err != nil {
 		return nil, fig, err

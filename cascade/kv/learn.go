@@ -118,7 +118,7 @@ func (s *Stage) learn(j job) error {
 	defer cancel()
 	if j.vec == nil {
 		// Metered by the embedder like any model call, but billed to no request: counted apart.
-		v, fig, err := s.embed(ctx, j.q)
+		v, fig, err := s.embed(ctx, j.q, learnEmbedTimeout)
 		s.addLearnJoules(fig.Joules)
 		if err != nil {
 			return err
