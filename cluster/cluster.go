@@ -82,6 +82,9 @@ func Open(o Options) (*Client, error) {
 	ro.ReadTimeout = o.OpTimeout
 	ro.WriteTimeout = o.OpTimeout
 	ro.PoolTimeout = 2 * o.OpTimeout
+	// An operation also ends at its caller's deadline (the cache's lookup waits 500 ms, not
+	// OpTimeout): go-redis ignores context deadlines on the socket unless told otherwise.
+	ro.ContextTimeoutEnabled = true
 	ro.MaxRetries = 1 // one retry on a fresh connection after a restart, no more
 	ro.DialerRetries = 1
 	ro.DisableIdentity = true

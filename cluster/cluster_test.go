@@ -411,3 +411,35 @@ func TestFollowSurvivesSlowRedis(t *testing.T) {
 		t.Fatal("the follower stopped following after a timeout")
 	}
 }
+
+// An operation ends at its caller's deadline, not at the client's socket timeouts: the cache's
+// lookup gives up after its 500 ms, not after OpTimeout. go-redis ignores context deadlines
+// unless ContextTimeoutEnabled is set. Redis is paused past both the caller's deadline and the
+// end of the test, so a client that waits for Redis finds the entry and a client that keeps the
+// deadline misses it; the outcome, not a duration, is checked.
+func TestCallerDeadlineBoundsAnOperation(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := Open(Options{URL: srv.URL, Logger: zerolog.Nop(), OpTimeout: 30 * time.Second, Probe: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	c.Cache().Set(ctx, "t", "k", []byte("v"), time.Minute)
+	if _, ok := c.Cache().Get(ctx, "t", "k"); !ok {
+		t.Fatal("the entry was not stored")
+	}
+	ctl := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = ctl.Close() })
+	if err := ctl.Do(ctx, "CLIENT", "PAUSE", 30000, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if v, ok := c.Cache().Get(dctx, "t", "k"); ok {
+		t.Fatalf("got %q from a paused Redis: the lookup outlived its caller's deadline", v)
+	}
+	if !c.Up() {
+		t.Fatal("a caller's deadline marked Redis down")
+	}
+}
