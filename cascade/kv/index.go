@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	chromem "github.com/philippgille/chromem-go"
 )
@@ -141,6 +142,21 @@ type entry struct {
 	joules   float64
 	ctok     int   // completion tokens of the original answer
 	created  int64 // unix seconds
+
+	// sig is sign(context), made the first time the entry is a candidate (signature): a hit
+	// signs the query's context and each candidate's, and an entry that answers once tends to
+	// answer again. Only entries that were candidates hold one.
+	sig atomic.Pointer[signature]
+}
+
+// signature returns sign(e.context), signing it only the first time.
+func (e *entry) signature() signature {
+	if p := e.sig.Load(); p != nil {
+		return *p
+	}
+	sig := sign(e.context)
+	e.sig.Store(&sig)
+	return sig
 }
 
 // collection is the index of one tenant's answers from one model. It is safe for concurrent use.

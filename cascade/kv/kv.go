@@ -201,7 +201,7 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 		if e.params != q.params || (maxTok > 0 && e.ctok > maxTok) {
 			continue
 		}
-		if conflict(qsig, sign(e.context)) {
+		if conflict(qsig, e.signature()) {
 			s.stats.guarded.Add(1)
 			continue
 		}
