@@ -1065,9 +1065,10 @@ func TestDisconnectStopsGeneration(t *testing.T) {
 		window     = 500 * time.Millisecond
 		quiet      = 3 // windows in a row the stopped runner must stay quiet
 	)
+	o, p := ownPair(t, "disconnect") // its client leaves mid-stream (see ownPair)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, err := openStream(ctx, env.proxy.url, chatBody(prompt(), maxTokens, true))
+	s, err := openStream(ctx, p.url, chatBody(prompt(), maxTokens, true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1077,7 +1078,7 @@ func TestDisconnectStopsGeneration(t *testing.T) {
 			t.Fatalf("stream ended early: %v", err)
 		}
 	}
-	pid := env.ollama.runnerPID(t)
+	pid := o.runnerPID(t)
 
 	// Keep reading while measuring, so the generation is not held up by us.
 	var mu sync.Mutex
@@ -1139,33 +1140,45 @@ func TestDisconnectStopsGeneration(t *testing.T) {
 	}
 }
 
-// TestBackendFailures runs on a pair of its own: it kills the runner, then
-// all of Ollama, mid-stream.
-func TestBackendFailures(t *testing.T) {
-	o, err := startOllama("failures")
+// ownPair starts an Ollama and an eoc-proxy in front of it for one test, both stopped when the
+// test ends (their logs' tails go to stderr when it failed). Tests that kill Ollama, or whose
+// client leaves mid-stream, run on a pair of their own. A client that leaves at the wrong moment
+// can leak the model's only slot in Ollama 0.17.4: its streaming handlers send on a channel that
+// nobody reads once the client is gone (ollama/ollama#17131), so every later call to that model
+// on that server waits forever, failing the tests that follow on the shared one.
+func ownPair(t *testing.T, name string) (*ollamaProc, *proxyProc) {
+	t.Helper()
+	o, err := startOllama(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer o.stop()
-	p, err := startProxy("failures", o.url)
+	t.Cleanup(o.stop)
+	p, err := startProxy(name, o.url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.stop()
-	defer func() {
+	t.Cleanup(p.stop)
+	t.Cleanup(func() {
 		if t.Failed() {
 			p.tail(os.Stderr)
 			o.tail(os.Stderr)
 		}
-	}()
+	})
+	return o, p
+}
+
+// TestBackendFailures runs on a pair of its own: it kills the runner, then
+// all of Ollama, mid-stream.
+func TestBackendFailures(t *testing.T) {
+	o, p := ownPair(t, "failures")
 
 	// midStream opens a long stream, reads a few chunks, calls kill, and reads
 	// on to the end; the client must see the stream cut, without [DONE].
-	midStream := func(t *testing.T, body map[string]any, kill func()) {
+	midStream := func(t *testing.T, url string, body map[string]any, kill func()) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		s, err := openStream(ctx, p.url, body)
+		s, err := openStream(ctx, url, body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1204,7 +1217,7 @@ func TestBackendFailures(t *testing.T) {
 
 	t.Run("runner killed", func(t *testing.T) {
 		body := chatBody(prompt(), 50000, true)
-		midStream(t, body, func() {
+		midStream(t, p.url, body, func() {
 			pid := o.runnerPID(t)
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
@@ -1227,10 +1240,14 @@ func TestBackendFailures(t *testing.T) {
 		}
 	})
 
+	// The repeat above leaves its stream after one chunk, which can leave that Ollama with no slot
+	// for the model (see ownPair): killing Ollama mid-stream, and calls with it down, run on a
+	// second pair.
+	o, p = ownPair(t, "failures-down")
 	var killedBody map[string]any
 	t.Run("ollama killed", func(t *testing.T) {
 		killedBody = chatBody(prompt(), 50000, true)
-		midStream(t, killedBody, o.kill)
+		midStream(t, p.url, killedBody, o.kill)
 	})
 
 	t.Run("ollama down", func(t *testing.T) {
