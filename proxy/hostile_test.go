@@ -84,11 +84,20 @@ func (brokenStage) Serve(_ context.Context, _ *cascade.Request, sink cascade.Sin
 // An upstream failing mid-stream is recorded as the upstream's failure (502), not as a client
 // that went away.
 func TestMidStreamUpstreamFailureIsNotADisconnect(t *testing.T) {
+	if call := streamRecord(t, brokenStage{}); call.Disconnected || call.Status != http.StatusBadGateway {
+		t.Fatalf("record: disconnected %v, status %d; want an upstream failure (502)", call.Disconnected, call.Status)
+	}
+}
+
+// streamRecord streams one chat call through a proxy whose only stage is stage, reads the answer
+// to its end, and returns the call's ledger record.
+func streamRecord(t *testing.T, stage cascade.Stage) Call {
+	t.Helper()
 	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := cascade.New(router, []cascade.Stage{brokenStage{}}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
+	c := cascade.New(router, []cascade.Stage{stage}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
 	got := make(chan Call, 1)
 	srv := httptest.NewServer(New(Options{Cascade: c, Logger: zerolog.Nop(), MaxBodyBytes: 1 << 20,
 		Record: func(c Call) error { got <- c; return nil }}))
@@ -101,12 +110,11 @@ func TestMidStreamUpstreamFailureIsNotADisconnect(t *testing.T) {
 	}
 	select {
 	case call := <-got:
-		if call.Disconnected || call.Status != http.StatusBadGateway {
-			t.Fatalf("record: disconnected %v, status %d; want an upstream failure (502)", call.Disconnected, call.Status)
-		}
+		return call
 	case <-time.After(30 * time.Second): // bounds a hang only; generous for a loaded machine
 		t.Fatal("no record")
 	}
+	return Call{}
 }
 
 func TestDisconnected(t *testing.T) {
@@ -457,30 +465,10 @@ func (goneStage) Serve(_ context.Context, _ *cascade.Request, sink cascade.Sink)
 	return nil, fmt.Errorf("write tcp 127.0.0.1:1->127.0.0.1:2: %w", syscall.EPIPE)
 }
 
-// A client that left mid-stream is a 499 in the record and the metrics, whether the proxy saw it
-// as a cancelled context or as a failed write (the Node SDK's abort, seen in CI as a 500).
+// A client that left mid-stream is a 499 in its record (settle gives the metrics the same status),
+// whether the proxy saw it as a cancelled context or as a failed write (the Node SDK's abort, seen in CI as a 500).
 func TestMidStreamBrokenPipeIsAClientThatLeft(t *testing.T) {
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := cascade.New(router, []cascade.Stage{goneStage{}}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
-	got := make(chan Call, 1)
-	srv := httptest.NewServer(New(Options{Cascade: c, Logger: zerolog.Nop(), MaxBodyBytes: 1 << 20,
-		Record: func(c Call) error { got <- c; return nil }}))
-	t.Cleanup(srv.Close)
-	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"model":"known-1","stream":true,"messages":[{"role":"user","content":"a"}]}`))
-	if err == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-	}
-	select {
-	case call := <-got:
-		if !call.Disconnected || call.Status != StatusClientClosed {
-			t.Fatalf("record: disconnected %v, status %d; want a client that left (499)", call.Disconnected, call.Status)
-		}
-	case <-time.After(30 * time.Second): // bounds a hang only; generous for a loaded machine
-		t.Fatal("no record")
+	if call := streamRecord(t, goneStage{}); !call.Disconnected || call.Status != StatusClientClosed {
+		t.Fatalf("record: disconnected %v, status %d; want a client that left (499)", call.Disconnected, call.Status)
 	}
 }
