@@ -67,18 +67,13 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 	}
 	req.Key() // computed once, before any stage or learner reads it concurrently
 	var tracked Sink
-	var writing string // the stage being tried, for the sink
+	var ts *trackedSink // nil without a sink: a walk that streams nothing allocates nothing for it
 	if bs, ok := sink.(BackendSink); ok {
 		ctx = context.WithValue(ctx, announceKey{}, bs)
 	}
 	if sink != nil {
-		tracked = func(ch *Chunk) error {
-			if !res.Wrote {
-				sink.Stage(writing)
-			}
-			res.Wrote = true
-			return sink.Chunk(ch)
-		}
+		ts = &trackedSink{sink: sink, res: res}
+		tracked = ts.chunk
 	}
 	var spent energy.Figure // what stages that did not answer spent outside this process
 	if res.Attempts == nil {
@@ -86,15 +81,18 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 	}
 	for i, st := range c.stages {
 		res.Stage = st.Name()
-		writing = res.Stage
+		if ts != nil {
+			ts.writing = res.Stage
+		}
 		start := time.Now()
 		sctx, span := StartSpan(ctx, SpanStage, st.Name())
 		ans, err := st.Serve(sctx, req, tracked)
 		took := time.Since(start)
 		res.Attempts = append(res.Attempts, Attempt{Stage: st.Name(), Duration: took, Err: err})
-		var se *SpentError
-		if err != ErrMiss && errors.As(err, &se) { //nolint:errorlint // a plain miss spent nothing: spared errors.As's reflection
-			spent = spent.Plus(se.Energy)
+		if err != nil && err != ErrMiss { //nolint:errorlint // a plain miss spent nothing: spared errors.As's reflection
+			if se := (*SpentError)(nil); errors.As(err, &se) {
+				spent = spent.Plus(se.Energy)
+			}
 		}
 		if errors.Is(err, ErrMiss) {
 			span.endStage(req.Chat.Model, nil, err)
@@ -135,6 +133,21 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 		res.Answer = &Answer{Energy: spent}
 	}
 	return ErrMiss
+}
+
+// trackedSink passes a walk's chunks to its sink, telling the sink first which stage writes.
+type trackedSink struct {
+	sink    StageSink
+	res     *Result
+	writing string // the stage being tried
+}
+
+func (t *trackedSink) chunk(ch *Chunk) error {
+	if !t.res.Wrote {
+		t.sink.Stage(t.writing)
+	}
+	t.res.Wrote = true
+	return t.sink.Chunk(ch)
 }
 
 // withSpent adds what earlier stages spent to the figure of the answer that ends the walk; with

@@ -59,8 +59,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	// The request timeout bounds the wait for an answer, admission included: a stream that has
 	// begun is bounded by the backend's own timeouts instead, which cut it only when it stops
 	// flowing.
-	ctx, stopTimeout, cancel := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
-	defer cancel()
+	ctx := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
+	defer ctx.end()
 	resv, ok := s.admit(ctx, w, lf, req.Chat.Model)
 	if !ok {
 		return
@@ -70,7 +70,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	var sw *sseWriter
 	var sink cascade.StageSink
 	if req.Stream() {
-		sw = &sseWriter{w: w, rc: http.NewResponseController(w), usage: req.IncludeUsage(), idle: s.opts.StreamIdle, onStart: stopTimeout}
+		sw = &sseWriter{w: w, rc: http.NewResponseController(w), usage: req.IncludeUsage(), idle: s.opts.StreamIdle, onStart: ctx.stop}
 		s.setBudgetHeader(w.Header(), req.Tenant)
 		sink = sw
 	}
@@ -124,10 +124,6 @@ func (s *Server) guard(id string, walk func() error) (err error) {
 	return walk()
 }
 
-// errRequestTimeout ends a call that had no answer within limits.request_timeout: a deadline,
-// so the client is told 504.
-var errRequestTimeout = fmt.Errorf("request timeout: %w", context.DeadlineExceeded)
-
 // refuse answers a request that did not decode.
 func (s *Server) refuse(w http.ResponseWriter, lf *logFields, apiErr *APIError) {
 	lf.err = apiErr
@@ -167,17 +163,6 @@ func (s *Server) inFlight() func() {
 	return s.metrics.inFlight.Dec
 }
 
-// withRequestTimeout bounds ctx by d (none when d <= 0) until stop is called; stop may be called
-// more than once. cancel releases the context when the call is over.
-func withRequestTimeout(ctx context.Context, d time.Duration) (_ context.Context, stop, cancel func()) {
-	if d <= 0 {
-		return ctx, func() {}, func() {}
-	}
-	ctx, cancelCause := context.WithCancelCause(ctx)
-	t := time.AfterFunc(d, func() { cancelCause(errRequestTimeout) })
-	return ctx, func() { t.Stop() }, func() { t.Stop(); cancelCause(nil) }
-}
-
 // setBackendHeaders names the backend that answered and the number of attempts, when a
 // backend was called.
 func setBackendHeaders(h http.Header, backend string, attempts []cascade.BackendAttempt) {
@@ -194,12 +179,7 @@ func (s *Server) writeAnswer(w http.ResponseWriter, ans *cascade.Answer, o outco
 		writeError(w, classify(err, ""))
 		return
 	}
-	h := w.Header()
-	setEnergyHeaders(h, o)
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(body)
+	writeOK(w, o, body)
 }
 
 // completion is the non-streaming response body.
@@ -318,32 +298,58 @@ func (s *Server) setBudgetHeader(h http.Header, tenant string) {
 
 func formatJoules(j float64) string { return strconv.FormatFloat(j, 'f', -1, 64) }
 
-// setEnergyHeaders sets the X-EOC headers of o. The names are canonical constants, so the map
-// entries are set directly, and all the values share one backing array: one allocation where
-// Header.Set makes one per header.
-func setEnergyHeaders(h http.Header, o outcome) {
-	vals := make([]string, 0, 14)
-	set := func(k, v string) {
-		vals = append(vals, v)
-		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
-	}
-	set(HeaderJoules, formatJoules(o.fig.Joules))
-	set(HeaderStage, o.stage)
-	set(HeaderEnergy, string(o.fig.Grade))
-	set(HeaderMethod, o.fig.Method)
-	set(HeaderCoverage, o.fig.Coverage)
-	set(HeaderReceipt, o.receipt)
+// headerVals sets headers by canonical names (constants), straight into the map, their values
+// sharing one backing array: one allocation where Header.Set makes one per header and
+// canonicalizes each name.
+type headerVals struct {
+	h    http.Header
+	vals []string
+}
+
+func (hv *headerVals) set(k, v string) {
+	hv.vals = append(hv.vals, v)
+	n := len(hv.vals)
+	hv.h[k] = hv.vals[n-1 : n : n]
+}
+
+// energy sets the X-EOC headers of o.
+func (hv *headerVals) energy(o outcome) {
+	hv.set(HeaderJoules, formatJoules(o.fig.Joules))
+	hv.set(HeaderStage, o.stage)
+	hv.set(HeaderEnergy, string(o.fig.Grade))
+	hv.set(HeaderMethod, o.fig.Method)
+	hv.set(HeaderCoverage, o.fig.Coverage)
+	hv.set(HeaderReceipt, o.receipt)
 	if o.fig.Reason != "" {
-		set(HeaderReason, o.fig.Reason)
+		hv.set(HeaderReason, o.fig.Reason)
 	}
 	if o.fig.Saved > 0 {
-		set(HeaderJoulesSaved, formatJoules(o.fig.Saved))
+		hv.set(HeaderJoulesSaved, formatJoules(o.fig.Saved))
 	}
 	if o.remaining != nil {
-		set(HeaderBudgetRemaining, formatJoules(*o.remaining))
-		set(HeaderBudgetCoverage, o.budgetCoverage)
+		hv.set(HeaderBudgetRemaining, formatJoules(*o.remaining))
+		hv.set(HeaderBudgetCoverage, o.budgetCoverage)
 	}
-	setBoundsHeaders(set, o)
+	setBoundsHeaders(hv.set, o)
+}
+
+// energyHeaders is the most X-EOC headers one outcome sets.
+const energyHeaders = 14
+
+// setEnergyHeaders sets the X-EOC headers of o.
+func setEnergyHeaders(h http.Header, o outcome) {
+	hv := headerVals{h: h, vals: make([]string, 0, energyHeaders)}
+	hv.energy(o)
+}
+
+// writeOK writes a JSON answer with o's X-EOC headers.
+func writeOK(w http.ResponseWriter, o outcome, body []byte) {
+	hv := headerVals{h: w.Header(), vals: make([]string, 0, energyHeaders+2)}
+	hv.energy(o)
+	hv.set("Content-Type", "application/json")
+	hv.set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
 }
 
 var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
-	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -38,8 +37,8 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	call.Tenant = lf.tenant
-	ctx, _, cancel := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
-	defer cancel()
+	ctx := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
+	defer ctx.end()
 	resv, ok := s.admit(ctx, w, lf, call.Req.Model)
 	if !ok {
 		return
@@ -66,12 +65,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 		writeError(w, o.apiErr)
 		return
 	}
-	h := w.Header()
-	setEnergyHeaders(h, o)
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(body)
+	writeOK(w, o, body)
 }
 
 // decodeEmbeddings reads and validates the body; every failure names the field.
