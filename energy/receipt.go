@@ -34,5 +34,7 @@ func (r Receipt) Hash() string {
 	b = append(b, '\n')
 	b = r.Time.UTC().AppendFormat(b, time.RFC3339Nano)
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	var text [2 * sha256.Size]byte
+	hex.Encode(text[:], sum[:])
+	return string(text[:])
 }

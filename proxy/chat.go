@@ -65,7 +65,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer s.inFlight()()
+	s.metrics.callIn()
+	defer s.metrics.callOut()
 	var res cascade.Result
 	var sw *sseWriter
 	var sink cascade.StageSink
@@ -154,15 +155,6 @@ func (s *Server) admit(ctx context.Context, w http.ResponseWriter, lf *logFields
 	return resv, true
 }
 
-// inFlight counts a call in eoc_requests_in_flight until the returned func runs.
-func (s *Server) inFlight() func() {
-	if s.metrics == nil {
-		return func() {}
-	}
-	s.metrics.inFlight.Inc()
-	return s.metrics.inFlight.Dec
-}
-
 // setBackendHeaders names the backend that answered and the number of attempts, when a
 // backend was called.
 func setBackendHeaders(h http.Header, backend string, attempts []cascade.BackendAttempt) {
@@ -245,7 +237,8 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 		Grade: o.fig.Grade, Time: now}.Hash()
 	o.receiptTime = now
 	if left, ok := s.budgets.settle(resv, o.fig); ok {
-		o.remaining, o.budgetCoverage = &left.joules, left.coverage()
+		joules := left.joules // allocated only for a key with a budget
+		o.remaining, o.budgetCoverage = &joules, left.coverage()
 	}
 	model := st.model
 	if errors.Is(err, cascade.ErrModelNotFound) {

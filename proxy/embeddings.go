@@ -43,7 +43,8 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer s.inFlight()()
+	s.metrics.callIn()
+	defer s.metrics.callOut()
 	var res cascade.EmbedResult
 	err := s.guard(call.ID, func() error { return s.cascade.Embed(ctx, call, &res) })
 	st := settlement{id: call.ID, tenant: call.Tenant, key: call.Key(), model: call.Req.Model,

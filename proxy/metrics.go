@@ -93,6 +93,19 @@ func (m *metrics) observe(stage string, attempts []cascade.Attempt, answered boo
 	}
 }
 
+// callIn and callOut count a call in eoc_requests_in_flight.
+func (m *metrics) callIn() {
+	if m != nil {
+		m.inFlight.Inc()
+	}
+}
+
+func (m *metrics) callOut() {
+	if m != nil {
+		m.inFlight.Dec()
+	}
+}
+
 func metricsHandler(reg *prometheus.Registry) http.Handler {
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 }
