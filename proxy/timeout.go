@@ -15,8 +15,8 @@ var errRequestTimeout = fmt.Errorf("request timeout: %w", context.DeadlineExceed
 // requestTimeout is a call's context, bounded by limits.request_timeout until stop. It arms
 // lazily: the cancel context and its timer are made the first time anything can observe them
 // (Done, Err, or a child context, which calls Done), so a call that never waits (a cache hit)
-// makes neither. A cancel context and a timer cost a cache hit 3–4 % of its CPU
-// (scripts/bench-ab.sh, 2026-12-03).
+// makes neither. Making them was 3.5 % of a cache hit's CPU in eoc-proxy's profile under
+// scripts/benchout (2026-12-03); BenchmarkCacheHit counts the allocations.
 //
 // Once armed, every method is the armed context's, so the context package recognises it as a
 // cancel context: a child registers with it instead of starting a goroutine to watch it.
