@@ -10,7 +10,9 @@ import (
 // The table's cache-hit row gives the median ratio, the runs' range beside it, and marks the
 // target met by the median.
 func TestTableShowsTheRunsRange(t *testing.T) {
-	hit := func(eoc, bare float64) result { return result{hit: true, eocRPS: eoc, bareRPS: bare, bareCPU: 1, hitCPU: 2} }
+	hit := func(eoc, bare float64) result {
+		return result{hit: true, eocRPS: eoc, bareRPS: bare, bareCPU: 1, hitCPU: 2}
+	}
 	for _, tc := range []struct {
 		name string
 		rs   []result
