@@ -52,6 +52,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	if res.Embeddings != nil {
 		st.answered, st.fig, st.backend = true, res.Embeddings.Energy, res.Embeddings.Backend
 		st.backendAttempts = res.Embeddings.Attempts
+		st.promptTokens = res.Embeddings.PromptTokens // the call span's input tokens, as a chat call's
 	}
 	// The body is rendered before the call is settled, so the record holds the status the
 	// client gets, also when the vectors cannot be encoded.

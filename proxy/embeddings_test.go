@@ -16,6 +16,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eoc-proxy/eoc-proxy/backends"
 	"github.com/eoc-proxy/eoc-proxy/cascade"
@@ -40,6 +44,12 @@ func (e *embedEdge) recorded() []Call {
 
 func newEmbedEdge(t *testing.T, typ string, f *fakes.Server, keys ...APIKey) *embedEdge {
 	t.Helper()
+	return newTracedEmbedEdge(t, typ, f, nil, keys...)
+}
+
+// newTracedEmbedEdge is newEmbedEdge with tracing through tp (nil: none).
+func newTracedEmbedEdge(t *testing.T, typ string, f *fakes.Server, tp trace.TracerProvider, keys ...APIKey) *embedEdge {
+	t.Helper()
 	be, err := backends.New(backends.Options{Name: "up", Type: typ, URL: f.BaseURL(), Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +64,7 @@ func newEmbedEdge(t *testing.T, typ string, f *fakes.Server, keys ...APIKey) *em
 	stages := []cascade.Stage{cache.New(100, time.Minute), neural.New(router, nil)}
 	c := cascade.New(router, stages, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
 	e := &embedEdge{}
-	e.Server = httptest.NewServer(New(Options{Cascade: c, Logger: zerolog.Nop(), Keys: keys, Registry: prometheus.NewRegistry(),
+	e.Server = httptest.NewServer(New(Options{Cascade: c, Logger: zerolog.Nop(), Keys: keys, Registry: prometheus.NewRegistry(), Tracing: tp,
 		Record: func(call Call) error {
 			e.mu.Lock()
 			defer e.mu.Unlock()
@@ -329,5 +339,30 @@ func TestEmbeddingsErrors(t *testing.T) {
 	// A failure is not cached.
 	if resp, _ := postEmbed(t, e.URL, `{"model":"fake-embed","input":"x"}`, nil); resp.StatusCode != 200 || resp.Header.Get(HeaderStage) != "neural" {
 		t.Errorf("after failures: status %d stage %q, want a fresh 200 from neural", resp.StatusCode, resp.Header.Get(HeaderStage))
+	}
+}
+
+// An embeddings call's span carries its input tokens, as a chat call's does (a 0 there would say
+// the call read nothing), and no output tokens.
+func TestEmbeddingsSpanCarriesInputTokens(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	f := fakes.New(t, fakes.Dialect("openai"))
+	e := newTracedEmbedEdge(t, "openai", f, sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)))
+	rep, body := postEmbed(t, e.URL, `{"model":"fake-embed","input":["one two three","four"]}`, nil)
+	var r embedResp
+	if rep.StatusCode != http.StatusOK || json.Unmarshal(body, &r) != nil || r.Usage.PromptTokens <= 0 {
+		t.Fatalf("embeddings: %d %s", rep.StatusCode, body)
+	}
+	var call map[attribute.Key]attribute.Value
+	for _, s := range exp.GetSpans().Snapshots() {
+		if s.Name() == "POST /v1/embeddings" {
+			call = attrs(s)
+		}
+	}
+	if call == nil {
+		t.Fatalf("no call span among %d", len(exp.GetSpans()))
+	}
+	if in, out := call[attrInTokens].AsInt64(), call[attrOutTokens].AsInt64(); in != int64(r.Usage.PromptTokens) || out != 0 {
+		t.Fatalf("call span: input tokens %d, output %d; the answer's usage says %d in", in, out, r.Usage.PromptTokens)
 	}
 }
