@@ -44,7 +44,8 @@ func TestBudgetCoverageHeader(t *testing.T) {
 	}
 	c := cascade.New(router, []cascade.Stage{figureStage{}}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
 	srv := httptest.NewServer(New(Options{Cascade: c, Logger: zerolog.Nop(), MaxBodyBytes: 1 << 20,
-		Keys: []APIKey{{ID: "team", Key: "sk-team", Budget: &Budget{Joules: 10, Per: "day"}}, {ID: "free", Key: "sk-free"}}}))
+		Keys:        []APIKey{{ID: "team", Key: "sk-team", Budget: &Budget{Joules: 10, Per: "day"}}, {ID: "free", Key: "sk-free"}},
+		AdminKeyIDs: []string{"team"}}))
 	t.Cleanup(srv.Close)
 	// reply is what a call got back: the body is read, so the trailers are there too.
 	type reply struct {
@@ -86,6 +87,13 @@ func TestBudgetCoverageHeader(t *testing.T) {
 	}
 	resp, _ = post("sk-team", "hello", false)
 	check("whole call after a partial one", resp, "4", energy.CoveragePartial)
+	// The page says so too: what is left is an upper bound.
+	status, _, page := get(t, srv.URL+"/ui/data", func(r *http.Request) { r.Header.Set("Authorization", "Bearer sk-team") })
+	var d UIData
+	if status != http.StatusOK || json.Unmarshal(page, &d) != nil || len(d.Budgets) != 1 ||
+		d.Budgets[0].Coverage != energy.CoveragePartial || d.Budgets[0].Left != 4 {
+		t.Errorf("/ui/data: %d, budgets %+v", status, d.Budgets)
+	}
 
 	// A stream: the header up front (less the stream's own reservation, twice the dearest call),
 	// then the trailer and the eoc chunk after the call.

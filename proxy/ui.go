@@ -46,7 +46,7 @@ func (s *Server) uiData(w http.ResponseWriter, _ *http.Request) {
 			continue
 		}
 		left, _ := s.budgets.remaining(k.ID)
-		d.Budgets = append(d.Budgets, UIKey{ID: k.ID, Budget: k.Budget.Joules, Per: k.Budget.Per, Left: left.joules})
+		d.Budgets = append(d.Budgets, UIKey{ID: k.ID, Budget: k.Budget.Joules, Per: k.Budget.Per, Left: left.joules, Coverage: left.coverage()})
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, d)

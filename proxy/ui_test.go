@@ -128,10 +128,13 @@ func TestUIDataEqualsMetrics(t *testing.T) {
 	counters := func() []Counter { return []Counter{{Name: "rapl", Reason: "no-rapl"}, {Name: "nvml", Live: true}} }
 	srv := upstreamEdge(t, okUpstream, Options{Keys: keys, AdminKeyIDs: []string{"boss"}, Registry: reg, Counters: counters})
 	auth := map[string]string{"Authorization": "Bearer sk-boss"}
+	var coverage string // the last call's X-EOC-Budget-Coverage
 	for range 3 {
-		if status, _, body := postChat(t, srv.URL, auth); status != http.StatusOK {
+		status, h, body := postChat(t, srv.URL, auth)
+		if status != http.StatusOK {
 			t.Fatalf("chat: %d %s", status, body)
 		}
+		coverage = h.Get(HeaderBudgetCoverage)
 	}
 	status, _, body := get(t, srv.URL+"/ui/data", func(r *http.Request) { r.Header.Set("Authorization", "Bearer sk-boss") })
 	if status != http.StatusOK {
@@ -174,8 +177,9 @@ func TestUIDataEqualsMetrics(t *testing.T) {
 	if len(d.Counters) != 2 || d.Counters[1].Name != "nvml" || !d.Counters[1].Live || d.Counters[0].Reason != "no-rapl" {
 		t.Errorf("counters: %+v", d.Counters)
 	}
-	if len(d.Budgets) != 1 || d.Budgets[0].ID != "boss" || d.Budgets[0].Left >= 1e6 || d.Budgets[0].Left <= 0 {
-		t.Errorf("budgets: %+v", d.Budgets)
+	if len(d.Budgets) != 1 || d.Budgets[0].ID != "boss" || d.Budgets[0].Left >= 1e6 || d.Budgets[0].Left <= 0 ||
+		coverage == "" || d.Budgets[0].Coverage != coverage {
+		t.Errorf("budgets: %+v; the last call's budget coverage %q", d.Budgets, coverage)
 	}
 	if len(d.Minutes) != uiMinutes || d.Minutes[uiMinutes-1].Stages["neural"] <= 0 {
 		t.Errorf("the last minute has no neural joules: %+v", d.Minutes[uiMinutes-1])

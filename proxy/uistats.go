@@ -228,6 +228,9 @@ type UIKey struct {
 	Budget float64 `json:"budget"`
 	Per    string  `json:"per"`
 	Left   float64 `json:"left"`
+	// Coverage is X-EOC-Budget-Coverage's: partial when some of the period's spend came from
+	// partial figures, so Left is an upper bound.
+	Coverage string `json:"coverage"`
 }
 
 // snapshot copies the figures out for the page.

@@ -117,8 +117,10 @@
       Object.entries(p.reasons || {}).map(([r, n]) => `${r} ×${n}`).join(", ") || "–"])));
     fill("counters", (d.counters || []).map(c => row([c.name, [c.live ? "yes" : "no", c.live ? "live-yes" : "live-no"], c.reason || ""])));
     const budgets = d.budgets || [];
-    fill("budgets", budgets.length ? budgets.map(b => row([b.id, [fmtJ(b.budget), "num"], b.per, [fmtJ(b.left), "num"]]))
-      : [row([d.auth ? "no key has a budget" : "auth is off: no keys", "", "", ""])]);
+    // A partial coverage means part of the spend is unknown: what is left is an upper bound.
+    fill("budgets", budgets.length ? budgets.map(b => row([b.id, [fmtJ(b.budget), "num"], b.per,
+      [(b.coverage === "partial" ? "≤ " : "") + fmtJ(b.left), "num"], b.coverage]))
+      : [row([d.auth ? "no key has a budget" : "auth is off: no keys", "", "", "", ""])]);
     fill("calls-table", (d.calls || []).map(c => row([new Date(c.time).toLocaleTimeString(), stageName(c.stage), c.model, c.backend || "–",
       [c.status, "num"], [fmtJ(c.joules), "num"], bounds(c), [fmtJ(c.joules_saved), "num"], c.grade || "–", c.method || "–",
       c.reason || "–", [(c.receipt || "").slice(0, 16), "receipt", c.receipt]])));
