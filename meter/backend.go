@@ -30,10 +30,13 @@ type backendState struct {
 	inProcess bool
 	inodes    []uint64
 
-	tree       []int // the last tree walked from treeRoot; read-only once stored
-	treeRoot   int
-	treeCur    uint64 // the last PID when that walk began
-	treeCurOK  bool
+	tree      []int // the last tree walked from treeRoot; read-only once stored
+	treeRoot  int
+	treeCur   uint64 // the last PID known settled: when the walk began, or as far as a check got
+	treeCurOK bool
+	// treeUnborn is the PID after treeCur when a check found it handed out but with no /proc
+	// entry: gone, or not yet born (see newPIDsOutside). The next check looks at it once more.
+	treeUnborn uint64
 	treeSeen   time.Time // when the tree was last known complete
 	walks      uint64    // trees walked, for tests
 	gpuHolders []int     // processes of tree seen holding a GPU device open

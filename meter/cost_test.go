@@ -407,6 +407,77 @@ func TestTreeNewPIDsOutside(t *testing.T) {
 	}
 }
 
+// TestTreeLooksAgainAtAnUnbornPID: the kernel shows a PID in loadavg a moment before its process
+// can be seen in /proc. A check that finds a new PID without a /proc entry keeps the tree, but
+// looks at that PID once more at the next check: a child of the tree born since is walked and
+// counted then, not missed for good. Missing twice, the PID is gone.
+func TestTreeLooksAgainAtAnUnbornPID(t *testing.T) {
+	m, _, _, procRoot := localFixtureMeter(t, nil)
+	b := m.backends["ollama"]
+	setLastPID := func(pid int) {
+		writeFile(t, filepath.Join(procRoot, "loadavg"), fmt.Sprintf("0.12 0.30 0.25 1/93 %d\n", pid))
+	}
+	span := func(wantWalks uint64, what string) {
+		t.Helper()
+		before := b.walks
+		m.Begin("ollama").End(Work{})
+		if got := b.walks - before; got != wantWalks {
+			t.Fatalf("%s: %d walks, want %d", what, got, wantWalks)
+		}
+	}
+	tree := func() []int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return slices.Clone(b.tree)
+	}
+	span(1, "first span") // the fixture's last PID is 5000
+	setLastPID(5001)      // handed out; /proc/5001 not there yet
+	span(0, "a PID not yet in /proc")
+	// Born: a child of the tree.
+	if err := os.MkdirAll(filepath.Join(procRoot, "5001", "task", "5001"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(procRoot, "5001", "stat"), "5001 (runner) S 102 5001 5001 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 7 0 0")
+	writeFile(t, filepath.Join(procRoot, "5001", "task", "5001", "children"), "")
+	writeFile(t, filepath.Join(procRoot, "102", "task", "102", "children"), "5001")
+	span(1, "the PID born since, a child of the tree")
+	if !slices.Contains(tree(), 5001) {
+		t.Fatalf("tree %v lacks the child born after its PID was handed out", tree())
+	}
+	// A PID that never shows: looked at twice, then gone; the tree stays.
+	setLastPID(5002)
+	span(0, "a PID not in /proc")
+	span(0, "the same PID, still not in /proc")
+	b.mu.Lock()
+	cur := b.treeCur
+	b.mu.Unlock()
+	if cur != 5002 {
+		t.Fatalf("cursor at %d after the PID was missing twice, want 5002", cur)
+	}
+}
+
+// TestTreeWalkedWhenLastPIDUnreadable: a last PID that can no longer be read (here a malformed
+// loadavg) leaves nothing to trust the cached tree by, so the span walks and finds a new child.
+func TestTreeWalkedWhenLastPIDUnreadable(t *testing.T) {
+	m, _, _, procRoot := localFixtureMeter(t, nil)
+	b := m.backends["ollama"]
+	m.Begin("ollama").End(Work{})
+	walks := b.walks
+	writeFile(t, filepath.Join(procRoot, "loadavg"), "not a loadavg line\n")
+	if err := os.MkdirAll(filepath.Join(procRoot, "5001", "task", "5001"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(procRoot, "5001", "stat"), "5001 (runner) S 102 5001 5001 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 7 0 0")
+	writeFile(t, filepath.Join(procRoot, "5001", "task", "5001", "children"), "")
+	writeFile(t, filepath.Join(procRoot, "102", "task", "102", "children"), "5001")
+	m.Begin("ollama").End(Work{})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.walks == walks || !slices.Contains(b.tree, 5001) {
+		t.Fatalf("%d walks after loadavg went bad, tree %v: the cached tree was trusted", b.walks-walks, b.tree)
+	}
+}
+
 // TestRootDeathSeenAtEnd: a root that died (a zombie, its socket closed) while no PID was
 // handed out is noticed at End: the backend has no process.
 func TestRootDeathSeenAtEnd(t *testing.T) {

@@ -66,17 +66,25 @@ func (m *Meter) tree(b *backendState, atEnd bool) ([]int, error) {
 		return t, nil
 	}
 	known := b.tree != nil && b.treeRoot == b.pid && b.treeCurOK
-	t, from := b.tree, b.treeCur
+	t, from, unborn := b.tree, b.treeCur, b.treeUnborn
 	b.mu.Unlock()
 
 	cur, curOK := m.proc.lastPID()
-	if known && (!curOK || cur != from && !m.newPIDsOutside(t, from, cur)) {
+	upTo := cur // where the cursor goes when the tree is kept
+	switch {
+	case !known:
+	case !curOK:
 		known = false
+	case cur != from:
+		known, upTo = m.newPIDsOutside(t, from, cur, unborn)
 	}
 	b.mu.Lock()
 	if known && sameTree(b.tree, t) && b.treeRoot == b.pid && b.treeCur == from {
 		if !atEnd || b.aliveLocked(m.proc) {
-			b.treeCur = cur
+			b.treeCur, b.treeUnborn = upTo, 0
+			if upTo != cur {
+				b.treeUnborn = upTo + 1
+			}
 			b.treeSeen = time.Now()
 			b.mu.Unlock()
 			return t, nil
@@ -93,6 +101,7 @@ func (m *Meter) tree(b *backendState, atEnd bool) ([]int, error) {
 	b.mu.Lock()
 	if b.pid == root {
 		b.tree, b.treeRoot, b.treeCur, b.treeCurOK, b.treeSeen = pids, root, cur, curOK, time.Now()
+		b.treeUnborn = 0
 		b.gpuHolders = b.gpuHolders[:0]
 		b.walks++
 	}
@@ -115,21 +124,31 @@ const maxNewPIDs = 4
 // shows its process's parent, in tree, and costs a walk that finds nothing new. A wrap (cur
 // below from), more than maxNewPIDs PIDs, or a stat that cannot be read for another reason,
 // reports false: walk.
-func (m *Meter) newPIDsOutside(tree []int, from, cur uint64) bool {
+//
+// A PID with no /proc entry may also not be born yet: the kernel hands out the PID (and shows it
+// in loadavg) a moment before the process can be seen. So the first such PID, unless it is
+// unborn (already found so by the last check), stops upTo, the PID the tree is known settled
+// to: the next check looks at it again, and a child of the tree born since is walked then.
+// Otherwise upTo is cur.
+func (m *Meter) newPIDsOutside(tree []int, from, cur, unborn uint64) (outside bool, upTo uint64) {
 	if cur-from > maxNewPIDs { // a wrap makes the difference huge
-		return false
+		return false, cur
 	}
+	upTo = cur
 	for id := from + 1; id <= cur; id++ {
 		pid := int(id)
 		st, err := m.proc.stat(pid)
 		if errors.Is(err, fs.ErrNotExist) {
-			continue // it ended: it is in no tree a walk could find
+			if id != unborn && upTo == cur {
+				upTo = id - 1 // gone, or not yet born: looked at again next time
+			}
+			continue // in no tree a walk could find now
 		}
 		if err != nil || slices.Contains(tree, pid) || slices.Contains(tree, st.ppid) {
-			return false
+			return false, cur
 		}
 	}
-	return true
+	return true, upTo
 }
 
 // sameTree reports whether a and b are the same stored walk.

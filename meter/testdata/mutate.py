@@ -38,7 +38,9 @@ muts = [
  ("dead counter used anyway", "meter.go", "m.rapl, m.raplErr = nil, fmt.Errorf(\"rapl: %w: %s\", errCounterDead, res.Detail)", "_ = res"),
  ("new child not counted", "tree.go", "\t\t\tif started(e.pid) {\n\t\t\t\tns += e.cpu", "\t\t\tif started(e.pid) {\n\t\t\t\tns += 0"),
  # The cost work: a cheaper span must not be a less honest one.
- ("cached tree trusted though a PID was handed out", "tree.go", "if known && (!curOK || cur != from && !m.newPIDsOutside(t, from, cur)) {", "if false {"),
+ ("cached tree trusted though a PID was handed out", "tree.go", "known, upTo = m.newPIDsOutside(t, from, cur, unborn)", "_, upTo = m.newPIDsOutside(t, from, cur, unborn)"),
+ ("a PID not yet in /proc counted gone at once", "tree.go", "upTo = id - 1 // gone, or not yet born: looked at again next time", "upTo = cur"),
+ ("a PID missing twice not counted gone", "tree.go", "if id != unborn && upTo == cur {", "if upTo == cur {"),
  ("new PID: its parent not checked against the tree", "tree.go", "slices.Contains(tree, pid) || slices.Contains(tree, st.ppid)", "slices.Contains(tree, pid) || st.ppid < 0"),
  ("new PID: a reused tree PID not noticed", "tree.go", "slices.Contains(tree, pid) || slices.Contains(tree, st.ppid)", "slices.Contains(tree, st.ppid)"),
  ("new PID: an unreadable stat taken as outside", "tree.go", "if err != nil || slices.Contains(tree, pid)", "if slices.Contains(tree, pid)"),
