@@ -69,22 +69,23 @@ func TestPanicSettlesAndRecords(t *testing.T) {
 	}
 }
 
-// brokenStage streams one chunk, then fails as an upstream would mid-stream.
-type brokenStage struct{}
+// failingStage streams one chunk, then fails with err: an upstream's failure mid-stream, or a
+// write to a client that left.
+type failingStage struct{ err error }
 
-func (brokenStage) Name() string { return "neural" }
-func (brokenStage) Serve(_ context.Context, _ *cascade.Request, sink cascade.Sink) (*cascade.Answer, error) {
+func (failingStage) Name() string { return "neural" }
+func (f failingStage) Serve(_ context.Context, _ *cascade.Request, sink cascade.Sink) (*cascade.Answer, error) {
 	t := "partial"
 	if err := sink(&cascade.Chunk{ID: "x", Model: "known-1", Choices: []cascade.ChunkChoice{{Delta: cascade.Delta{Content: &t}}}}); err != nil {
 		return nil, err
 	}
-	return nil, &cascade.BackendError{Backend: "b", Err: io.ErrUnexpectedEOF}
+	return nil, f.err
 }
 
 // An upstream failing mid-stream is recorded as the upstream's failure (502), not as a client
 // that went away.
 func TestMidStreamUpstreamFailureIsNotADisconnect(t *testing.T) {
-	if call := streamRecord(t, brokenStage{}); call.Disconnected || call.Status != http.StatusBadGateway {
+	if call := streamRecord(t, failingStage{&cascade.BackendError{Backend: "b", Err: io.ErrUnexpectedEOF}}); call.Disconnected || call.Status != http.StatusBadGateway {
 		t.Fatalf("record: disconnected %v, status %d; want an upstream failure (502)", call.Disconnected, call.Status)
 	}
 }
@@ -452,23 +453,11 @@ func TestAdmissionWaitIsBoundedByTheRequestTimeout(t *testing.T) {
 	}
 }
 
-// goneStage streams one chunk, then fails as a write to a client that left does: a broken pipe,
-// before the request's context is cancelled.
-type goneStage struct{}
-
-func (goneStage) Name() string { return "neural" }
-func (goneStage) Serve(_ context.Context, _ *cascade.Request, sink cascade.Sink) (*cascade.Answer, error) {
-	t := "partial"
-	if err := sink(&cascade.Chunk{ID: "x", Model: "known-1", Choices: []cascade.ChunkChoice{{Delta: cascade.Delta{Content: &t}}}}); err != nil {
-		return nil, err
-	}
-	return nil, fmt.Errorf("write tcp 127.0.0.1:1->127.0.0.1:2: %w", syscall.EPIPE)
-}
-
 // A client that left mid-stream is a 499 in its record (settle gives the metrics the same status),
 // whether the proxy saw it as a cancelled context or as a failed write (the Node SDK's abort, seen in CI as a 500).
 func TestMidStreamBrokenPipeIsAClientThatLeft(t *testing.T) {
-	if call := streamRecord(t, goneStage{}); !call.Disconnected || call.Status != StatusClientClosed {
+	// A write to a client that left fails with a broken pipe before the request's context is cancelled.
+	if call := streamRecord(t, failingStage{fmt.Errorf("write tcp 127.0.0.1:1->127.0.0.1:2: %w", syscall.EPIPE)}); !call.Disconnected || call.Status != StatusClientClosed {
 		t.Fatalf("record: disconnected %v, status %d; want a client that left (499)", call.Disconnected, call.Status)
 	}
 }
