@@ -14,7 +14,8 @@ import (
 )
 
 // Request is one chat completion call as the cascade sees it. The proxy fills it; stages read it.
-// A Request is not safe for concurrent mutation.
+// A Request is not safe for concurrent mutation. Chat and Raw are read-only: calls whose bodies
+// are the same bytes may share what Chat's slices and pointers hold.
 type Request struct {
 	// Tenant isolates cache and kv entries ("" when auth is off).
 	Tenant string

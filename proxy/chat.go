@@ -347,18 +347,25 @@ func writeOK(w http.ResponseWriter, o outcome, body []byte) {
 
 var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true}
 
-// decode reads and validates the body; every failure names the field.
+// decode reads and validates the body, or takes what it made of the same bytes before
+// (decodedChats); every failure names the field.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request) (*cascade.Request, *APIError) {
 	body, e := s.readJSON(w, r)
 	if e != nil {
 		return nil, e
 	}
 	req := &cascade.Request{Raw: body, ID: RequestID(r.Context())}
-	if e := unmarshal(body, &req.Chat); e != nil {
-		return nil, e
-	}
-	if e := validate(&req.Chat); e != nil {
-		return nil, e
+	known, h := s.decoded.get(body)
+	if known != nil {
+		req.Chat = *known
+	} else {
+		if e := unmarshal(body, &req.Chat); e != nil {
+			return nil, e
+		}
+		if e := validate(&req.Chat); e != nil {
+			return nil, e
+		}
+		s.decoded.put(h, body, &req.Chat)
 	}
 	req.NoCache, req.NoStore = cacheControl(r)
 	return req, nil

@@ -87,6 +87,7 @@ type Server struct {
 	metrics *metrics
 	ui      *uiStats
 	tracer  trace.Tracer // nil: no spans
+	decoded *decodedChats
 }
 
 // New builds the handler tree.
@@ -100,7 +101,8 @@ func New(o Options) *Server {
 	if o.BodyTimeout <= 0 {
 		o.BodyTimeout = 30 * time.Second
 	}
-	s := &Server{opts: o, cascade: o.Cascade, log: o.Logger, keys: newKeyring(o.Keys), ui: newUIStats(time.Now())}
+	s := &Server{opts: o, cascade: o.Cascade, log: o.Logger, keys: newKeyring(o.Keys), ui: newUIStats(time.Now()),
+		decoded: newDecodedChats()}
 	budgets := map[string]Budget{}
 	for _, k := range o.Keys {
 		if k.Budget != nil {

@@ -791,3 +791,57 @@ meter: {token_models: [{models: ["fake-*"], joules_per_prompt_token: 1, joules_p
 		t.Fatalf("after a 13 J call of 1 token: saved %v, want %v", saved2, perToken*float64(tokens))
 	}
 }
+
+// TestSameBodyConcurrently sends the same bodies from many clients at once through every shipped
+// stage, on each backend type: calls with the same bytes share one decoded request, and the race
+// detector (.ci/run's unit tests run with -race) fails this test if any stage or backend writes
+// to it. Half the calls skip the lookups (Cache-Control: no-cache), so every stage reads it.
+func TestSameBodyConcurrently(t *testing.T) {
+	facts := filepath.Join(t.TempDir(), "facts.tsv")
+	if err := os.WriteFile(facts, []byte("Night Ferry\tdirector\tTomas Vell\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bodies := []string{
+		`{"model":"fake-model","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Who directed Night Ferry?"}],"stop":["x","y"],"max_tokens":50}`,
+		`{"model":"fake-model","messages":[{"role":"user","content":"Name a colour."}],"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"model":"fake-model","messages":[{"role":"user","content":[{"type":"text","text":"Use the tool."}]}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"temperature":0.2}`,
+	}
+	for _, d := range []fakes.Dialect{fakes.Ollama, fakes.OpenAI} {
+		t.Run(string(d), func(t *testing.T) {
+			fake := fakes.New(t, d)
+			typ := "ollama"
+			if d == fakes.OpenAI {
+				typ = "openai"
+			}
+			s := startStack(t, oneBackend(typ, fake.BaseURL(), fmt.Sprintf(`
+cascade: {stages: [cache, kv, graph, neural], graph: {files: [%q]}}`, facts)))
+			var wg sync.WaitGroup
+			codes := make(chan int, 48)
+			for i := range 48 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/chat/completions", strings.NewReader(bodies[i%len(bodies)]))
+					if i%2 == 0 {
+						req.Header.Set("Cache-Control", "no-cache")
+					}
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+					codes <- resp.StatusCode
+				}()
+			}
+			wg.Wait()
+			close(codes)
+			for code := range codes {
+				if code != http.StatusOK {
+					t.Errorf("status %d", code)
+				}
+			}
+		})
+	}
+}

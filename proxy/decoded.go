@@ -1,0 +1,68 @@
+package proxy
+
+import (
+	"bytes"
+	"hash/maphash"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+)
+
+// The decoded-body memo's bounds: at most decodedBodies entries of at most decodedMaxBody bytes,
+// so it holds at most about 2 × 8 MiB (each body, and the strings decoded from it).
+const (
+	decodedBodies  = 1024
+	decodedMaxBody = 8 << 10
+)
+
+// decodedChats remembers what decode made of recent chat bodies, byte for byte. A call whose
+// body is the same bytes as one decoded before (a retry, the same prompt from the same client:
+// what a cache hit usually is) takes that decoded request instead of unmarshalling and
+// validating again. Only bodies that decoded and validated are kept: decode and validate read
+// nothing but the body, so the same bytes always get the same answer.
+//
+// Measured from outside, scripts/bench-ab.sh OLD NEW 6 -phases cache, twice: the medians of
+// cache-hit throughput went from 0.70× to 0.77× and 0.75× the bare handler's, and server CPU per
+// hit from 1.65× to 1.47× and from 1.67× to 1.52× the bare handler's. The unmarshal and
+// validation were 12 % of a hit's CPU in the profile.
+//
+// The memo's requests are shared between calls: stages read them and must not modify them
+// (cascade.Request says so); the race detector checks it in cmd's TestSameBodyConcurrently.
+type decodedChats struct {
+	hash func([]byte) uint64 // tests make it collide
+	lru  *lru.Cache[uint64, *decodedChat]
+}
+
+type decodedChat struct {
+	body []byte
+	chat cascade.ChatRequest
+}
+
+func newDecodedChats() *decodedChats {
+	seed := maphash.MakeSeed()
+	c, err := lru.New[uint64, *decodedChat](decodedBodies)
+	if err != nil {
+		panic(err) // only for a size below 1
+	}
+	return &decodedChats{hash: func(b []byte) uint64 { return maphash.Bytes(seed, b) }, lru: c}
+}
+
+// get returns the request decoded from the same bytes as body, if one is remembered, and the
+// body's hash for put.
+func (d *decodedChats) get(body []byte) (*cascade.ChatRequest, uint64) {
+	h := d.hash(body)
+	if e, ok := d.lru.Get(h); ok && bytes.Equal(e.body, body) {
+		return &e.chat, h
+	}
+	return nil, h
+}
+
+// put remembers chat, decoded and validated from body, whose hash is h. The caller must not
+// modify body or chat afterwards.
+func (d *decodedChats) put(h uint64, body []byte, chat *cascade.ChatRequest) {
+	if len(body) > decodedMaxBody {
+		return
+	}
+	d.lru.Add(h, &decodedChat{body: body, chat: *chat})
+}
