@@ -50,12 +50,11 @@ var trailerNames = strings.Join([]string{HeaderJoules, HeaderStage, HeaderEnergy
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	lf := fields(r.Context())
-	req, apiErr := s.decode(w, r)
+	req, apiErr := s.decode(w, r, lf.tenant)
 	if apiErr != nil {
 		s.refuse(w, lf, apiErr)
 		return
 	}
-	req.Tenant = lf.tenant
 	// The request timeout bounds the wait for an answer, admission included: a stream that has
 	// begun is bounded by the backend's own timeouts instead, which cut it only when it stops
 	// flowing.
@@ -347,15 +346,15 @@ func writeOK(w http.ResponseWriter, o outcome, body []byte) {
 
 var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true}
 
-// decode reads and validates the body, or takes what it made of the same bytes before
-// (decodedChats); every failure names the field.
-func (s *Server) decode(w http.ResponseWriter, r *http.Request) (*cascade.Request, *APIError) {
+// decode reads and validates the body of tenant's call, or takes what it made of the same bytes
+// before (decodedChats); every failure names the field.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, tenant string) (*cascade.Request, *APIError) {
 	body, e := s.readJSON(w, r)
 	if e != nil {
 		return nil, e
 	}
-	req := &cascade.Request{Raw: body, ID: RequestID(r.Context())}
-	known, h := s.decoded.get(body)
+	req := &cascade.Request{Tenant: tenant, Raw: body, ID: RequestID(r.Context())}
+	known, h := s.decoded.get(tenant, body)
 	if known != nil {
 		req.Chat = *known
 	} else {
@@ -365,7 +364,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request) (*cascade.Reques
 		if e := validate(&req.Chat); e != nil {
 			return nil, e
 		}
-		s.decoded.put(h, body, &req.Chat)
+		s.decoded.put(h, tenant, body, &req.Chat)
 	}
 	req.NoCache, req.NoStore = cacheControl(r)
 	return req, nil

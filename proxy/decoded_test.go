@@ -15,23 +15,27 @@ import (
 )
 
 // TestDecodedChatsAnswersOnlyTheSameBytes: a remembered request comes back only for the same
-// bytes, even when another body has the same hash, and a body over the bound is not kept.
+// bytes from the same tenant, even when another body or tenant has the same hash, and a body
+// over the bound is not kept.
 func TestDecodedChatsAnswersOnlyTheSameBytes(t *testing.T) {
 	d := newDecodedChats()
-	d.hash = func([]byte) uint64 { return 7 } // every body collides
+	d.hash = func(string, []byte) uint64 { return 7 } // every body collides
 	a := []byte(`{"model":"m","messages":[{"role":"user","content":"a"}]}`)
 	chat := cascade.ChatRequest{Model: "m", Messages: []cascade.Message{{Role: "user", Content: []byte(`"a"`)}}}
-	_, h := d.get(a)
-	d.put(h, a, &chat)
-	if got, _ := d.get([]byte(string(a))); got == nil || !reflect.DeepEqual(*got, chat) {
+	_, h := d.get("k1", a)
+	d.put(h, "k1", a, &chat)
+	if got, _ := d.get("k1", []byte(string(a))); got == nil || !reflect.DeepEqual(*got, chat) {
 		t.Fatalf("the same bytes: got %+v, want %+v", got, chat)
 	}
-	if got, _ := d.get([]byte(`{"model":"m","messages":[{"role":"user","content":"b"}]}`)); got != nil {
+	if got, _ := d.get("k1", []byte(`{"model":"m","messages":[{"role":"user","content":"b"}]}`)); got != nil {
 		t.Fatalf("other bytes with the same hash got %+v", got)
 	}
+	if got, _ := d.get("k2", a); got != nil {
+		t.Fatalf("another tenant's same bytes got %+v", got)
+	}
 	big := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", decodedMaxBody) + `"}]}`)
-	d.put(h, big, &chat)
-	if got, _ := d.get(big); got != nil {
+	d.put(h, "k1", big, &chat)
+	if got, _ := d.get("k1", big); got != nil {
 		t.Fatal("a body over the bound was kept")
 	}
 }
