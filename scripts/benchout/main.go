@@ -6,11 +6,12 @@
 // Ollama's API and the OpenAI-compatible one with fixed bytes, eoc-proxy with the shipped eoc.yaml
 // (only the listen address and the backend URL changed), a bare httputil.ReverseProxy in front of
 // the upstream (yardstick 1: one hop) and a bare handler replaying eoc-proxy's cache-hit bytes and
-// headers (yardstick 2). The client is this process. Per run it measures
+// headers (yardstick 2), and, for reading only, the least a proxy that translates to Ollama's API
+// and writes eoc-proxy's headers does (floorHandler). The client is this process. Per run it measures
 //
 //   - sequential latency with a fresh prompt per round (so every eoc-proxy answer is neural),
-//     round-robin over direct, reverse proxy and eoc-proxy: the median and p99 of the time each
-//     adds over direct (quantile of the path minus the same quantile of direct);
+//     round-robin over direct, reverse proxy, translator floor and eoc-proxy: the median and p99
+//     of the time each adds over direct (quantile of the path minus the same quantile of direct);
 //   - cache-hit throughput with concurrent keep-alive clients, eoc-proxy against the bare handler,
 //     alternating in slices;
 //   - a soak: eoc-proxy's RSS, heap goal and goroutines after a warm-up, halfway and at the end.
@@ -20,7 +21,7 @@
 //
 // Usage: go run ./scripts/benchout [flags]   (from the module root; see scripts/bench.sh)
 //
-// The same binary is also the servers: benchout upstream | rproxy URL | bare FILE.
+// The same binary is also the servers: benchout upstream | rproxy URL | floor URL | bare FILE.
 package main
 
 import (
@@ -48,15 +49,13 @@ func main() {
 		switch os.Args[1] {
 		case "upstream":
 			os.Exit(procs.ServeChild(upstreamHandler()))
-		case "rproxy", "bare":
+		case "rproxy", "floor", "bare":
 			if len(os.Args) != 3 {
-				fmt.Fprintln(os.Stderr, "usage: benchout rproxy URL | bare FILE")
+				fmt.Fprintln(os.Stderr, "usage: benchout rproxy URL | floor URL | bare FILE")
 				os.Exit(2)
 			}
-			build := reverseProxyHandler
-			if os.Args[1] == "bare" {
-				build = bareHandler
-			}
+			build := map[string]func(string) (http.Handler, error){
+				"rproxy": reverseProxyHandler, "floor": floorHandler, "bare": bareHandler}[os.Args[1]]
 			h, err := build(os.Args[2])
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "benchout:", err)
@@ -164,6 +163,7 @@ func run(args []string, stdout io.Writer) int {
 // result is one run's figures.
 type result struct {
 	direct, rp, eoc  [2]time.Duration // p50, p99
+	floor            [2]time.Duration // the translator floor's p50, p99
 	rpCPU, eocCPU    time.Duration    // server CPU per neural call: reverse proxy, eoc-proxy
 	bareRPS, eocRPS  float64
 	bareCPU, hitCPU  time.Duration // server CPU per cache hit: bare handler, eoc-proxy
@@ -174,8 +174,9 @@ type result struct {
 func (r result) line() string {
 	var parts []string
 	if r.neural {
-		parts = append(parts, fmt.Sprintf("direct p50 %s p99 %s; hop adds %s/%s; eoc-proxy adds %s/%s; CPU per call hop %s, eoc-proxy %s",
+		parts = append(parts, fmt.Sprintf("direct p50 %s p99 %s; hop adds %s/%s; floor adds %s/%s; eoc-proxy adds %s/%s; CPU per call hop %s, eoc-proxy %s",
 			us(r.direct[0]), us(r.direct[1]), us(r.rp[0]-r.direct[0]), us(r.rp[1]-r.direct[1]),
+			us(r.floor[0]-r.direct[0]), us(r.floor[1]-r.direct[1]),
 			us(r.eoc[0]-r.direct[0]), us(r.eoc[1]-r.direct[1]), us(r.rpCPU), us(r.eocCPU)))
 	}
 	if r.hit {
@@ -242,9 +243,14 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 	path := "/v1/chat/completions"
 
 	if o.phases["neural"] {
+		_, floorURL, err := procs.StartSelf("floor", upURL)
+		if err != nil {
+			procs.Fatalf("%v", err)
+		}
 		ts := []target{
 			{name: "direct", url: upURL + path},
 			{name: "reverse proxy", url: rpURL + path},
+			{name: "translator floor", url: floorURL + path, stage: "neural"},
 			{name: "eoc-proxy", url: eocURL + path, stage: "neural"},
 		}
 		rp0, eoc0 := procCPU(rp.Cmd.Process.Pid), procCPU(cmd.Process.Pid)
@@ -253,7 +259,7 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 		calls := time.Duration(o.warmup + o.rounds)
 		res.rpCPU = (procCPU(rp.Cmd.Process.Pid) - rp0) / calls
 		res.eocCPU = (procCPU(cmd.Process.Pid) - eoc0) / calls
-		for i, dst := range []*[2]time.Duration{&res.direct, &res.rp, &res.eoc} {
+		for i, dst := range []*[2]time.Duration{&res.direct, &res.rp, &res.floor, &res.eoc} {
 			s := sortedCopy(lat[i])
 			*dst = [2]time.Duration{quantile(s, 0.5), quantile(s, 0.99)}
 		}
@@ -402,6 +408,9 @@ func printTable(w io.Writer, o *options, stages []string, rs []result, took time
 		ec := medianOf(rs, func(r result) float64 { return µs(r.eocCPU) })
 		rc := medianOf(rs, func(r result) float64 { return float64(r.eocCPU) / float64(r.rpCPU) })
 		line("| neural call, server CPU per call | %.0f µs | %.0f µs | %.2f× | (for reading) | |\n", hc, ec, rc)
+		f50 := medianOf(rs, func(r result) float64 { return µs(r.floor[0] - r.direct[0]) })
+		cf, _ := ratioCell(rs, func(r result) float64 { return float64(r.floor[0]-r.direct[0]) / float64(r.rp[0]-r.direct[0]) })
+		line("| translator floor (OpenAI in, Ollama's API out and back, eoc-proxy's headers; nothing else), time added, median | %.0f µs | %.0f µs | %s | (for reading) | |\n", h50, f50, cf)
 	}
 	if rs[0].hit {
 		b := medianOf(rs, func(r result) float64 { return r.bareRPS })

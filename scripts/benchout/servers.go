@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"time"
 )
 
 // The fake upstream's fixed answers. It speaks Ollama's native API (what the shipped eoc.yaml's
@@ -102,5 +103,100 @@ func bareHandler(path string) (http.Handler, error) {
 			h[k] = v
 		}
 		_, _ = w.Write(cr.Body)
+	}), nil
+}
+
+// floorHeaders are the headers eoc-proxy writes on a neural answer here (no RAPL), with values
+// of the same lengths, for the translator floor.
+var floorHeaders = [][2]string{
+	{"X-Eoc-Attempts", "1"}, {"X-Eoc-Backend", "local"}, {"X-Eoc-Coverage", "whole"}, {"X-Eoc-Energy", "estimated"},
+	{"X-Eoc-Energy-Method", "cpu-time-model"}, {"X-Eoc-Energy-Reason", "no-rapl"}, {"X-Eoc-Joules", "0.00483775"},
+	{"X-Eoc-Joules-High", "0.007256625"}, {"X-Eoc-Joules-Low", "0.002418875"},
+	{"X-Eoc-Receipt", "bb98fd74d766daf0660c55f7b3c3e384f7496ad1d6d9154a30bcbf7e416d0c16"},
+	{"X-Eoc-Receipt-Time", "2026-12-03T21:42:12.283836943Z"}, {"X-Eoc-Stage", "neural"}, {"X-Request-Id", "req_fc5d8eec28b36bac"},
+}
+
+// floorHandler is a yardstick for reading only: the least a proxy does that reads the call and
+// the answer in Ollama's native API, as eoc-proxy's default backend does, and says what the call
+// cost in eoc-proxy's headers. It decodes the OpenAI request, encodes Ollama's, calls the
+// upstream, decodes its answer, encodes OpenAI's and writes floorHeaders: no stages, no meter,
+// no receipt, metrics or log. What it adds over the hop is the floor of the product's fixed
+// work, on this machine, in the same run.
+func floorHandler(upstream string) (http.Handler, error) {
+	u, err := url.Parse(upstream)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("bad upstream %q", upstream)
+	}
+	chatURL := u.JoinPath("/api/chat").String()
+	type message struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	type usage struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+		TotalTokens      int `json:"total_tokens"`
+	}
+	type choice struct {
+		Index        int     `json:"index"`
+		Message      message `json:"message"`
+		FinishReason string  `json:"finish_reason"`
+	}
+	client := &http.Client{}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Model    string    `json:"model"`
+			Messages []message `json:"messages"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		body, err := json.Marshal(struct {
+			Model    string    `json:"model"`
+			Messages []message `json:"messages"`
+			Stream   bool      `json:"stream"`
+		}{in.Model, in.Messages, false})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		resp, err := client.Post(chatURL, "application/json", bytes.NewReader(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		var out struct {
+			Message         message `json:"message"`
+			DoneReason      string  `json:"done_reason"`
+			PromptEvalCount int     `json:"prompt_eval_count"`
+			EvalCount       int     `json:"eval_count"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		_ = resp.Body.Close()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		answer, err := json.Marshal(struct {
+			ID      string   `json:"id"`
+			Object  string   `json:"object"`
+			Created int64    `json:"created"`
+			Model   string   `json:"model"`
+			Choices []choice `json:"choices"`
+			Usage   usage    `json:"usage"`
+		}{"chatcmpl-floor", "chat.completion", time.Now().Unix(), in.Model,
+			[]choice{{Message: out.Message, FinishReason: out.DoneReason}},
+			usage{out.PromptEvalCount, out.EvalCount, out.PromptEvalCount + out.EvalCount}})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		h := w.Header()
+		for _, kv := range floorHeaders {
+			h[kv[0]] = []string{kv[1]}
+		}
+		h["Content-Type"] = []string{"application/json"}
+		_, _ = w.Write(answer)
 	}), nil
 }
