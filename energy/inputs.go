@@ -96,6 +96,11 @@ type Inputs struct {
 	GPUWatts    float64 `json:"gpu_watts,omitempty"`
 	// GPULimitW is the used boards' enforced power limits, summed, in W.
 	GPULimitW float64 `json:"gpu_limit_w,omitempty"`
+	// GPULow and GPUHigh: what NVML's counters moved inside the span and over the brackets
+	// that hold its ends, in J. GPUSubPeriod: no counter updated inside the span.
+	GPULow       float64 `json:"gpu_low,omitempty"`
+	GPUHigh      float64 `json:"gpu_high,omitempty"`
+	GPUSubPeriod bool    `json:"gpu_sub_period,omitempty"`
 
 	// A stage's watts and the reason its figure carries.
 	Watts  float64 `json:"watts,omitempty"`
@@ -105,7 +110,7 @@ type Inputs struct {
 // Finite reports whether every number of in is finite, as JSON needs.
 func (in *Inputs) Finite() bool {
 	for _, f := range [...]float64{in.JPerPrompt, in.JPerCompletion, in.HostJPerToken, in.PromptRatio, in.CPUWatts,
-		in.RAPLJoules, in.GPUJoules, in.GPUShare, in.GPUBusy, in.GPUWatts, in.GPULimitW, in.Watts} {
+		in.RAPLJoules, in.GPUJoules, in.GPUShare, in.GPUBusy, in.GPUWatts, in.GPULimitW, in.GPULow, in.GPUHigh, in.Watts} {
 		if math.IsNaN(f) || math.IsInf(f, 0) {
 			return false
 		}

@@ -35,6 +35,10 @@ func TestBoundsValues(t *testing.T) {
 		},
 			// RAPL: 120 J over 2.008 s; slack (gap + 2 updates) low, 2 updates high. NVML ±0.1 s × 350 W.
 			120 - 0.010*120/2.008 + 400 - 35, 120 + 0.002*120/2.008 + 400 + 35},
+		{"nvml with the counters' bounds: inside the span to around it", func(s *spanSample) {
+			s.GPULow, s.GPUHigh, s.GPULimitW = 380, 430, 350
+		},
+			120 - 0.002*120/2 + 380, 120 + 0.002*120/2 + 430},
 		{"nvml without a known limit: the GPU watts", func(*spanSample) {},
 			120 - 0.002*120/2 + 400 - 30, 120 + 0.002*120/2 + 400 + 30},
 		{"cpu time model: 5-15 W a core", func(s *spanSample) { s.RAPLErr = ErrNoData; s.GPUUsed = false },
@@ -81,7 +85,10 @@ func randomSample(r *rand.Rand) spanSample {
 		PerProcess: r.IntN(5) == 0,
 		GPUUsed:    r.IntN(2) == 0, GPUUnknown: r.IntN(4) == 0, GPUErr: pick(nil, nil, ErrNoData, fmt.Errorf("%w", ErrCounterStale)),
 		GPUJoules: 1000 * r.Float64(), GPUShare: r.Float64() + 0.05, GPUVanished: r.IntN(6) == 0, GPUBusy: 2 * r.Float64(),
-		GPUWatts: 50 + 600*r.Float64(), GPULimitW: float64(r.IntN(2)) * 700,
+		GPUWatts: 50 + 600*r.Float64(), GPULimitW: float64(r.IntN(2)) * 700, GPUSubPeriod: r.IntN(4) == 0,
+	}
+	if r.IntN(2) == 0 {
+		s.GPULow, s.GPUHigh = s.GPUJoules*r.Float64(), s.GPUJoules*(1+r.Float64())
 	}
 	if r.IntN(5) == 0 {
 		s.RAPLJoules = 0
@@ -158,6 +165,13 @@ func TestRecompute(t *testing.T) {
 		t.Errorf("no inputs: %v", err)
 	}
 	in := toInputs(s)
+	// A meter-1 record (before NVML's brackets: no counter bounds, no sub-period) still
+	// recomputes as it was made, with the period slack.
+	in.Version = "meter-1"
+	old, err := Recompute(energy.Figure{Inputs: energy.ListOf(in)})
+	if err != nil || !nearJ(old.High, finish(s).High) {
+		t.Errorf("a meter-1 record: %+v, %v", old, err)
+	}
 	in.Version = "meter-0"
 	if _, err := Recompute(energy.Figure{Inputs: energy.ListOf(in)}); err == nil {
 		t.Error("unknown constants version accepted")

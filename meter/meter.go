@@ -2,6 +2,7 @@
 package meter
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -309,6 +310,8 @@ func (m *Meter) probeAtStart() {
 			if res := runProbe(m.nvmlTarget(), false); !res.Live {
 				m.gpuErr = errors.Join(fmt.Errorf("nvml: %w: %s", errCounterDead, res.Detail), m.gpu.close())
 				m.gpu = nil
+			} else if err := m.gpu.calibrate(); err != nil {
+				m.log.Info().Err(err).Msg("meter: nvml: update period not measured; assuming 100 ms")
 			}
 		})
 	}
@@ -326,7 +329,7 @@ func (m *Meter) logCounters() {
 			Err(m.raplErr).Msg("meter: counter unavailable; CPU figures are estimates")
 	}
 	if m.gpu != nil {
-		m.log.Info().Str("counter", "nvml").Int("devices", len(m.gpu.devs)).Msg("meter: counter live")
+		m.log.Info().Str("counter", "nvml").Int("devices", len(m.gpu.devs)).Dur("period", cmp.Or(m.gpu.period, nvmlPeriod)).Msg("meter: counter live")
 	} else {
 		m.log.Info().Str("counter", "nvml").Str("reason", reasonFor(m.gpuErr, ReasonNoNVML)).
 			Err(m.gpuErr).Bool("gpu_nodes", m.hostGPU).Msg("meter: counter unavailable")

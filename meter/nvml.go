@@ -80,6 +80,14 @@ func (n nvmlDevice) PowerLimitW() (float64, error) {
 	return float64(mw) / 1000, nil
 }
 
+func (n nvmlDevice) PowerW() (float64, error) {
+	mw, ret := n.d.GetPowerUsage()
+	if ret != nvml.SUCCESS {
+		return 0, errors.New(nvml.ErrorString(ret))
+	}
+	return float64(mw) / 1000, nil
+}
+
 func (n nvmlDevice) PIDs(dst []uint32) ([]uint32, error) {
 	ps, ret := n.d.GetComputeRunningProcesses()
 	if ret != nvml.SUCCESS {

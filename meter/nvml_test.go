@@ -3,6 +3,7 @@
 package meter
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -37,6 +38,7 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 	for i, d := range srv.Devices {
 		dev := d.(*server.Device)
 		dev.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { return 700_000, nvml.SUCCESS } // an H100 SXM's 700 W
+		dev.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 70_000, nvml.SUCCESS }
 		if i > 0 {
 			idle := uint64(0)
 			dev.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) { idle += 70_000; return idle, nvml.SUCCESS }
@@ -129,6 +131,9 @@ func TestNVMLNoLibrary(t *testing.T) {
 	}
 }
 
+// counterFigure in a want: NVML's figure, whatever it comes to.
+const counterFigure = -1
+
 func TestNVMLSpans(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -140,7 +145,7 @@ func TestNVMLSpans(t *testing.T) {
 	}{
 		{name: "sole user",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }},
-			want:   energy.Figure{Joules: 100, Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl+nvml", GPUJoules: 100}},
+			want:   energy.Figure{Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl+nvml", GPUJoules: counterFigure}},
 		{name: "shared GPU",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102, 4242} },
 				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 40}, {Pid: 4242, SmUtil: 40}}},
@@ -151,7 +156,7 @@ func TestNVMLSpans(t *testing.T) {
 		{name: "other process present but idle: ≥ 99% of process time",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102, 4242} },
 				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 97}, {Pid: 4242, SmUtil: 0}}},
-			want: energy.Figure{Joules: 100, Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl+nvml", GPUJoules: 100}},
+			want: energy.Figure{Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl+nvml", GPUJoules: counterFigure}},
 		{name: "no GPU time: exactly 0 though the rail moves",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{200} }},
 			noNode: true,
@@ -219,6 +224,15 @@ func TestNVMLSpans(t *testing.T) {
 				}
 				return
 			}
+			if tc.want.GPUJoules == counterFigure {
+				// This counter moves at every read: the figure is its delta, split (TestNVMLBrackets
+				// states the arithmetic). It must be there, within its bounds.
+				if got.GPUJoules <= 0 || got.Low > got.Joules || got.Joules > got.High {
+					t.Fatalf("End = %+v, want an NVML figure within its bounds", got)
+				}
+				tc.want.GPUJoules = got.GPUJoules
+				tc.want.Joules += got.GPUJoules
+			}
 			if !closeFigure(got, tc.want) {
 				t.Fatalf("End =\n %+v\nwant\n %+v", got, tc.want)
 			}
@@ -235,6 +249,7 @@ type clockDevice struct {
 	jump   int64
 	jumpAt time.Duration
 	limit  float64
+	idle   float64 // PowerW
 }
 
 func (d *clockDevice) Name() string { return "clock" }
@@ -250,6 +265,7 @@ func (d *clockDevice) EnergyMJ() (uint64, error) {
 func (d *clockDevice) PIDs(dst []uint32) ([]uint32, error)    { return append(dst, 7), nil }
 func (d *clockDevice) Utilization(uint64) ([]procUtil, error) { return nil, nil }
 func (d *clockDevice) PowerLimitW() (float64, error)          { return d.limit, nil }
+func (d *clockDevice) PowerW() (float64, error)               { return d.idle, nil }
 
 // TestNVMLWindow: both ends of a GPU window are counter updates: Begin's is the first update
 // after Begin (found in the background), End's the first after End. The counter updates every
@@ -261,14 +277,17 @@ func TestNVMLWindow(t *testing.T) {
 		endFirst  bool // End's snapshot is taken before Begin's update is seen: no update within the span
 		span      time.Duration
 		joules    float64
+		sub       bool // want SubPeriod
 		err       error
 		errSubstr string
 	}{
 		{name: "300 ms span: 400 ms of updates from 100 to 500 ms, not 500 from 0", dev: clockDevice{watts: 250, limit: 700},
 			span: 300 * time.Millisecond, joules: 100},
 		{name: "1 s span", dev: clockDevice{watts: 250, limit: 700}, span: time.Second, joules: 275},
-		{name: "span shorter than an update period", dev: clockDevice{watts: 250, limit: 700}, endFirst: true, err: ErrCounterStale},
-		{name: "a count above the board's enforced power limit (731 W)", dev: clockDevice{watts: 250, limit: 700, jump: 200_000, jumpAt: 300 * time.Millisecond},
+		{name: "span with no update inside: a bracket's split, flagged", dev: clockDevice{watts: 250, limit: 700}, endFirst: true, joules: 0, sub: true},
+		{name: "no update inside the span, and its bracket counted 2000 W", dev: clockDevice{watts: 250, limit: 700, jump: 175_000, jumpAt: 100 * time.Millisecond},
+			endFirst: true, err: ErrCounterRate},
+		{name: "a count above 1.5 times the board's enforced power limit (1220 W)", dev: clockDevice{watts: 250, limit: 700, jump: 400_000, jumpAt: 300 * time.Millisecond},
 			span: 300 * time.Millisecond, err: ErrCounterRate},
 		{name: "a count within the power limit after a jump", dev: clockDevice{watts: 250, limit: 700, jump: 100_000, jumpAt: 300 * time.Millisecond},
 			span: 300 * time.Millisecond, joules: 200},
@@ -276,8 +295,8 @@ func TestNVMLWindow(t *testing.T) {
 			span: 300 * time.Millisecond, errSubstr: "backwards"},
 		{name: "energy went backwards after the span", dev: clockDevice{watts: 250, limit: 700, jump: -500_000, jumpAt: 500 * time.Millisecond},
 			span: 300 * time.Millisecond, errSubstr: "backwards"},
-		{name: "a count at the power limit over the window, seen a poll late at each end", dev: clockDevice{watts: 250, limit: 700, jump: 181_000, jumpAt: 300 * time.Millisecond},
-			span: 300 * time.Millisecond, joules: 281},
+		{name: "a count at 1.5 times the power limit over the window (an excursion), seen a poll late at each end", dev: clockDevice{watts: 250, limit: 700, jump: 330_000, jumpAt: 300 * time.Millisecond},
+			span: 300 * time.Millisecond, joules: 430},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -285,7 +304,7 @@ func TestNVMLWindow(t *testing.T) {
 			d := tc.dev
 			d.clk, d.t0 = clk, clk.Now()
 			clk.Advance(time.Millisecond)
-			g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{&d}}
+			g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, period: 100 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{&d}}
 			var a, b gpuSnap
 			g.snapshot(&a)
 			if tc.endFirst {
@@ -297,16 +316,215 @@ func TestNVMLWindow(t *testing.T) {
 				clk.Advance(tc.span)
 				g.snapshot(&b)
 			}
-			r := g.attribute(&a, &b, al, func(p uint32) bool { return p == 7 }, clk.Now())
+			r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, clk.Now())
 			switch {
 			case tc.err != nil || tc.errSubstr != "":
 				if r.Err == nil || (tc.err != nil && !errors.Is(r.Err, tc.err)) || !strings.Contains(r.Err.Error(), tc.errSubstr) {
 					t.Fatalf("attribute = %+v, want error %v %q", r, tc.err, tc.errSubstr)
 				}
-			case r.Err != nil || !near(r.Joules, tc.joules) || r.LimitW != tc.dev.limit:
-				t.Fatalf("attribute = %+v, want %v J and the board's %v W limit", r, tc.joules, tc.dev.limit)
+			case r.Err != nil || !near(r.Joules, tc.joules) || r.LimitW != tc.dev.limit || r.SubPeriod != tc.sub:
+				t.Fatalf("attribute = %+v, want %v J (sub-period %v) and the board's %v W limit", r, tc.joules, tc.sub, tc.dev.limit)
 			}
 		})
+	}
+}
+
+// profileDevice is a GPU that draws idleW, and busyW over [busyFrom, busyTo) after t0; its
+// counter publishes the energy drawn since t0 every 100 ms (at t0 + k·100 ms), as NVML's does.
+type profileDevice struct {
+	clk              *fakeClock
+	t0               time.Time
+	idleW, busyW     float64
+	busyFrom, busyTo time.Duration
+	powerW           float64 // what PowerW reports (0: an error)
+}
+
+func (d *profileDevice) drawn(upTo time.Duration) float64 {
+	busy := max(min(upTo, d.busyTo)-d.busyFrom, 0)
+	return d.idleW*(upTo-busy).Seconds() + d.busyW*busy.Seconds()
+}
+func (d *profileDevice) Name() string { return "profile" }
+func (d *profileDevice) EnergyMJ() (uint64, error) {
+	updated := d.clk.Now().Sub(d.t0).Truncate(100 * time.Millisecond)
+	return uint64(1_000_000 + d.drawn(updated)*1000), nil
+}
+func (d *profileDevice) PIDs(dst []uint32) ([]uint32, error)    { return append(dst, 7), nil }
+func (d *profileDevice) Utilization(uint64) ([]procUtil, error) { return nil, nil }
+func (d *profileDevice) PowerLimitW() (float64, error)          { return 700, nil }
+func (d *profileDevice) PowerW() (float64, error) {
+	if d.powerW == 0 {
+		return 0, errors.New("not supported")
+	}
+	return d.powerW, nil
+}
+
+// TestNVMLBrackets: a span's GPU energy is the counter between the first updates after Begin
+// and after End, less End's bracket's part after End, plus Begin's bracket's part after Begin;
+// each bracket split at the board's idle power when nothing else ran in it, by time otherwise.
+// The board idles at 50 W and draws 250 W over the span, which starts 52.5 ms into an update
+// period (the 5 ms polls see each update exactly, at their midpoint) and lasts span.
+func TestNVMLBrackets(t *testing.T) {
+	const ms = time.Millisecond
+	tests := []struct {
+		name      string
+		span      time.Duration
+		powerW    float64       // what the board's power reads (0: unreadable)
+		busyW     float64       // what it draws over the span (0: 250 W)
+		prevEnd   time.Duration // another span ended this long after t0 (0: none); the idle power is then known, 50 W
+		later     bool          // another span began after this one
+		joules    float64
+		low, high float64
+		sub       bool
+	}{
+		// 250 W × 400 ms (52.5..452.5). Inside: updates 100..400, 75 J. Begin's bracket: 2.625 J
+		// idle + 11.875 busy; End's: 13.125 busy + 2.375 idle.
+		{name: "idle power known: each bracket split exactly", span: 400 * ms, powerW: 50,
+			joules: 100, low: 75, high: 75 + 14.5 + 15.5},
+		{name: "idle power unknown: split by time", span: 400 * ms,
+			joules: 75 + 14.5*0.475 + 15.5*0.525, low: 75, high: 75 + 14.5 + 15.5},
+		// Another span ended 30 ms in: Begin's bracket is not idle outside the span, so it is
+		// split by time; End's still at idle power. The board's power reading, which still holds
+		// that span's draw, is not taken as its idle power.
+		{name: "a span ended in Begin's bracket", span: 400 * ms, powerW: 250, prevEnd: 30 * ms,
+			joules: 75 + 14.5*0.475 + 13.125, low: 75, high: 75 + 14.5 + 15.5},
+		{name: "a span began after this one", span: 400 * ms, powerW: 50, later: true,
+			joules: 75 + 11.875 + 15.5*0.525, low: 75, high: 75 + 14.5 + 15.5},
+		// 40 ms inside one bracket (52.5..92.5): 2.625 + 10 + 0.375 J, the span's 10.
+		{name: "no update inside the span: one bracket, split", span: 40 * ms, powerW: 50,
+			joules: 10, low: 0, high: 13, sub: true},
+		{name: "no update inside the span, idle power unknown", span: 40 * ms,
+			joules: 13 * 0.4, low: 0, high: 13, sub: true},
+		// The board idled through the span (a call that used no GPU time), and its power read
+		// 80 W: the bracket does not look busy at that idle power, so it is split by time.
+		{name: "idle power read above what the bracket drew: split by time", span: 40 * ms, powerW: 80, busyW: 50,
+			joules: 2, low: 0, high: 5, sub: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock()
+			t0 := clk.Now()
+			begin := 52500 * time.Microsecond
+			d := &profileDevice{clk: clk, t0: t0, idleW: 50, busyW: cmp.Or(tc.busyW, 250), busyFrom: begin, busyTo: begin + tc.span, powerW: tc.powerW}
+			g := &gpus{wait: 250 * ms, poll: 5 * ms, period: 100 * ms, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}}
+			if tc.prevEnd > 0 {
+				g.lastEnd = t0.Add(tc.prevEnd)
+				g.idleW = []float64{50}
+			}
+			clk.Advance(begin)
+			var b gpuSnap
+			var al *gpuAlign
+			if tc.sub {
+				// End is read before Begin's bracket closes; the wait for its update comes after.
+				var a gpuSnap
+				g.snapshot(&a)
+				clk.Advance(tc.span)
+				g.snapshot(&b)
+				al = g.alignBegin(&a)
+				<-al.done
+				g.spanEnded(&b)
+			} else {
+				al = g.begin()
+				<-al.done
+				clk.Advance(al.snap.at.Add(tc.span).Sub(clk.Now()))
+				g.end(al, &b)
+			}
+			if tc.later {
+				g.lastBegin = b.at
+			}
+			r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, al.snap.at)
+			truth := d.drawn(tc.span+begin) - d.drawn(begin)
+			if r.Err != nil || !near(r.Joules, tc.joules) || !near(r.Low, tc.low) || !near(r.High, tc.high) || r.SubPeriod != tc.sub {
+				t.Fatalf("attribute = %+v, want %v J in [%v, %v] (sub-period %v; the span drew %v J)", r, tc.joules, tc.low, tc.high, tc.sub, truth)
+			}
+			if truth < r.Low || truth > r.High {
+				t.Fatalf("the span drew %v J, outside the bounds [%v, %v]", truth, r.Low, r.High)
+			}
+		})
+	}
+}
+
+// TestNVMLCalibrate: at start the meter measures how often each counter updates and the
+// board's power meanwhile (its idle power), over two update periods.
+func TestNVMLCalibrate(t *testing.T) {
+	clk := newFakeClock()
+	d := &profileDevice{clk: clk, t0: clk.Now(), idleW: 60, busyW: 250}
+	clk.Advance(2500 * time.Microsecond)
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}}
+	if err := g.calibrate(); err != nil {
+		t.Fatal(err)
+	}
+	if g.period != 100*time.Millisecond || !near(g.idleOf(0), 60) {
+		t.Fatalf("period %v, idle %v W; want 100ms and 60 W", g.period, g.idleOf(0))
+	}
+	frozen := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{&stepDevice{values: []uint64{5}}}}
+	if err := frozen.calibrate(); err == nil || frozen.period != 0 {
+		t.Fatalf("a frozen counter calibrated: period %v, err %v", frozen.period, err)
+	}
+}
+
+// countDevice counts its energy reads.
+type countDevice struct {
+	profileDevice
+	reads int
+}
+
+func (d *countDevice) EnergyMJ() (uint64, error) { d.reads++; return d.profileDevice.EnergyMJ() }
+
+// quietDevice lists no process.
+type quietDevice struct{ countDevice }
+
+func (d *quietDevice) PIDs(dst []uint32) ([]uint32, error) { return dst, nil }
+
+// TestNVMLReadsNearUpdates: once an update has been seen and the period is known, a wait for
+// the next update reads only around when it is due (an energy read takes 4 ms on an H200, and
+// NVML serialises calls), and still times it exactly: half a poll either side.
+func TestNVMLReadsNearUpdates(t *testing.T) {
+	clk := newFakeClock()
+	d := &countDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 50}}
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, period: 100 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}}
+	clk.Advance(52500 * time.Microsecond)
+	al := g.begin()
+	<-al.done // no update seen yet: every poll, 52.5 to 102.5 ms
+	clk.Advance(50 * time.Millisecond)
+	var b gpuSnap
+	g.end(al, &b)
+	before := d.reads
+	var val [1]uint64
+	var at [1]time.Time
+	if err := g.nextUpdate(&b, []int{0}, val[:], at[:]); err != nil {
+		t.Fatal(err)
+	}
+	// From 152.5 ms: one read, then 187.5, 192.5, 197.5 and 202.5 ms, not every 5 ms.
+	if n := d.reads - before; n != 5 || !at[0].Equal(d.t0.Add(200*time.Millisecond)) {
+		t.Fatalf("%d reads, update at %v; want 5 reads, the update at 200ms", n, at[0].Sub(d.t0))
+	}
+	// Three periods after the last seen update, the phase is not trusted: every poll.
+	clk.Advance(250 * time.Millisecond)
+	g.snapshot(&b)
+	before = d.reads
+	if err := g.nextUpdate(&b, []int{0}, val[:], at[:]); err != nil {
+		t.Fatal(err)
+	}
+	if n := d.reads - before; n != 11 { // 452.5 to 502.5 ms
+		t.Fatalf("%d reads three periods after the last seen update; want 11, a read every poll", n)
+	}
+}
+
+// TestNVMLEndReadsOnlyListed: End reads the energy only of devices that listed a process at
+// either end (a read takes 4 ms on an H200): a span on a host whose GPUs run nothing reads
+// none at End, and its GPU part is exactly 0.
+func TestNVMLEndReadsOnlyListed(t *testing.T) {
+	clk := newFakeClock()
+	d := &quietDevice{countDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 60}}}
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}}
+	al := g.begin()
+	<-al.done
+	before := d.reads
+	var b gpuSnap
+	g.end(al, &b)
+	r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, al.snap.at)
+	if d.reads != before || r.Used || r.Joules != 0 || r.Err != nil {
+		t.Fatalf("End read the energy %d times (want 0); result %+v", d.reads-before, r)
 	}
 }
 
@@ -326,6 +544,7 @@ func (d *stepDevice) EnergyMJ() (uint64, error) {
 	return v, nil
 }
 func (d *stepDevice) PowerLimitW() (float64, error)          { return 700, nil }
+func (d *stepDevice) PowerW() (float64, error)               { return 0, errors.New("not supported") }
 func (d *stepDevice) PIDs(dst []uint32) ([]uint32, error)    { return append(dst, 7), nil }
 func (d *stepDevice) Utilization(uint64) ([]procUtil, error) { return nil, nil }
 
@@ -369,7 +588,7 @@ func TestNVMLBackwards(t *testing.T) {
 	al := g.alignBegin(&a)
 	<-al.done
 	g.snapshot(&b)
-	r := g.attribute(&a, &b, al, func(p uint32) bool { return p == 7 }, time.Now())
+	r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, time.Now())
 	if r.Err == nil || r.Joules != 0 {
 		t.Fatalf("attribute = %+v, want an error", r)
 	}

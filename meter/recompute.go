@@ -27,7 +27,9 @@ func finish(s spanSample) energy.Figure {
 
 // spanFigure is the figure of one span's inputs: the rules, the token split, the inputs.
 func spanFigure(in energy.Inputs) (energy.Figure, error) {
-	if in.Version != ConstantsVersion {
+	// meter-2 added the NVML counters' bounds and sub-period spans, each keyed on inputs that
+	// meter-1 did not record: meter-1's figures come out as they did.
+	if in.Version != ConstantsVersion && in.Version != "meter-1" {
 		return energy.Figure{}, fmt.Errorf("inputs made under constants %q; this build has %q", in.Version, ConstantsVersion)
 	}
 	f := attribute(fromInputs(in))
@@ -61,7 +63,7 @@ func toInputs(s spanSample) energy.Inputs {
 		GPUNoData:  s.GPUNoData, GPUMethod: s.GPUMethod, GPUUsed: s.GPUUsed, GPUUnknown: s.GPUUnknown,
 		GPUErr:    reasonFor(s.GPUErr, cmp.Or(s.GPUNoData, ReasonNoNVML)),
 		GPUJoules: s.GPUJoules, GPUShare: s.GPUShare, GPUVanished: s.GPUVanished, GPUBusy: s.GPUBusy,
-		GPUWatts: s.GPUWatts, GPULimitW: s.GPULimitW,
+		GPUWatts: s.GPUWatts, GPULimitW: s.GPULimitW, GPULow: s.GPULow, GPUHigh: s.GPUHigh, GPUSubPeriod: s.GPUSubPeriod,
 	}
 }
 
@@ -93,6 +95,7 @@ func fromInputs(in energy.Inputs) spanSample {
 		GPUNoData:  in.GPUNoData, GPUMethod: in.GPUMethod, GPUUsed: in.GPUUsed, GPUUnknown: in.GPUUnknown,
 		GPUErr: errOf(in.GPUErr), GPUJoules: in.GPUJoules, GPUShare: in.GPUShare, GPUVanished: in.GPUVanished,
 		GPUBusy: in.GPUBusy, GPUWatts: in.GPUWatts, GPULimitW: in.GPULimitW,
+		GPULow: in.GPULow, GPUHigh: in.GPUHigh, GPUSubPeriod: in.GPUSubPeriod,
 	}
 }
 

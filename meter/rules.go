@@ -43,6 +43,7 @@ const (
 	ReasonGPUUnattributed = "gpu-unattributed"     // whether the tree used a GPU is unknown (another PID namespace, unreadable descriptors)
 	ReasonProcessVanished = "process-vanished"     // a process of the tree ended mid-span: its CPU time is short
 	ReasonCounterStale    = "counter-stale"        // NVML's counter did not update after the span ended
+	ReasonGPUSubPeriod    = "gpu-sub-period"       // NVML's counter did not update inside the span: its GPU part is a bracket's split
 	ReasonCounterWrap     = "counter-wrap"         // a RAPL counter may have wrapped more than once
 	ReasonCounterDead     = "counter-dead"         // the counter failed its liveness probe at start
 	ReasonPermission      = "permission-denied"    // the counter is not readable by this user
@@ -109,7 +110,7 @@ const (
 // ConstantsVersion names the rules and constants above (and the token prices' defaults) as a
 // whole. Every figure's inputs record it; change it whenever a rule or a constant changes, so
 // that Recompute can tell a receipt made under other rules from one that disagrees.
-const ConstantsVersion = "meter-1"
+const ConstantsVersion = "meter-2"
 
 // treeTTL is how long Begin trusts the tree last known complete (walked, or confirmed by an
 // End) without reading the last PID: a child born just before Begin and missed then is found
@@ -193,6 +194,11 @@ type spanSample struct {
 	GPUBusy     float64
 	GPUWatts    float64
 	GPULimitW   float64 // the used boards' enforced power limits, summed (0: unknown)
+	// GPULow and GPUHigh: what NVML's counters moved inside the span and over the brackets
+	// that hold its ends (0, 0: no such bounds, as on macOS). GPUSubPeriod: no counter
+	// updated inside the span, so GPUJoules is an estimate (gpus.joules).
+	GPULow, GPUHigh float64
+	GPUSubPeriod    bool
 }
 
 // attribute applies the rules:
@@ -314,10 +320,20 @@ func attribute(s spanSample) energy.Figure {
 	default:
 		f.GPUJoules = s.GPUJoules
 		gpuMethod = cmp.Or(s.GPUMethod, MethodNVML)
-		// Both ends sit on counter updates: each may be a period off the span's edge.
-		slack := nvmlPeriod.Seconds() * cmp.Or(s.GPULimitW, s.GPUWatts)
-		f.Low += max(f.GPUJoules-slack, 0)
-		f.High += f.GPUJoules + slack
+		if s.GPUHigh > 0 {
+			// NVML: the counters' own bounds, what they moved inside the span and around it.
+			f.Low += min(s.GPULow, f.GPUJoules)
+			f.High += max(s.GPUHigh, f.GPUJoules)
+		} else {
+			// A window on counter updates: each end may be a period off the span's edge.
+			slack := nvmlPeriod.Seconds() * cmp.Or(s.GPULimitW, s.GPUWatts)
+			f.Low += max(f.GPUJoules-slack, 0)
+			f.High += f.GPUJoules + slack
+		}
+		if s.GPUSubPeriod {
+			gpuMeasured = false
+			rs.add(ReasonGPUSubPeriod)
+		}
 	}
 
 	f.Joules = f.CPUJoules + f.GPUJoules

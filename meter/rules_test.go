@@ -79,6 +79,8 @@ func TestAttribute(t *testing.T) {
 			want: energy.Figure{Joules: 120, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: MethodRAPL, Reason: ReasonGPUVanished, CPUJoules: 120}},
 		{name: "GPU used without NVML: power model", edit: func(s *spanSample) { s.GPUErr = fmt.Errorf("%w: no library", ErrNoData); s.GPUBusy = 0 },
 			want: energy.Figure{Joules: 720, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "rapl+gpu-model", Reason: ReasonNoNVML, CPUJoules: 120, GPUJoules: 600}},
+		{name: "no NVML update inside the span: the bracket's split, estimated", edit: func(s *spanSample) { s.GPUSubPeriod = true },
+			want: energy.Figure{Joules: 520, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "rapl+nvml", Reason: ReasonGPUSubPeriod, CPUJoules: 120, GPUJoules: 400}},
 		{name: "stale NVML counter: power model at the tree's utilisation", edit: func(s *spanSample) { s.GPUErr = fmt.Errorf("nvml: %w", ErrCounterStale) },
 			want: energy.Figure{Joules: 420, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "rapl+gpu-model", Reason: ReasonCounterStale, CPUJoules: 120, GPUJoules: 300}},
 		{name: "everything wrong at once", edit: func(s *spanSample) {

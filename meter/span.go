@@ -63,9 +63,8 @@ type spanCounters struct {
 	selfErr  error
 	procsA   []procSample
 	cgA      uint64
-	gpuA     gpuSnap
 	gpuB     gpuSnap
-	gpuAlign *gpuAlign // Begin's end of the GPU window, aligned to a counter update
+	gpuAlign *gpuAlign // Begin's end of the GPU window: its snapshot, and the counter update after it
 
 	// Room for the samples of a small tree (Ollama and a runner or two) without allocating.
 	bufA, bufB [8]procSample
@@ -87,7 +86,8 @@ type procSample struct {
 // PID from /proc/loadavg, the stat of each of up to 4 new PIDs, and polls the root's pidfd).
 // The host's CPU time, the proxy's and RAPL are read only when a
 // measured CPU figure is possible: RAPL live and no other local span open. NVML is read only
-// when live; then a goroutine waits (bounded) for each GPU counter's next update, the Begin end
+// when live, and in a goroutine (its energy read takes milliseconds on some boards), which then
+// waits (bounded) for each GPU counter's next update, the Begin end
 // of the GPU window. The tree's CPU time read here is booked in the backend's edge book, which
 // splits it among overlapping calls.
 func (m *Meter) Begin(backend string) *Span {
@@ -126,8 +126,7 @@ func (m *Meter) Begin(backend string) *Span {
 	}
 	s.c = c
 	if m.gpu != nil {
-		m.gpu.snapshot(&c.gpuA)
-		c.gpuAlign = m.gpu.alignBegin(&c.gpuA)
+		c.gpuAlign = m.gpu.begin()
 	}
 	if m.rapl != nil && !s.overlap {
 		c.hostRead = true
@@ -247,7 +246,7 @@ func (s *Span) readEnd(e *endReadings) {
 		e.self, e.selfErr = m.selfCPU()
 	}
 	if m.gpu != nil {
-		m.gpu.snapshot(&c.gpuB)
+		m.gpu.end(c.gpuAlign, &c.gpuB)
 	}
 	s.b.edges.mu.Lock()
 	e.procs, e.cg, e.treeErr = m.sampleTree(s.b, c.bufB[:0], true)
@@ -328,15 +327,16 @@ func (s *Span) addGPU(in *spanSample, e *endReadings) {
 			}
 			return false
 		}
-		r := m.gpu.attribute(&c.gpuA, &c.gpuB, c.gpuAlign, inTree, s.start)
+		r := m.gpu.attribute(c.gpuAlign, &c.gpuB, inTree, s.start)
 		in.GPUUsed, in.GPUErr, in.GPUJoules, in.GPUShare = r.Used, r.Err, r.Joules, r.Share
 		in.GPUVanished, in.GPUBusy, in.GPULimitW = r.Vanished, r.Busy, r.LimitW
+		in.GPULow, in.GPUHigh, in.GPUSubPeriod = r.Low, r.High, r.SubPeriod
 		if !r.Used {
 			// In no NVML list. Exact zero needs evidence as well: no process of the tree holds
 			// a GPU device node, and every PID NVML lists is a process of our /proc (NVML lists
 			// host PIDs, which a container's /proc does not show).
 			held, known := s.treeHoldsGPU(e.procs)
-			in.GPUUnknown = held || !known || m.foreignGPUPIDs(&c.gpuA, &c.gpuB)
+			in.GPUUnknown = held || !known || m.foreignGPUPIDs(&c.gpuAlign.snap, &c.gpuB)
 		}
 	case m.hostGPU:
 		// No NVML: a process that holds no GPU device open had no GPU time.

@@ -16,8 +16,13 @@ partial: not measured).
 
 The reference is this process's own reading of the same GPU's total-energy counter
 (nvmlDeviceGetTotalEnergyConsumption), polled every quarter millisecond in a thread that records
-each update. A call's span is [just before the request is sent, just after the reply was
-read], started just after a counter update. Each end is read between the two updates that
+each update. A call's span is the backend's: the stand-in's handler, from its start to its end
+(it reports both on CLOCK_MONOTONIC, this process's clock too). That is what the proxy meters:
+its span opens right before it sends the request and closes after the reply's last byte, so it
+holds the handler and the loopback transfer (well under a millisecond). The client's span holds
+more: the proxy's own work, and End's wait for the counter's next update (up to a period), when
+the GPU idles for no work of the call; calls.json keeps the reference over it too
+("client_reference"). Calls start just after a counter update. Each end is read between the two updates that
 bracket it, waiting for the first update after the span's end; since NVML updates every few
 tens of ms, a bracket often holds both busy and idle time, so it is split by the GPU's busy
 intervals that the stand-in reports (Reference.span). lo (between the first and last update
@@ -296,7 +301,8 @@ def figure_cell(c, cpu_w):
 def row(c, cpu_w, ref, err, verdict):
     if c.error:
         return [c.case, "-", "-", "-", "-", "-", "-", "-", c.error[:70], "FAIL (call failed)"]
-    return [c.case, fmt((c.t1 - c.t0) * 1000, "%.1f"), fmt(c.work.get("gpu_ms_done"), "%.1f"),
+    t0, t1 = backend_span(c)
+    return [c.case, fmt((t1 - t0) * 1000, "%.1f"), fmt(c.work.get("gpu_ms_done"), "%.1f"),
             figure_cell(c, cpu_w), ref_cell(ref),
             "[%s, %s]" % (fmt(ref["lo"]), fmt(ref["hi"])) if ref else "-", fmt(err, "%+.1f"),
             c.h("X-EOC-Energy-Method"), c.label(), verdict]
@@ -312,7 +318,7 @@ def verdict(fails):
     return "PASS" if not fails else "FAIL (%s)" % "; ".join(fails)
 
 
-def judge_solo(c, ref, cpu_w, limit_w):
+def judge_solo(c, ref, cpu_w):
     fig = c.gpu_joules(cpu_w)
     err = (fig - ref["ref"]) / ref["ref"] * 100 if ref["ref"] > 0 else float("nan")
     fails = []
@@ -320,8 +326,10 @@ def judge_solo(c, ref, cpu_w, limit_w):
         fails.append("no GPU figure")
     elif not abs(err) <= SOLO_TOLERANCE * 100:
         fails.append("off by more than %d%%" % (SOLO_TOLERANCE * 100))
-    if limit_w == limit_w and fig > limit_w * (c.t1 - c.t0):
-        fails.append("above the power limit x wall")
+    # Not the power limit x wall: boards draw above their limit for a fraction of a second
+    # (847 W over 186 ms on an H200 capped at 700 W). The counter itself bounds the figure.
+    if fig > ref["hi"] + ref.get("unc", 0.0):
+        fails.append("above what the counter moved around the span")
     return err, fails
 
 
@@ -407,6 +415,14 @@ def probe_field_timestamp(nv, h, seconds=0.5):
         len(values), len(stamps), len(rows), seconds, kind, lag)
 
 
+def backend_span(c):
+    """The stand-in's handler span, which the proxy's meter encloses; the client's span if the
+    reply did not say."""
+    if "t0" in c.work and "t1" in c.work:
+        return c.work["t0"], c.work["t1"]
+    return c.t0, c.t1
+
+
 def busy_of(*calls):
     return [(c.work["g0"], c.work["g1"]) for c in calls if "g0" in c.work]
 
@@ -427,10 +443,10 @@ class Runner:
         time.sleep(self.a.gap)
         self.ref.wait_update_after(time.monotonic())
 
-    def add(self, c, ref, err, fails):
+    def add(self, c, ref, err, fails, client_ref=None):
         self.rows.append(row(c, self.a.cpu_w, ref, err, verdict(fails)))
         self.calls.append({"case": c.case, "t0": c.t0, "t1": c.t1, "headers": c.headers, "work": c.work,
-                           "error": c.error, "reference": ref})
+                           "error": c.error, "reference": ref, "client_reference": client_ref})
         self.ok &= not fails
 
     def solo(self, ms, rep):
@@ -441,9 +457,9 @@ class Runner:
         if c.error:
             self.add(c, None, None, ["call failed"])
             return
-        ref = self.span(c.t0, c.t1, c)
-        err, fails = judge_solo(c, ref, self.a.cpu_w, self.info["power_limit_w"])
-        self.add(c, ref, err, fails)
+        ref = self.span(*backend_span(c), c)
+        err, fails = judge_solo(c, ref, self.a.cpu_w)
+        self.add(c, ref, err, fails, self.ref.span(c.t0, c.t1, self.busy))
 
     def overlapping(self, ms):
         """Two calls of ms each; B starts a third of the way into A."""
@@ -461,12 +477,13 @@ class Runner:
                 fails.append("not labelled span-overlap")
             if not c.error and c.h("X-EOC-Energy") == "measured":
                 fails.append("graded measured")
-            ref = None if c.error else self.span(c.t0, c.t1, ca, cb)
+            ref = None if c.error else self.span(*backend_span(c), ca, cb)
             self.add(c, ref, None, fails)
         if ca.error or cb.error:
             return
         u = Call("overlap A+B", "", "")
-        u.t0, u.t1 = min(ca.t0, cb.t0), max(ca.t1, cb.t1)
+        (a0, a1), (b0, b1) = backend_span(ca), backend_span(cb)
+        u.t0, u.t1 = min(a0, b0), max(a1, b1)
         ref = self.span(u.t0, u.t1)
         total = ca.gpu_joules(self.a.cpu_w) + cb.gpu_joules(self.a.cpu_w)
         fails = [] if total <= ref["hi"] else ["the sum is above the reference's upper bound"]
@@ -483,7 +500,7 @@ class Runner:
         if c.error:
             self.add(c, None, None, ["call failed"])
             return
-        ref = self.span(c.t0, c.t1)  # the GPU's idle energy: what a time share would bill
+        ref = self.span(*backend_span(c))  # the GPU's idle energy: what a time share would bill
         self.add(c, ref, None, judge_cpu(c, self.a.cpu_w, os.cpu_count() or 1))
 
 
@@ -530,8 +547,10 @@ def cmd_run(a):
     print()
     print("figure J: the call's GPU part, X-EOC-Joules less cpu_watts_per_core (%g W) x the stand-in's CPU "
           "seconds, when X-EOC-Energy-Method has a GPU part (none: no GPU figure; 0 (exact): no GPU part). "
-          "reference J: this script's own NVML read over the client's span, each end split by the GPU's busy "
-          "time; [lo, hi]: the counter between the updates inside / around the span." % a.cpu_w)
+          "wall ms: the backend's span (the stand-in's handler), which the proxy meters. reference J: this "
+          "script's own NVML read over that span, each end split by the GPU's busy time (calls.json also "
+          "keeps it over the client's span, which adds the proxy's own work and its wait for the counter); "
+          "[lo, hi]: the counter between the updates inside / around the span." % a.cpu_w)
     print("goals: solo calls within %d%% of the reference; overlapping calls labelled span-overlap, not "
           "measured, their sum at most the reference's upper bound; CPU-only exactly 0 J of GPU."
           % (SOLO_TOLERANCE * 100))
