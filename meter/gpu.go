@@ -72,11 +72,13 @@ const quietFor = time.Second
 
 // gpuAlign is the Begin end of a span's GPU window, read in the background so that the call
 // is not delayed (an energy read takes milliseconds on some boards: 4 ms on an H200): Begin's
-// snapshot (written before snapped is closed); per device, the value of the first counter
-// update after it and when it happened (val, at and err, written before done is closed); and
-// whether another span was near enough to have drawn power in the bracket that holds Begin.
+// snapshot (written before snapped is closed), whose energy is read only on the devices that
+// listed a process of the tree (mine); per device, the value of the first counter update after
+// it and when it happened (val, at and err, written before done is closed); and whether another
+// span was near enough to have drawn power in the bracket that holds Begin.
 type gpuAlign struct {
 	snap    gpuSnap
+	mine    []bool
 	snapped chan struct{}
 	done    chan struct{}
 	val     []uint64
@@ -87,22 +89,38 @@ type gpuAlign struct {
 	quiet   bool      // no span for quietFor: the boards' power is their idle power
 }
 
-// begin books a span's start and, in the background, takes Begin's snapshot and waits for the
-// update after it (align).
-func (g *gpus) begin() *gpuAlign {
+// begin books a span's start and, in the background, takes Begin's snapshot: every device's
+// processes, then the energy of those that listed a process of the tree (inTree, the tree as
+// Begin found it): the others cannot be the span's unless the tree starts on them mid-span,
+// which leaves the GPU part an estimate (gpu-started-mid-span), and each read would cost
+// milliseconds of NVML's time. Then it waits for the update after it (align).
+func (g *gpus) begin(inTree func(uint32) bool) *gpuAlign {
 	a := g.book(g.now())
 	go func() {
-		g.snapshot(&a.snap)
+		s := &a.snap
+		g.size(s)
+		g.readPIDs(s)
+		t0 := g.now()
+		for i, d := range g.devs {
+			s.energy[i], s.eerr[i] = 0, errNotRead
+			if a.mine[i] = slices.ContainsFunc(s.pids[i], inTree); a.mine[i] {
+				s.energy[i], s.eerr[i] = d.EnergyMJ()
+			}
+		}
+		s.at = midway(t0, g.now())
 		close(a.snapped)
 		g.align(a)
 	}()
 	return a
 }
 
-// alignBegin is begin from a snapshot already taken.
+// alignBegin is begin from a snapshot already taken, of every device.
 func (g *gpus) alignBegin(begin *gpuSnap) *gpuAlign {
 	a := g.book(begin.at)
 	a.snap = *begin
+	for i := range a.mine {
+		a.mine[i] = true
+	}
 	close(a.snapped)
 	go g.align(a)
 	return a
@@ -111,7 +129,7 @@ func (g *gpus) alignBegin(begin *gpuSnap) *gpuAlign {
 // book counts a span begun at now among those open.
 func (g *gpus) book(now time.Time) *gpuAlign {
 	n := len(g.devs)
-	a := &gpuAlign{snapped: make(chan struct{}), done: make(chan struct{}), val: make([]uint64, n), at: make([]time.Time, n)}
+	a := &gpuAlign{mine: make([]bool, n), snapped: make(chan struct{}), done: make(chan struct{}), val: make([]uint64, n), at: make([]time.Time, n)}
 	g.mu.Lock()
 	a.alone, a.prevEnd = g.open == 0, g.lastEnd
 	g.open++
@@ -121,51 +139,37 @@ func (g *gpus) book(now time.Time) *gpuAlign {
 	return a
 }
 
-// align waits, bounded by g.wait, for each device's counter to move past its reading in
-// Begin's snapshot. When the GPUs were quiet, it first reads each board's power: its idle
-// power, to split the brackets at a span's ends.
+// align waits, bounded by g.wait, for the counter of each device of the span's (mine) to move
+// past its reading in Begin's snapshot. When the GPUs were quiet, it first reads each board's
+// power: its idle power, to split the brackets at a span's ends.
 func (g *gpus) align(a *gpuAlign) {
 	defer close(a.done)
 	if a.quiet {
 		g.readIdle()
 	}
-	all := make([]int, len(g.devs))
-	for i := range all {
-		all[i] = i
+	var mine []int
+	for i, m := range a.mine {
+		if m {
+			mine = append(mine, i)
+		}
 	}
-	a.err = g.nextUpdate(&a.snap, all, a.val, a.at)
+	a.err = g.nextUpdate(&a.snap, mine, a.val, a.at)
 }
 
-// end takes End's snapshot into s and books the span's end. It reads the energy only of the
-// devices that listed a process at either end (one that listed none cannot have been the
-// tree's, and its read would cost the call milliseconds): first those listing one at Begin,
-// so that End's time is the span's end, then the processes, then the energy of any device
-// that listed its first process since.
+// end takes End's snapshot into s and books the span's end: the energy of the devices Begin
+// read (mine), first, so that End's time is the span's end, then every device's processes.
 func (g *gpus) end(a *gpuAlign, s *gpuSnap) {
 	<-a.snapped
 	g.size(s)
-	read := func(i int) time.Time {
-		t0 := g.now()
-		s.energy[i], s.eerr[i] = g.devs[i].EnergyMJ()
-		return midway(t0, g.now())
-	}
-	var at time.Time
-	for i := range g.devs {
+	t0 := g.now()
+	for i, d := range g.devs {
 		s.energy[i], s.eerr[i] = 0, errNotRead
-		if len(a.snap.pids[i]) > 0 {
-			at = read(i)
+		if a.mine[i] {
+			s.energy[i], s.eerr[i] = d.EnergyMJ()
 		}
 	}
+	s.at = midway(t0, g.now())
 	g.readPIDs(s)
-	for i := range g.devs {
-		if len(s.pids[i]) > 0 && errors.Is(s.eerr[i], errNotRead) {
-			t := read(i)
-			if at.IsZero() {
-				at = t
-			}
-		}
-	}
-	s.at = cmp.Or(at, g.now())
 	g.spanEnded(s)
 }
 
@@ -173,8 +177,11 @@ func (g *gpus) end(a *gpuAlign, s *gpuSnap) {
 // as best one can tell.
 func midway(a, b time.Time) time.Time { return a.Add(b.Sub(a) / 2) }
 
-// errNotRead marks a device whose energy End did not read: it listed no process.
-var errNotRead = errors.New("meter: not read: the device listed no process")
+// errNotRead marks a device whose energy was not read: it listed no process of the tree at Begin.
+var errNotRead = errors.New("meter: not read: the device listed no process of the tree at Begin")
+
+// ErrGPULate says the tree started on a GPU mid-span: Begin did not read that GPU's counter.
+var ErrGPULate = errors.New("meter: the tree started on a GPU mid-span")
 
 // spanEnded books a span's end, read at end.at: every span that book saw ends here.
 func (g *gpus) spanEnded(end *gpuSnap) {
@@ -494,6 +501,11 @@ func (g *gpus) shares(begin, end *gpuSnap, used []int, inTree func(uint32) bool,
 // over the window, is an error.
 func (g *gpus) joules(begin, end *gpuSnap, align *gpuAlign, used []int) (r gpuResult, err error) {
 	<-align.done // bounded by g.wait
+	for _, i := range used {
+		if !align.mine[i] {
+			return r, fmt.Errorf("gpu %d %s: %w", i, g.devs[i].Name(), ErrGPULate)
+		}
+	}
 	if align.err != nil {
 		return r, fmt.Errorf("after Begin: %w", align.err)
 	}

@@ -188,6 +188,14 @@ func TestNVMLSpans(t *testing.T) {
 			}},
 			vanish: true,
 			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUVanished}},
+		{name: "the tree started on the GPU mid-span: no counter read at Begin, the GPU model",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(call int) []uint32 {
+				if call == 1 {
+					return nil
+				}
+				return []uint32{102}
+			}},
+			want: energy.Figure{Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "rapl+gpu-model", Reason: ReasonGPULate}},
 		{name: "counter did not update after the span",
 			script: &gpuScript{energy: 5_000_000, step: 0, pids: func(int) []uint32 { return []uint32{102} },
 				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 50}, {Pid: 102, SmUtil: 50}}},
@@ -423,7 +431,7 @@ func TestNVMLBrackets(t *testing.T) {
 				<-al.done
 				g.spanEnded(&b)
 			} else {
-				al = g.begin()
+				al = g.begin(func(p uint32) bool { return p == 7 })
 				<-al.done
 				clk.Advance(al.snap.at.Add(tc.span).Sub(clk.Now()))
 				g.end(al, &b)
@@ -483,7 +491,7 @@ func TestNVMLReadsNearUpdates(t *testing.T) {
 	d := &countDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 50}}
 	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, period: 100 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}}
 	clk.Advance(52500 * time.Microsecond)
-	al := g.begin()
+	al := g.begin(func(p uint32) bool { return p == 7 })
 	<-al.done // no update seen yet: every poll, 52.5 to 102.5 ms
 	clk.Advance(50 * time.Millisecond)
 	var b gpuSnap
@@ -510,23 +518,30 @@ func TestNVMLReadsNearUpdates(t *testing.T) {
 	}
 }
 
-// TestNVMLEndReadsOnlyListed: End reads the energy only of devices that listed a process at
-// either end (a read takes 4 ms on an H200): a span on a host whose GPUs run nothing reads
-// none at End, and its GPU part is exactly 0.
-func TestNVMLEndReadsOnlyListed(t *testing.T) {
+// TestNVMLReadsOnlyTheTreesGPUs: Begin and End read the energy only of the GPUs that listed a
+// process of the tree at Begin (a read takes 4 ms on an H200, and NVML serialises calls): a
+// span on a host whose GPUs run nothing, or only another job, reads none, and its GPU part is
+// exactly 0.
+func TestNVMLReadsOnlyTheTreesGPUs(t *testing.T) {
 	clk := newFakeClock()
-	d := &quietDevice{countDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 60}}}
-	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}}
-	al := g.begin()
+	idle := &quietDevice{countDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 60}}}
+	other := &foreignDevice{countDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 300}}}
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{idle, other}}
+	tree := func(p uint32) bool { return p == 7 }
+	al := g.begin(tree)
 	<-al.done
-	before := d.reads
 	var b gpuSnap
 	g.end(al, &b)
-	r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, al.snap.at)
-	if d.reads != before || r.Used || r.Joules != 0 || r.Err != nil {
-		t.Fatalf("End read the energy %d times (want 0); result %+v", d.reads-before, r)
+	r := g.attribute(al, &b, tree, al.snap.at)
+	if idle.reads+other.reads != 0 || r.Used || r.Joules != 0 || r.Err != nil {
+		t.Fatalf("read the energy %d and %d times (want 0); result %+v", idle.reads, other.reads, r)
 	}
 }
+
+// foreignDevice lists another job's process.
+type foreignDevice struct{ countDevice }
+
+func (d *foreignDevice) PIDs(dst []uint32) ([]uint32, error) { return append(dst, 9), nil }
 
 type stepDevice struct {
 	mu     sync.Mutex

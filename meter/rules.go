@@ -44,6 +44,7 @@ const (
 	ReasonProcessVanished = "process-vanished"     // a process of the tree ended mid-span: its CPU time is short
 	ReasonCounterStale    = "counter-stale"        // NVML's counter did not update after the span ended
 	ReasonGPUSubPeriod    = "gpu-sub-period"       // NVML's counter did not update inside the span: its GPU part is a bracket's split
+	ReasonGPULate         = "gpu-started-mid-span" // the tree was on no GPU at Begin, so no GPU counter was read then
 	ReasonCounterWrap     = "counter-wrap"         // a RAPL counter may have wrapped more than once
 	ReasonCounterDead     = "counter-dead"         // the counter failed its liveness probe at start
 	ReasonPermission      = "permission-denied"    // the counter is not readable by this user
@@ -396,6 +397,8 @@ func reasonFor(err error, noData string) string {
 		return ReasonCounterWrap
 	case errors.Is(err, ErrCounterStale):
 		return ReasonCounterStale
+	case errors.Is(err, ErrGPULate):
+		return ReasonGPULate
 	case errors.Is(err, errCounterDead):
 		return ReasonCounterDead
 	case errors.Is(err, ErrNoData):

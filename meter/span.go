@@ -3,6 +3,7 @@ package meter
 import (
 	"errors"
 	"io/fs"
+	"slices"
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/energy"
@@ -126,7 +127,10 @@ func (m *Meter) Begin(backend string) *Span {
 	}
 	s.c = c
 	if m.gpu != nil {
-		c.gpuAlign = m.gpu.begin()
+		procs := c.procsA
+		c.gpuAlign = m.gpu.begin(func(pid uint32) bool {
+			return slices.ContainsFunc(procs, func(p procSample) bool { return uint32(p.pid) == pid })
+		})
 	}
 	if m.rapl != nil && !s.overlap {
 		c.hostRead = true

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command: vet, golangci-lint (.golangci.yml), unit tests
-# with the race detector, the meter's mutation check, then the end-to-end suite (e2e/, build tag e2e)
+# with the race detector, the meter's mutation check, gpu-check's self-test, then the end-to-end suite (e2e/, build tag e2e)
 # against a real Ollama.
 #
 # The e2e suite starts its own Ollama from bin/ollama (scripts/build-ollama.sh)
@@ -75,6 +75,10 @@ phase fuzz fuzz_all
 # Every energy-honesty rule has a mutant that a test must catch (meter/testdata/mutate.py);
 # mutants build through -overlay, two at a time on two cores (about 5 minutes).
 phase mutate bash -c 'cd meter && python3 testdata/mutate.py'
+# scripts/gpu-check.sh end to end against a fake GPU (nvidia-smi, torch and pynvml over one
+# energy model): the cases, the table and its NVML reference, checked without a GPU (about 30 s
+# once the cgo build is cached).
+phase gpu-check-selftest bash -c 'scripts/gpu-check.sh build && scripts/gpucheck/selftest.sh'
 export EOC_E2E=1
 # The Node SDK scenario (e2e/node_test.go) needs `npm ci --prefix e2e/node` (.ci/run does it);
 # without those modules it fails.
