@@ -210,13 +210,13 @@ func (g *gpus) setIdle(i int, w float64) {
 	g.idleW[i] = w
 }
 
-// calibrate measures, bounded by a second, how often the counters update and each board's
-// power meanwhile (its idle power: New runs it before any span): over two update periods of
-// each device.
+// calibrate measures how often the counters update and each board's power meanwhile (its idle
+// power: New runs it before any span): over two update periods of each device in turn, bounded
+// by a second each (about 0.25 s a board at NVML's 100 ms).
 func (g *gpus) calibrate() error {
-	deadline := g.now().Add(time.Second)
 	var periods []time.Duration
 	for i := range g.devs {
+		deadline := g.now().Add(time.Second)
 		var snap gpuSnap
 		g.snapshot(&snap)
 		var val [3]uint64
