@@ -94,7 +94,8 @@ type Inputs struct {
 	GPUVanished bool    `json:"gpu_vanished,omitempty"`
 	GPUBusy     float64 `json:"gpu_busy,omitempty"`
 	GPUWatts    float64 `json:"gpu_watts,omitempty"`
-	// GPULimitW is the used boards' enforced power limits, summed, in W.
+	// GPULimitW is the used boards' enforced power limits, summed, in W (meter-1 records: their
+	// GPU bounds were ± one NVML period at it; meter-2 records carry GPULow and GPUHigh).
 	GPULimitW float64 `json:"gpu_limit_w,omitempty"`
 	// GPULow and GPUHigh: what NVML's counters moved inside the span and over the brackets
 	// that hold its ends, in J. GPUSubPeriod: no counter updated inside the span.

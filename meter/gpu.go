@@ -59,7 +59,7 @@ type gpus struct {
 	closeFn func() error
 
 	mu         sync.Mutex  // guards what follows: the spans, for splitting a bracket (splitBracket)
-	open       int         // spans between alignBegin and spanEnded
+	open       int         // spans between book and spanEnded
 	lastBegin  time.Time   // when the latest span began
 	lastEnd    time.Time   // when the latest span ended
 	idleW      []float64   // per device, its power the last time it was quiet (0: not known)
@@ -111,18 +111,6 @@ func (g *gpus) begin(inTree func(uint32) bool) *gpuAlign {
 		close(a.snapped)
 		g.align(a)
 	}()
-	return a
-}
-
-// alignBegin is begin from a snapshot already taken, of every device.
-func (g *gpus) alignBegin(begin *gpuSnap) *gpuAlign {
-	a := g.book(begin.at)
-	a.snap = *begin
-	for i := range a.mine {
-		a.mine[i] = true
-	}
-	close(a.snapped)
-	go g.align(a)
 	return a
 }
 
@@ -383,7 +371,6 @@ type gpuResult struct {
 	Share    float64
 	Vanished bool
 	Busy     float64 // GPU-equivalents busy over the span, for the power model; 0 when unknown
-	LimitW   float64 // the used boards' enforced power limits, summed: the bound's power
 	// Low and High bound Joules: what the counters moved inside the span, and over the
 	// brackets that hold its ends. SubPeriod: no counter updated inside the span, so Joules
 	// is a bracket's split, an estimate.
@@ -408,7 +395,7 @@ func (g *gpus) attribute(align *gpuAlign, end *gpuSnap, inTree func(uint32) bool
 	// Shares and utilisation first: they do not depend on the wait.
 	r.Share, r.Busy = g.shares(begin, end, used, inTree, start)
 	j, err := g.joules(begin, end, align, used)
-	r.Joules, r.Low, r.High, r.SubPeriod, r.LimitW, r.Err = j.Joules, j.Low, j.High, j.SubPeriod, j.LimitW, err
+	r.Joules, r.Low, r.High, r.SubPeriod, r.Err = j.Joules, j.Low, j.High, j.SubPeriod, err
 	return r
 }
 
@@ -488,8 +475,7 @@ func (g *gpus) shares(begin, end *gpuSnap, used []int, inTree func(uint32) bool,
 	return share, busy
 }
 
-// joules returns the used devices' energy over the span, in J, with bounds, and the boards'
-// power limits. The counters update every period or so, so each end of the span lies inside a
+// joules returns the used devices' energy over the span, in J, with bounds. The counters update every period or so, so each end of the span lies inside a
 // bracket between two updates: Begin's between its reading and the first update after it
 // (align), End's between its reading and the first update after it (waited for here, bounded
 // by g.wait). What the counter moved between those two first updates, less the part of End's
@@ -539,15 +525,16 @@ func (g *gpus) joules(begin, end *gpuSnap, align *gpuAlign, used []int) (r gpuRe
 		// no later than the reading.
 		u0 := earlier(align.at[i].Add(-period), begin.at)
 		beginQuiet := align.alone && align.prevEnd.Before(u0)
+		first := float64(e1-e0) / 1000 // Begin's bracket
 		var j float64
 		if e2 == e0 {
 			// No update inside the span: it lies in the bracket that align closed.
 			r.SubPeriod = true
-			j = splitBracket(float64(e1-e0)/1000, u0, align.at[i], begin.at, earlier(end.at, align.at[i]), idle, beginQuiet && endAlone)
-			r.High += float64(e1-e0) / 1000
-			window := align.at[i].Sub(u0).Seconds()
-			if moved := float64(e1-e0) / 1000; moved > ceiling*(window+2*g.poll.Seconds()) {
-				return r, fmt.Errorf("gpu %d %s: %w: %.3f J in %.3fs, limit %.0f W", i, g.devs[i].Name(), ErrCounterRate, moved, window, limit)
+			j = splitBracket(first, u0, align.at[i], begin.at, earlier(end.at, align.at[i]), idle, beginQuiet && endAlone)
+			r.High += first
+			// Each update is seen at most a poll late: the bracket is at most this long.
+			if w := align.at[i].Sub(u0) + 2*g.poll; first > ceiling*w.Seconds() {
+				return r, fmt.Errorf("gpu %d %s: %w: %.3f J in %v, limit %.0f W", i, g.devs[i].Name(), ErrCounterRate, first, w, limit)
 			}
 		} else {
 			inner := float64(e2-e1) / 1000
@@ -555,7 +542,7 @@ func (g *gpus) joules(begin, end *gpuSnap, align *gpuAlign, used []int) (r gpuRe
 			// after it, and no earlier than Begin's first.
 			u2 := later(earlier(at[i].Add(-period), end.at), align.at[i])
 			j = inner +
-				splitBracket(float64(e1-e0)/1000, u0, align.at[i], begin.at, align.at[i], idle, beginQuiet) +
+				splitBracket(first, u0, align.at[i], begin.at, align.at[i], idle, beginQuiet) +
 				splitBracket(float64(e3-e2)/1000, u2, at[i], u2, end.at, idle, endAlone)
 			r.Low += inner
 			r.High += float64(e3-e0) / 1000
@@ -566,7 +553,6 @@ func (g *gpus) joules(begin, end *gpuSnap, align *gpuAlign, used []int) (r gpuRe
 			}
 		}
 		r.Joules += j
-		r.LimitW += limit
 	}
 	return r, nil
 }

@@ -194,7 +194,7 @@ type spanSample struct {
 	GPUVanished bool
 	GPUBusy     float64
 	GPUWatts    float64
-	GPULimitW   float64 // the used boards' enforced power limits, summed (0: unknown)
+	GPULimitW   float64 // meter-1 records: the used boards' enforced power limits, summed (0: unknown)
 	// GPULow and GPUHigh: what NVML's counters moved inside the span and over the brackets
 	// that hold its ends (0, 0: no such bounds, as on macOS). GPUSubPeriod: no counter
 	// updated inside the span, so GPUJoules is an estimate (gpus.joules).

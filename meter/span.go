@@ -333,7 +333,7 @@ func (s *Span) addGPU(in *spanSample, e *endReadings) {
 		}
 		r := m.gpu.attribute(c.gpuAlign, &c.gpuB, inTree, s.start)
 		in.GPUUsed, in.GPUErr, in.GPUJoules, in.GPUShare = r.Used, r.Err, r.Joules, r.Share
-		in.GPUVanished, in.GPUBusy, in.GPULimitW = r.Vanished, r.Busy, r.LimitW
+		in.GPUVanished, in.GPUBusy = r.Vanished, r.Busy
 		in.GPULow, in.GPUHigh, in.GPUSubPeriod = r.Low, r.High, r.SubPeriod
 		if !r.Used {
 			// In no NVML list. Exact zero needs evidence as well: no process of the tree holds
