@@ -59,6 +59,11 @@ type Figure struct {
 	// the figure can be derived again (meter.Recompute). Empty for figures made before they
 	// were recorded.
 	Inputs InputList `json:"inputs,omitzero"`
+	// Provisional marks a figure made before its counters settled: NVML's energy counter had not
+	// yet updated past the span's end, so the GPU part since its last update is instant power ×
+	// time, with Low and High that hold the settled figure. The settled figure (Provisional false)
+	// follows from meter.Span.Settled. False for every figure that is final when made.
+	Provisional bool `json:"provisional,omitempty"`
 
 	CPUJoules float64 `json:"-"`
 	GPUJoules float64 `json:"-"`
@@ -99,6 +104,7 @@ func (f Figure) Plus(g Figure) Figure {
 		Inputs:           f.Inputs.concat(g.Inputs),
 		CPUJoules:        f.CPUJoules + g.CPUJoules,
 		GPUJoules:        f.GPUJoules + g.GPUJoules,
+		Provisional:      f.Provisional || g.Provisional,
 	}
 	if out.Saved == 0 {
 		out.Saved = g.Saved

