@@ -61,6 +61,15 @@ type queryError struct {
 	Code    string `json:"code,omitempty"`
 }
 
+// kind is the error's status, type and code, as "HTTP 503, server_error, no_stage_answered".
+func (e *queryError) kind(status int) string {
+	k := fmt.Sprintf("HTTP %d, %s", status, e.Type)
+	if e.Code != "" {
+		k += ", " + e.Code
+	}
+	return k
+}
+
 // runQuery is `eoc-proxy query`: one chat call through the configured cascade, in this process.
 // It builds what serve builds (stages, meter, ledger) and hands the call to serve's own HTTP
 // handler without a listener, so the walk, the metering, the receipt, the ledger record and the
@@ -140,7 +149,7 @@ func runQuery(args []string, stdout io.Writer) (err error) {
 		return err
 	}
 	if res.Error != nil {
-		return fmt.Errorf("%s (HTTP %d, %s, %s)", res.Error.Message, res.Status, res.Error.Type, res.Error.Code)
+		return fmt.Errorf("%s (%s)", res.Error.Message, res.Error.kind(res.Status))
 	}
 	return nil
 }
@@ -222,7 +231,7 @@ func printQuery(w io.Writer, r queryResult) error {
 	}
 	out.printf("stage   : %s\n", stage)
 	if r.Error != nil {
-		out.printf("error   : %s (HTTP %d, %s, %s)\n", r.Error.Message, r.Status, r.Error.Type, r.Error.Code)
+		out.printf("error   : %s (%s)\n", r.Error.Message, r.Error.kind(r.Status))
 	} else {
 		out.printf("answer  : %s\n", r.Answer)
 	}
@@ -247,4 +256,4 @@ func printQuery(w io.Writer, r queryResult) error {
 	return out.err
 }
 
-func queryJ(j float64) string { return strconv.FormatFloat(j, 'g', 6, 64) }
+func queryJ(j float64) string { return strconv.FormatFloat(j, 'f', -1, 64) }
