@@ -200,6 +200,26 @@ ledger: {path: receipts.jsonl}
 	if n := len(readRecords(t, filepath.Join(dir, "receipts.jsonl"))); n != 5 {
 		t.Errorf("the failed call left %d records in all, want 5", n)
 	}
+	// With auth.keys, the key comes from the variable -key-env names (never the command line),
+	// and the call is the key's tenant's.
+	keyed := write("keyed.yaml", conf("cache, kv, graph, neural")+"auth: {keys: [{id: team-q, key: query-secret}]}\n")
+	if _, stderr, code := runBin(t, bin, "", "query", "-config", keyed, "-model", "fake-model", "What is 2+2?"); code == 0 ||
+		!strings.Contains(stderr, "HTTP 401, invalid_request_error, missing_api_key") {
+		t.Errorf("no key: exit %d, %q", code, stderr)
+	}
+	out, stderr, code = runBin(t, bin, "", "query", "-config", keyed, "-key-env", "EOC_QUERY_UNSET_KEY", "What is 2+2?")
+	if code == 0 || !strings.Contains(stderr, "EOC_QUERY_UNSET_KEY is empty or unset") {
+		t.Errorf("an unset -key-env: exit %d, %q %q", code, out, stderr)
+	}
+	t.Setenv("EOC_QUERY_KEY", "query-secret")
+	keyedRes, stderr, code := queryJSON(t, bin, "", "-config", keyed, "-key-env", "EOC_QUERY_KEY", "-model", "fake-model", "What is 2+2?")
+	if code != 0 || keyedRes.Answer != "4" {
+		t.Errorf("with -key-env: exit %d, %+v, %q", code, keyedRes, stderr)
+	}
+	if recs := readRecords(t, ledgerPath); recs[len(recs)-1].KeyID != "team-q" || recs[len(recs)-1].Receipt != keyedRes.Receipt {
+		t.Errorf("the keyed call's record: %+v", recs[len(recs)-1])
+	}
+
 	// Usage errors exit non-zero without a call.
 	if _, stderr, code := runBin(t, bin, "", "query", "-config", cfg); code == 0 || !strings.Contains(stderr, "usage") {
 		t.Errorf("no question: exit %d, %q", code, stderr)
