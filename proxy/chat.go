@@ -264,7 +264,7 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 	}
 	if later {
 		endCall(st.span, &st, o, status)
-		s.settleLater(&st, resv, o, call, model, status, time.Since(start))
+		s.settleLater(st, resv, o, call, model, status, time.Since(start))
 	} else {
 		s.calls.put(st.tenant, st.id, o, nil)
 		s.metrics.observe(st.stage, st.attempts, st.answered, o.fig, model, status, time.Since(start))

@@ -24,10 +24,10 @@ const callWait = 2 * time.Second
 // figures, with the settled figure, once. When the wait fails, they take the provisional figure,
 // and the call's record, already written, stands as it is (marked provisional). Close waits for
 // these.
-func (s *Server) settleLater(st *settlement, resv reservation, o outcome, call Call, model string, status int, total time.Duration) {
+func (s *Server) settleLater(st settlement, resv reservation, o outcome, call Call, model string, status int, total time.Duration) {
 	done := make(chan struct{})
 	s.calls.put(st.tenant, st.id, o, done)
-	settle, stc := st.settle, *st
+	settle, stc := st.settle, st
 	stc.settle = nil
 	s.settling.Add(1)
 	go func() {
@@ -93,17 +93,17 @@ type keyCalls struct {
 	bytes int
 }
 
-// callEntry is one call. The figures are kept without their inputs (the ledger has them).
+// callEntry is one call: the fields of its figures the endpoint shows (the ledger has the rest).
 type callEntry struct {
-	stage         string
-	response      energy.Figure // the figure the response carried
+	response      callFigureFields // the figure the response carried
 	receipt       string
 	receiptTime   time.Time
-	final         energy.Figure // the settled figure, or the response's when the wait failed
-	finalReceipt  string        // the settlement's receipt
-	settled       bool          // final is known: at once, or after the wait
-	settleProblem string        // why the figure did not settle, when it did not
-	done          chan struct{} // closed once settled; nil when final at once
+	final         callFigureFields // the settled figure, or the response's when the wait failed
+	finalState    string           // final's X-EOC-Joules-State
+	finalReceipt  string           // the settlement's receipt
+	settled       bool             // final is known: at once, or after the wait
+	settleProblem string           // why the figure did not settle, when it did not
+	done          chan struct{}    // closed once settled; nil when final at once
 	size          int
 }
 
@@ -111,18 +111,16 @@ func newCallsTable() *callsTable { return &callsTable{keys: map[string]*keyCalls
 
 // entrySize is about what an entry holds, in bytes.
 func entrySize(id string, fig energy.Figure) int {
-	return 400 + len(id) + 2*(len(fig.Method)+len(fig.Reason)+len(fig.Coverage)+len(fig.Split))
+	return 320 + len(id) + 2*(len(fig.Method)+len(fig.Reason)+len(fig.Coverage))
 }
 
 // put adds the call id of key with the outcome its response carried; done, when set, is closed
 // once settled is called for it.
 func (t *callsTable) put(key, id string, o outcome, done chan struct{}) {
-	fig := o.fig
-	fig.Inputs = energy.InputList{}
-	e := &callEntry{stage: o.stage, response: fig, receipt: o.receipt, receiptTime: o.receiptTime, done: done,
-		size: entrySize(id, fig)}
+	e := &callEntry{response: fieldsOf(o.fig), receipt: o.receipt, receiptTime: o.receiptTime, done: done,
+		size: entrySize(id, o.fig)}
 	if done == nil {
-		e.final, e.settled = fig, true
+		e.final, e.finalState, e.settled = e.response, stateOf(o.fig), true
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -150,12 +148,11 @@ func (t *callsTable) put(key, id string, o outcome, done chan struct{}) {
 
 // settled sets the final figure of key's call id; problem says why it is the response's own.
 func (t *callsTable) settled(key, id string, fig energy.Figure, receipt, problem string) {
-	fig.Inputs = energy.InputList{}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if k := t.keys[key]; k != nil {
 		if e := k.byID[id]; e != nil {
-			e.final, e.finalReceipt, e.settled, e.settleProblem = fig, receipt, true, problem
+			e.final, e.finalState, e.finalReceipt, e.settled, e.settleProblem = fieldsOf(fig), stateOf(fig), receipt, true, problem
 		}
 	}
 }
@@ -207,10 +204,10 @@ func fieldsOf(f energy.Figure) callFigureFields {
 }
 
 func (e *callEntry) view(id string) CallFigure {
-	v := CallFigure{RequestID: id, State: StateProvisional, callFigureFields: fieldsOf(e.response), Receipt: e.receipt,
-		ReceiptTime: e.receiptTime.UTC().Format(time.RFC3339Nano), Provisional: fieldsOf(e.response)}
+	v := CallFigure{RequestID: id, State: StateProvisional, callFigureFields: e.response, Receipt: e.receipt,
+		ReceiptTime: e.receiptTime.UTC().Format(time.RFC3339Nano), Provisional: e.response}
 	if e.settled {
-		v.callFigureFields, v.State = fieldsOf(e.final), stateOf(e.final)
+		v.callFigureFields, v.State = e.final, e.finalState
 		v.SettledReceipt, v.Unsettled = e.finalReceipt, e.settleProblem
 	}
 	return v
