@@ -270,3 +270,15 @@ func TestSumCountsTheSettledFigureOnce(t *testing.T) {
 		t.Fatalf("a lone settlement: %+v, %v", tot.Total, err)
 	}
 }
+
+// TestPartialChainSettlement: in a chain verified from after genesis (older files archived), a
+// settlement whose call is in the archived part is accepted, and the calls are still counted.
+func TestPartialChainSettlement(t *testing.T) {
+	path, _ := settledLedger(t, nil)
+	lines := bytes.Split(bytes.TrimSpace(mustRead(t, path)), []byte{'\n'})
+	writeLines(t, path, lines[2:])
+	rep := mustVerify(t, Verifier{Partial: true}, path)
+	if rep.Genesis || rep.Records != 2 || rep.Settlements != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+}
