@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 	"time"
@@ -40,13 +41,18 @@ func (s *Server) settleLater(st settlement, resv reservation, o outcome, call Ca
 		now := time.Now()
 		switch {
 		case err != nil || final.IsZero():
-			why = "the counter did not settle in time"
-			if err == nil {
-				why = "no settled figure"
+			why = "the settled figure could not be made"
+			if errors.Is(err, context.DeadlineExceeded) {
+				why = "the counter did not update in time"
 			}
 			s.log.Warn().AnErr("error", err).Str("request_id", st.id).Msg("figure not settled; the call keeps its provisional figure")
 			final = o.fig
 		default:
+			if final.Provisional {
+				// A part made elsewhere (an embedding kv paid for before the answer) has no
+				// settlement of its own: the rest settled, that part's bounds still hold.
+				why = "a part of the figure has no settlement of its own"
+			}
 			receipt = energy.Receipt{Key: call.Key, Stage: call.Stage, Model: call.Model, Joules: final.Joules,
 				Grade: final.Grade, Time: now}.Hash()
 			if s.opts.Record != nil {

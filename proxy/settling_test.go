@@ -32,6 +32,7 @@ func gpuFig(j, low, high float64, provisional bool) energy.Figure {
 type settlingStage struct {
 	release chan struct{}
 	fail    bool
+	partial bool // Settle gives 11 J still provisional: a part could not settle
 	calls   *int // Settle calls
 	mu      *sync.Mutex
 }
@@ -48,6 +49,9 @@ func (s settlingStage) settle(ctx context.Context) (energy.Figure, error) {
 	s.mu.Unlock()
 	if s.fail {
 		return gpuFig(10, 8, 14, true), context.DeadlineExceeded
+	}
+	if s.partial {
+		return gpuFig(11, 9, 13, true), nil
 	}
 	select {
 	case <-s.release:
@@ -413,5 +417,24 @@ func TestCallsTableBounds(t *testing.T) {
 	}
 	if _, ok := tab.get("a", "keep"); ok {
 		t.Error("a key reads another key's call")
+	}
+}
+
+// TestSettlementLeavesAPartProvisional: when a part of the figure has no settlement of its own,
+// the rest is settled and recorded, and the call says it is still provisional, and why.
+func TestSettlementLeavesAPartProvisional(t *testing.T) {
+	st := newSettlingStage(false)
+	st.partial = true
+	e := newSettleEdge(t, st)
+	_, h, _, _ := e.do(t, http.MethodPost, "/v1/chat/completions", "sk-team", settleBody)
+	v := e.settledCall(t, "sk-team", h.Get("X-Request-Id"))
+	if v.State != StateProvisional || v.Joules != 11 || v.Unsettled == "" || v.SettledReceipt == "" {
+		t.Fatalf("%+v", v)
+	}
+	if err := e.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.recorded(); len(got) != 2 || got[1].Energy.Joules != 11 || got[1].Settles != h.Get(HeaderReceipt) {
+		t.Fatalf("records %+v", got)
 	}
 }
