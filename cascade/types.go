@@ -209,6 +209,11 @@ type Answer struct {
 	Timings *Timings `json:"-"`
 	// Energy is what producing this answer cost.
 	Energy energy.Figure `json:"-"`
+	// Settle, when set, returns Energy's final figure once the counters behind its provisional
+	// parts have settled (energy.Figure.Provisional), waiting at most as long as ctx; on ctx's
+	// end it returns the figure it could make with ctx's error. nil when Energy is final. A stage
+	// sets it; the walk moves it to Result.Settle, so that no answer a learner keeps holds one.
+	Settle SettleFunc `json:"-"`
 	// Spent is energy an in-process stage spent outside this process to find the answer (an
 	// embedding call). The walk adds it to Energy, after the stage's own estimate, and clears it.
 	Spent energy.Figure `json:"-"`

@@ -24,6 +24,26 @@ type Result struct {
 	Attempts []Attempt
 	// Wrote is true once any chunk reached the sink; after that an error cannot become a status.
 	Wrote bool
+	// Settle is how to get Answer.Energy's final figure once its counters settle, nil when it is
+	// final: the answering stage's Answer.Settle, with what the walk added to the figure.
+	Settle SettleFunc
+}
+
+// SettleFunc returns a figure's final form once the counters behind its provisional parts have
+// settled, waiting at most as long as ctx; on ctx's end it returns the figure it could make,
+// still provisional, with ctx's error. It is safe to call from any goroutine, more than once.
+type SettleFunc func(ctx context.Context) (energy.Figure, error)
+
+// plus returns the settle function of the figure made of f's parts, then g (a final part, or
+// one with no settlement of its own): f settled, plus g. nil stays nil.
+func (f SettleFunc) plus(g energy.Figure) SettleFunc {
+	if f == nil || g.IsZero() {
+		return f
+	}
+	return func(ctx context.Context) (energy.Figure, error) {
+		fig, err := f(ctx)
+		return fig.Plus(g), err
+	}
 }
 
 // Options configure a Cascade.
@@ -102,18 +122,19 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 			if ans.Energy.Grade == "" {
 				ans.Energy = c.stageEstimate(max(took-ans.SpentTime, 0), ans.Energy)
 			}
+			ans.Settle = ans.Settle.plus(ans.Spent)
 			ans.Energy, ans.Spent, ans.SpentTime = ans.Energy.Plus(ans.Spent), energy.Figure{}, 0
 		}
 		span.endStage(req.Chat.Model, ans, err)
 		if err != nil {
 			if i == len(c.stages)-1 || res.Wrote || ctx.Err() != nil {
-				res.Answer = withSpent(ans, spent)
+				res.take(withSpent(ans, spent))
 				return err
 			}
 			c.opts.Logger.Warn().Str("request_id", req.ID).Str("stage", st.Name()).Err(err).Msg("stage failed; skipped")
 			continue
 		}
-		res.Answer = withSpent(ans, spent)
+		res.take(withSpent(ans, spent))
 		if tracked != nil && !ans.Streamed {
 			if err := Replay(ans, req.IncludeUsage(), tracked); err != nil {
 				return err
@@ -158,9 +179,20 @@ func withSpent(ans *Answer, spent energy.Figure) *Answer {
 	case ans == nil:
 		ans = &Answer{Energy: spent}
 	default:
+		ans.Settle = ans.Settle.plus(spent)
 		ans.Energy = ans.Energy.Plus(spent)
 	}
 	return ans
+}
+
+// take makes ans the walk's answer and moves its settle function to the result, before any
+// learner copies the answer: a kept answer must not hold the meter's spans, nor hand a later
+// call a figure to settle that is not its own.
+func (res *Result) take(ans *Answer) {
+	res.Answer = ans
+	if ans != nil {
+		res.Settle, ans.Settle = ans.Settle, nil
+	}
 }
 
 // stageEstimate is the stated model for in-process stages: wall time × StageWatts. It keeps what

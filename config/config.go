@@ -166,6 +166,10 @@ type RAPL struct {
 // NVML switches the NVIDIA GPU counter.
 type NVML struct {
 	Enabled string `yaml:"enabled"` // auto | on | off
+	// SettleInline makes a call's response wait for NVML's counter to settle its GPU figure, so
+	// that it never carries a provisional one (meter.Options.SettleInline). Off by default: the
+	// response goes out at once and the settled figure follows.
+	SettleInline bool `yaml:"settle_inline"`
 }
 
 // TokenModel prices tokens for models matching the patterns.

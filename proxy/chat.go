@@ -76,7 +76,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	err := s.guard(req.ID, func() error { return s.cascade.Walk(ctx, req, &res, sink) })
 	st := settlement{id: req.ID, tenant: req.Tenant, key: req.Key(), model: req.Chat.Model,
-		stage: res.Stage, attempts: res.Attempts, wrote: res.Wrote, span: trace.SpanFromContext(ctx)}
+		stage: res.Stage, attempts: res.Attempts, wrote: res.Wrote, span: trace.SpanFromContext(ctx), settle: res.Settle}
 	if res.Answer != nil {
 		st.answered, st.fig, st.backend = true, res.Answer.Energy, res.Answer.Backend
 		st.backendAttempts = res.Answer.Attempts
@@ -206,12 +206,15 @@ type settlement struct {
 	wrote                  bool // bytes went out before an error
 	tokens                 int  // the answer's completion tokens, for the page's J per token
 	promptTokens           int
-	span                   trace.Span // the call's span: a no-op one when untraced
+	span                   trace.Span         // the call's span: a no-op one when untraced
+	settle                 cascade.SettleFunc // how to get fig's final figure; nil when it is final
 }
 
 // settle runs once per call that reached the cascade, success or not: it computes the receipt,
 // books the cost against the budget, writes the ledger record and the metrics, and fills the
-// access log's fields.
+// access log's fields. When the figure is provisional and can settle, the response does not wait
+// for it: the call's record is written now, with the figure the client gets, and the budget,
+// the metrics and the page take the settled figure when it comes (settleLater).
 func (s *Server) settle(st settlement, resv reservation, err error, start time.Time, lf *logFields) outcome {
 	o := outcome{stage: st.stage}
 	status := http.StatusOK
@@ -235,7 +238,15 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 	o.receipt = energy.Receipt{Key: st.key, Stage: o.stage, Model: st.model, Joules: o.fig.Joules,
 		Grade: o.fig.Grade, Time: now}.Hash()
 	o.receiptTime = now
-	if left, ok := s.budgets.settle(resv, o.fig); ok {
+	later := st.settle != nil && o.fig.Provisional
+	if later {
+		// The call keeps its reservation until its figure settles; what is left counts it at
+		// no less than its provisional joules.
+		if left, ok := s.budgets.remaining(resv.key); ok {
+			joules := left.joules - max(0, o.fig.Joules-resv.amount)
+			o.remaining, o.budgetCoverage = &joules, left.coverage()
+		}
+	} else if left, ok := s.budgets.settle(resv, o.fig); ok {
 		joules := left.joules // allocated only for a key with a budget
 		o.remaining, o.budgetCoverage = &joules, left.coverage()
 	}
@@ -243,20 +254,27 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 	if errors.Is(err, cascade.ErrModelNotFound) {
 		model = "" // not a model any backend serves: keep it out of metric labels
 	}
+	call := Call{Time: now, RequestID: st.id, KeyID: st.tenant, Key: st.key, Model: st.model, Stage: o.stage,
+		Backend: lf.backend, Status: status, Energy: o.fig, Receipt: o.receipt, Attempts: st.backendAttempts,
+		Disconnected: gone}
 	if s.opts.Record != nil {
-		call := Call{Time: now, RequestID: st.id, KeyID: st.tenant, Key: st.key, Model: st.model, Stage: o.stage,
-			Backend: lf.backend, Status: status, Energy: o.fig, Receipt: o.receipt, Attempts: st.backendAttempts,
-			Disconnected: gone}
 		if rerr := s.opts.Record(call); rerr != nil {
 			s.log.Error().Err(rerr).Str("request_id", st.id).Msg("ledger: record not written")
 		}
 	}
-	s.metrics.observe(st.stage, st.attempts, st.answered, o.fig, model, status, time.Since(start))
-	s.observe(&st, o, model, status, now)
+	if later {
+		endCall(st.span, &st, o, status)
+		s.settleLater(st, resv, o, call, model, status, time.Since(start))
+	} else {
+		s.calls.put(st.tenant, st.id, o, nil)
+		s.metrics.observe(st.stage, st.attempts, st.answered, o.fig, model, status, time.Since(start))
+		s.observe(&st, o, model, status, now)
+	}
 	if n := len(st.attempts); n > 0 {
 		lf.upstream = st.attempts[n-1].Duration
 	}
 	lf.stage, lf.joules, lf.grade, lf.method, lf.saved = o.stage, o.fig.Joules, string(o.fig.Grade), o.fig.Method, o.fig.Saved
+	lf.provisional = o.fig.Provisional
 	return o
 }
 
@@ -326,7 +344,7 @@ func (hv *headerVals) energy(o outcome) {
 }
 
 // energyHeaders is the most X-EOC headers one outcome sets.
-const energyHeaders = 14
+const energyHeaders = 15
 
 // setEnergyHeaders sets the X-EOC headers of o.
 func setEnergyHeaders(h http.Header, o outcome) {

@@ -1,0 +1,244 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/eoc-proxy/eoc-proxy/energy"
+)
+
+// settleWait bounds the wait for a call's figure to settle after its response: the meter needs
+// a few of NVML's update periods at most. Past it, the call keeps its provisional figure.
+const settleWait = 5 * time.Second
+
+// callWait bounds GET /v1/eoc/calls/{request_id}?wait=1.
+const callWait = 2 * time.Second
+
+// settleLater settles a call whose response carried a provisional figure, off the request's
+// path: it waits for the settled figure (at most settleWait), records it in the ledger as a
+// settlement of the call's record, and only then books the call's budget, metrics and page
+// figures, with the settled figure, once. When the wait fails, they take the provisional figure,
+// and the call's record, already written, stands as it is (marked provisional). Close waits for
+// these.
+func (s *Server) settleLater(st settlement, resv reservation, o outcome, call Call, model string, status int, total time.Duration) {
+	done := make(chan struct{})
+	s.calls.put(st.tenant, st.id, o, done)
+	settle, stc := st.settle, st
+	stc.settle = nil
+	s.settling.Add(1)
+	go func() {
+		defer s.settling.Done()
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), settleWait)
+		fig, err := settle(ctx)
+		cancel()
+		final, receipt, why := fig.Rounded(), "", ""
+		now := time.Now()
+		switch {
+		case err != nil || final.IsZero():
+			why = "the settled figure could not be made"
+			if errors.Is(err, context.DeadlineExceeded) {
+				why = "the counter did not update in time"
+			}
+			s.log.Warn().AnErr("error", err).Str("request_id", st.id).Msg("figure not settled; the call keeps its provisional figure")
+			final = o.fig
+		default:
+			if final.Provisional {
+				// A part made elsewhere (an embedding kv paid for before the answer) has no
+				// settlement of its own: the rest settled, that part's bounds still hold.
+				why = "a part of the figure has no settlement of its own"
+			}
+			receipt = energy.Receipt{Key: call.Key, Stage: call.Stage, Model: call.Model, Joules: final.Joules,
+				Grade: final.Grade, Time: now}.Hash()
+			if s.opts.Record != nil {
+				sc := call
+				sc.Time, sc.Energy, sc.Receipt, sc.Settles, sc.Attempts = now, final, receipt, call.Receipt, nil
+				if rerr := s.opts.Record(sc); rerr != nil {
+					s.log.Error().Err(rerr).Str("request_id", st.id).Msg("ledger: settlement not written")
+				}
+			}
+		}
+		s.budgets.settle(resv, final)
+		s.metrics.observe(stc.stage, stc.attempts, stc.answered, final, model, status, total)
+		s.ui.observe(&stc, o.stage, model, final, status, o.receipt, now)
+		s.calls.settled(st.tenant, st.id, final, receipt, why)
+	}()
+}
+
+// Close waits until every call whose figure was settling after its response is settled and
+// recorded (each waits at most settleWait). Call it once the HTTP server has stopped, before the
+// ledger closes.
+func (s *Server) Close() error {
+	s.settling.Wait()
+	return nil
+}
+
+// Bounds of the calls table, per key: a key's calls beyond either drop its oldest.
+const (
+	maxCallsPerKey     = 4096
+	maxCallBytesPerKey = 2 << 20
+)
+
+// callsTable keeps each key's recent calls for GET /v1/eoc/calls/{request_id}: the figure the
+// response carried and, once settled, the settled one. Each key's calls are bounded by count and
+// bytes, its oldest dropped first, so that no key crowds out another's (the keys are the
+// configured ones, or "" when auth is off). It is safe for concurrent use.
+type callsTable struct {
+	mu   sync.Mutex
+	keys map[string]*keyCalls
+}
+
+type keyCalls struct {
+	byID  map[string]*callEntry
+	order []string // request ids, oldest first
+	bytes int
+}
+
+// callEntry is one call: the fields of its figures the endpoint shows (the ledger has the rest).
+type callEntry struct {
+	response      callFigureFields // the figure the response carried
+	receipt       string
+	receiptTime   time.Time
+	final         callFigureFields // the settled figure, or the response's when the wait failed
+	finalState    string           // final's X-EOC-Joules-State
+	finalReceipt  string           // the settlement's receipt
+	settled       bool             // final is known: at once, or after the wait
+	settleProblem string           // why the figure did not settle, when it did not
+	done          chan struct{}    // closed once settled; nil when final at once
+	size          int
+}
+
+func newCallsTable() *callsTable { return &callsTable{keys: map[string]*keyCalls{}} }
+
+// entrySize is about what an entry holds, in bytes.
+func entrySize(id string, fig energy.Figure) int {
+	return 320 + len(id) + 2*(len(fig.Method)+len(fig.Reason)+len(fig.Coverage))
+}
+
+// put adds the call id of key with the outcome its response carried; done, when set, is closed
+// once settled is called for it.
+func (t *callsTable) put(key, id string, o outcome, done chan struct{}) {
+	e := &callEntry{response: fieldsOf(o.fig), receipt: o.receipt, receiptTime: o.receiptTime, done: done,
+		size: entrySize(id, o.fig)}
+	if done == nil {
+		e.final, e.finalState, e.settled = e.response, stateOf(o.fig), true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := t.keys[key]
+	if k == nil {
+		k = &keyCalls{byID: map[string]*callEntry{}}
+		t.keys[key] = k
+	}
+	if old, ok := k.byID[id]; ok { // request ids are random: only a replayed id lands here
+		k.bytes -= old.size
+	} else {
+		k.order = append(k.order, id)
+	}
+	k.byID[id] = e
+	k.bytes += e.size
+	for len(k.order) > 0 && (len(k.order) > maxCallsPerKey || k.bytes > maxCallBytesPerKey) {
+		oldest := k.order[0]
+		k.order = k.order[1:]
+		if o, ok := k.byID[oldest]; ok {
+			k.bytes -= o.size
+			delete(k.byID, oldest)
+		}
+	}
+}
+
+// settled sets the final figure of key's call id; problem says why it is the response's own.
+func (t *callsTable) settled(key, id string, fig energy.Figure, receipt, problem string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if k := t.keys[key]; k != nil {
+		if e := k.byID[id]; e != nil {
+			e.final, e.finalState, e.finalReceipt, e.settled, e.settleProblem = fieldsOf(fig), stateOf(fig), receipt, true, problem
+		}
+	}
+}
+
+// get returns a copy of key's call id and its done channel.
+func (t *callsTable) get(key, id string) (callEntry, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if k := t.keys[key]; k != nil {
+		if e := k.byID[id]; e != nil {
+			return *e, true
+		}
+	}
+	return callEntry{}, false
+}
+
+// CallFigure is what GET /v1/eoc/calls/{request_id} answers: the call's figure, the settled one
+// once known (State "settled"), else the one its response carried (State "provisional"), and
+// the response's own figure under Provisional.
+type CallFigure struct {
+	RequestID string `json:"request_id"`
+	State     string `json:"state"`
+	callFigureFields
+	// Receipt is the client's receipt (X-EOC-Receipt), of the response's figure, and
+	// ReceiptTime its time (X-EOC-Receipt-Time).
+	Receipt     string `json:"receipt"`
+	ReceiptTime string `json:"receipt_time"`
+	// SettledReceipt is the ledger's receipt of the settled figure (its settlement record's).
+	SettledReceipt string `json:"settled_receipt,omitempty"`
+	// Unsettled says why a provisional figure will not settle (the counter's wait failed): it
+	// stands, as the ledger keeps it.
+	Unsettled   string           `json:"unsettled,omitempty"`
+	Provisional callFigureFields `json:"provisional"`
+}
+
+type callFigureFields struct {
+	Joules     float64 `json:"joules"`
+	JoulesLow  float64 `json:"joules_low"`
+	JoulesHigh float64 `json:"joules_high"`
+	Grade      string  `json:"grade"`
+	Coverage   string  `json:"coverage"`
+	Method     string  `json:"method"`
+	Reason     string  `json:"reason"`
+}
+
+func fieldsOf(f energy.Figure) callFigureFields {
+	return callFigureFields{Joules: f.Joules, JoulesLow: f.Low, JoulesHigh: f.High, Grade: string(f.Grade),
+		Coverage: f.Coverage, Method: f.Method, Reason: f.Reason}
+}
+
+func (e *callEntry) view(id string) CallFigure {
+	v := CallFigure{RequestID: id, State: StateProvisional, callFigureFields: e.response, Receipt: e.receipt,
+		ReceiptTime: e.receiptTime.UTC().Format(time.RFC3339Nano), Provisional: e.response}
+	if e.settled {
+		v.callFigureFields, v.State = e.final, e.finalState
+		v.SettledReceipt, v.Unsettled = e.finalReceipt, e.settleProblem
+	}
+	return v
+}
+
+// callFigure serves GET /v1/eoc/calls/{request_id}: a call of the caller's key (any call when
+// auth is off), from the table. With ?wait=1 it waits, at most callWait, for the figure to
+// settle.
+func (s *Server) callFigure(w http.ResponseWriter, r *http.Request) {
+	id, key := chi.URLParam(r, "request_id"), fields(r.Context()).tenant
+	e, ok := s.calls.get(key, id)
+	if !ok {
+		writeError(w, &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "call_not_found",
+			Message: "no recent call of this key has that request id (the ledger keeps every call)"})
+		return
+	}
+	if wait := r.URL.Query().Get("wait"); !e.settled && e.done != nil && (wait == "1" || wait == "true") {
+		t := time.NewTimer(callWait)
+		select {
+		case <-e.done:
+		case <-t.C:
+		case <-r.Context().Done():
+		}
+		t.Stop()
+		e, _ = s.calls.get(key, id)
+	}
+	writeJSON(w, http.StatusOK, e.view(id))
+}
