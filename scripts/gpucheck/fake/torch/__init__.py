@@ -1,6 +1,9 @@
-"""A fake torch: just what scripts/gpucheck/standin.py uses, over fakegpu. Each mm is a kernel of
-MM_S queued on one stream; for scripts/gpucheck/selftest.sh only."""
+"""A fake torch: just what scripts/gpucheck/standin.py, lm.py and foreign.py use, over fakegpu.
+Each mm is a kernel of MM_S queued on this process's one stream; the first CUDA use makes the
+process's context (it is then listed on the fake GPU until it exits). For
+scripts/gpucheck/selftest.sh only."""
 
+import atexit
 import os
 import threading
 import time
@@ -9,28 +12,59 @@ import fakegpu
 
 __version__ = "0.0-fake"
 bfloat16 = "bfloat16"
+float32 = "float32"
 MM_S = 0.0015
 _lock = threading.Lock()
 _tail = [0.0]  # when the stream's last queued kernel ends
+
+
+def _ctx():
+    if not cuda._init:
+        cuda._init = True
+        fakegpu.add_pid(os.getpid())
+        atexit.register(fakegpu.drop_pid, os.getpid())
+
+
+def _on(device):
+    if "cuda" in str(device or ""):
+        _ctx()
+    return object()
 
 
 def device(name):
     return name
 
 
-def randn(*shape, **kw):
-    return object()
+def manual_seed(s):
+    pass
 
 
-def empty(*shape, **kw):
-    return object()
+def randn(*shape, device=None, **kw):
+    return _on(device)
+
+
+def empty(*shape, device=None, **kw):
+    return _on(device)
+
+
+def ones(*shape, device=None, **kw):
+    return _on(device)
 
 
 def mm(a, b, out=None):
+    _ctx()
     with _lock:
         start = max(_tail[0], time.monotonic())
         _tail[0] = start + MM_S
         fakegpu.add_busy(start, _tail[0])
+
+
+class inference_mode:  # noqa: N801 - the name in torch
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
 
 
 class _Props:
@@ -45,10 +79,19 @@ class cuda:  # noqa: N801 - the module's name in torch
         return True
 
     @staticmethod
+    def init():
+        _ctx()
+
+    @staticmethod
+    def synchronize():
+        with _lock:
+            d = _tail[0] - time.monotonic()
+        if d > 0:
+            time.sleep(d)
+
+    @staticmethod
     def get_device_properties(i):
-        if not cuda._init:
-            cuda._init = True
-            fakegpu.add_pid(os.getpid())
+        _ctx()
         return _Props()
 
     class Event:
@@ -56,9 +99,7 @@ class cuda:  # noqa: N801 - the module's name in torch
             self.t = None
 
         def record(self):
-            if not cuda._init:
-                cuda._init = True
-                fakegpu.add_pid(os.getpid())
+            _ctx()
             with _lock:
                 self.t = max(_tail[0], time.monotonic())
 
