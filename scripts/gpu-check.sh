@@ -110,6 +110,13 @@ elif t=$(tail -1 <<<"$t") && [[ "$t" != *" True" ]]; then
 else
 	say "torch ${t% *}: CUDA available"
 fi
+if [[ "${GPU_CHECK_LM:-tiny}" == tiny ]]; then # not a precondition: without it the model rows fail
+	if tv=$(python3 -c 'import transformers; print(transformers.__version__)' 2>&1); then
+		say "transformers $(tail -1 <<<"$tv") (the model case)"
+	else
+		say "python3 cannot import transformers ($(tail -1 <<<"$tv")): the model case will fail"
+	fi
+fi
 if ! n=$(python3 -c 'import pynvml; pynvml.nvmlInit(); print(pynvml.nvmlDeviceGetCount())' 2>&1); then
 	gpu=0
 	why_not+=("pynvml (nvidia-ml-py) cannot open NVML ($(tail -1 <<<"$n"))")
@@ -176,7 +183,7 @@ if ((gpu)); then
 	start_standin gpu 180 --lm "$lm" --calls-file "$tmp/lm-calls.jsonl"
 	gpu_port=$port
 	sed '$d' "$tmp/standin-gpu.log" | sed 's/^/gpu-check: /' # the last line is said already
-	lm_desc=$(sed -n 's/^standin: gpu-lm: //p' "$tmp/standin-gpu.log" | head -1)
+	lm_desc=$(sed -n 's/^standin: gpu-lm: \(.*\) (loaded in .*$/\1/p' "$tmp/standin-gpu.log" | head -1)
 	gpu_backend="  - name: gpu-standin
     type: openai
     url: http://127.0.0.1:$port/v1

@@ -3,7 +3,7 @@
 
   check.py free-port                 print a free loopback TCP port
   check.py wait URL SECONDS          wait until GET URL answers 200
-  check.py run --proxy URL ...       the cases, the table, the verdict (exit 0 pass, 1 fail)
+  check.py run --proxy URL ...       the cases, the tables, the verdict (exit 0 pass, 1 fail)
   check.py dry --proxy URL ...       no GPU: one CPU call through the proxy, its headers
 
 What is compared. The proxy sends no separate GPU header, and the ledger keeps only the total,
@@ -30,6 +30,19 @@ inside the span) and hi (between the last update before and the first after) bou
 what the updates' own time uncertainty can move it by. Only the standard library and pynvml;
 never torch (this process must hold no CUDA context, or it would be a foreign GPU process to
 the meter).
+
+The other cases. A foreign GPU process (foreign.py) is this process's child, so outside the
+backend's tree: its calls must carry no whole figure (throughout: gpu-shared too), and each case
+first checks that the process did what the case needs (context before the call, or born inside
+it; kernels inside; gone before the end), on CLOCK_MONOTONIC, and fails as "not set up"
+otherwise. The model case calls the stand-in's gpu-lm whole and streamed (a stream's figure is
+its final eoc chunk: http.client drops trailers) and reads the split from the proxy's ledger by
+X-Request-Id. The latency case runs last, after the reference stops polling: NVML serialises
+reads, and this process's polls would queue the proxy's behind them.
+
+Provisional figures. When X-EOC-Joules-State says provisional, the call's settled figure is read
+from GET /v1/eoc/calls/{X-Request-Id}?wait=1 and judged; the state column shows both. An older
+proxy (no state header, or a 404 there) is judged on the figure it sent, and the column says so.
 """
 
 import argparse
@@ -974,7 +987,7 @@ class Runner:
                                    "ledger": c.ledger, "error": c.error, "counter": ref})
                 rec = c.ledger or {}
                 pt, ct = rec.get("prompt_tokens") or 0, rec.get("completion_tokens") or 0
-                self.summary.append(["model %s (%s)" % (mode, self.a.lm_desc or "gpu-lm"), (
+                self.summary.append(["model %s, %d tokens" % (mode, max_tokens), (
                     "call failed: %s" % c.error[:80]) if c.error else
                     "%s J %s, prompt %s J / completion %s J (%s), %s J per completion token, %s" % (
                         fmt(c.joules(), "%.4g"), c.label(), fmt(rec.get("joules_prompt"), "%.4g"),

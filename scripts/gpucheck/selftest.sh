@@ -26,7 +26,7 @@ rc=0
 FAKE_GPU_DIR="$work/gpu" PATH="$here/fake:$PATH" PYTHONPATH="$here/fake${PYTHONPATH:+:$PYTHONPATH}" \
 	GPU_CHECK_NVML=auto GPU_CHECK_OUT="$work/out" GPU_CHECK_REPEAT=2 GPU_CHECK_LM=fake \
 	GPU_CHECK_FOREIGN_CALLS=3 GPU_CHECK_FOREIGN_REPS=1 GPU_CHECK_LATENCY_N=5 \
-	GPU_CHECK_ARGS="--born-inside-ms 1500 --at-begin-ms 1000 --lm-tokens 8 --lm-prompt-words 40" \
+	GPU_CHECK_ARGS="--born-inside-ms 1500 --at-begin-ms 1000 --lm-tokens 8 --lm-prompt-words 40 --gap 0.6" \
 	"$root/scripts/gpu-check.sh" run >"$work/log" 2>&1 || rc=$?
 cat "$work/log"
 fail() {
@@ -48,7 +48,8 @@ for c in "foreign throughout #1" "foreign at-begin #1" "foreign born-inside #1";
 done
 grep -q '^foreign throughout #1 .*not labelled gpu-shared)$' "$work/log" || fail "the throughout case did not ask for gpu-shared"
 for c in "model whole #1" "model streamed #1"; do
-	grep -Eq "^$c +[0-9.]+ +[0-9]+/8 .* [0-9]+\.[0-9]+ +[0-9]+\.[0-9]+ +[0-9.]+/[0-9.]+ " "$work/log" ||
+	num='[0-9][0-9.e+-]*'
+	grep -Eq "^$c +[0-9.]+ +[0-9]+/8 .* $num +$num +$num/$num +(token-weight|phases)" "$work/log" ||
 		fail "'$c' has no tokens or no prefill/decode split from the ledger"
 done
 grep -Eq '^20 ms +5 x 3 +[0-9.]+ +[0-9.]+ +[0-9.]+ ' "$work/log" || fail "the latency row has no medians"

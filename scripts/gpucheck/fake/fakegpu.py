@@ -15,10 +15,10 @@ scripts/gpu-check.sh was first run on, for scripts/gpucheck/selftest.sh only.
 - At most one utilisation sample per process, and often none at all.
 Times are CLOCK_MONOTONIC, shared by every process on the host."""
 
+import hashlib
 import math
 import os
 import time
-import zlib
 
 IDLE_W, BUSY_W, SPIKE_W, LIMIT_W = 100.0, 600.0, 850.0, 700.0
 SPIKE_S, QUIET_S = 0.150, 0.500
@@ -36,7 +36,7 @@ def path(name):
 
 def _h(*xs):
     """A stable pseudo-random number in [0, 1) from xs, the same in every process."""
-    return zlib.crc32(repr(xs).encode()) / 2**32
+    return int.from_bytes(hashlib.sha256(repr(xs).encode()).digest()[:8], "big") / 2**64
 
 
 # ---------------------------------------------------------------- processes and busy time
@@ -68,7 +68,8 @@ def _alive(pid):
 def pids():
     """The processes that hold a context now, in the order they made it."""
     try:
-        rows = open(path("pids")).read().split()
+        with open(path("pids")) as f:
+            rows = f.read().split()
     except FileNotFoundError:
         return []
     live = []
@@ -83,7 +84,8 @@ def pids():
 
 def busy_rows():
     try:
-        rows = open(path("busy")).read().split("\n")
+        with open(path("busy")) as f:
+            rows = f.read().split("\n")
     except FileNotFoundError:
         return []
     out = []
@@ -171,10 +173,10 @@ def published_mj(now=None):
     return published(now)[1]
 
 
-def utilisation(since):
+def utilisation(since, now=None):
     """At most one sample per process that ran kernels since `since` (an update's time), and
     often none: None stands for NVML's NOT_FOUND. Each sample is (pid, sm %, update time)."""
-    at = update_at()
+    at = update_at(now)
     if _h("util", round(at / PERIOD_S)) < 0.5:
         return None
     rows = busy_rows()
