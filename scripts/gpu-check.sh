@@ -36,7 +36,7 @@
 # Environment: EOC_BIN (default bin/eoc-proxy-linux-amd64), GPU_CHECK_OUT (a directory to copy
 # the tables, the calls, the configs, the logs and the ledgers into), GPU_CHECK_REPEAT (solo
 # repetitions, default 3), GPU_CHECK_NVML (meter.nvml.enabled of the NVML-on proxy, default on),
-# GPU_CHECK_LM (tiny, fake or off; default tiny), GPU_CHECK_FOREIGN_CALLS (default 10),
+# GPU_CHECK_LM (tiny or off; default tiny), GPU_CHECK_FOREIGN_CALLS (default 10),
 # GPU_CHECK_FOREIGN_REPS (default 2), GPU_CHECK_LATENCY_N (default 30), GPU_CHECK_ARGS (more
 # check.py run arguments; selftest.sh shortens the cases with it).
 set -euo pipefail

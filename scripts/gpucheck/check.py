@@ -931,9 +931,9 @@ class Runner:
                 self.settle(0.5)
                 t = threading.Thread(target=c.do, args=(self.a.proxy,))
                 t.start()
-                while not c.t0:
+                while not c.t0 and t.is_alive():
                     time.sleep(0.001)
-                time.sleep(max(0.0, c.t0 + go_after_s - time.monotonic()))
+                time.sleep(max(0.0, (c.t0 or time.monotonic()) + go_after_s - time.monotonic()))
                 f.send("go")
                 t.join()
                 rep = f.finish()

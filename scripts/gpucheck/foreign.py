@@ -13,6 +13,7 @@ launch to the wake-up after its last kernel. Loopback-free; torch only (the fake
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -44,7 +45,7 @@ def main():
         return time.monotonic()
 
     ctx_t = make_ctx() if a.ctx == "start" else None
-    say({"event": "ready", "pid": __import__("os").getpid(), "ctx_t": ctx_t})
+    say({"event": "ready", "pid": os.getpid(), "ctx_t": ctx_t})
     if sys.stdin.readline().strip() != "go":
         return 0  # told to leave before any work
     if ctx_t is None:

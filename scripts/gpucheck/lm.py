@@ -1,15 +1,14 @@
-"""The language models that scripts/gpucheck/standin.py serves as "gpu-lm", for gpu-check's model
+"""The language model that scripts/gpucheck/standin.py serves as "gpu-lm", for gpu-check's model
 case: a real causal LM on the GPU, so the proxy meters prefill and decode as a backend runs them.
 
   tiny  a small transformers LlamaForCausalLM built from a config and randomly initialised (no
         weights are downloaded, no network), bf16 on cuda:0, greedy decoding with its KV cache
-  fake  no transformers: prefill and decode as torch matmuls sized like a prompt's and a
-        token's, so the selftest (fake torch) runs the same plumbing without a GPU
+
+The selftest runs this same code over fake/ (a fake torch and transformers whose forward is
+matmul kernels on the fake GPU).
 
 Tokens are bytes (no tokenizer to download): a prompt's ids are its UTF-8 bytes, a generated id
 is printed as one printable character. The text is noise; the work is a model's."""
-
-import time
 
 VOCAB = 256
 
@@ -61,41 +60,8 @@ class TinyLM:
                     out = self.model(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True)
 
 
-class FakeLM:
-    """Prefill and decode as matmul kernels: one per PREFILL_PER kernels of prompt tokens, one a
-    token, with a host-side pause a token as a small model's Python has."""
-
-    name = "fake"
-    PREFILL_PER = 16
-    HOST_S = 0.002
-
-    def __init__(self, n=2048):
-        import torch
-
-        self.torch = torch
-        dev = torch.device("cuda:0")
-        self.a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
-        self.b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
-        self.c = torch.empty(n, n, device=dev, dtype=torch.bfloat16)
-        self.desc = "fake: %d x %d bf16 matmuls for prefill and decode, no transformers" % (n, n)
-
-    def generate(self, ids, max_tokens):
-        torch = self.torch
-        for _ in range(max(1, len(ids) // self.PREFILL_PER)):
-            torch.mm(self.a, self.b, out=self.c)
-        torch.cuda.synchronize()
-        for i in range(max_tokens):
-            yield (sum(ids) + 7 * i) % VOCAB
-            if i + 1 < max_tokens:
-                time.sleep(self.HOST_S)
-                torch.mm(self.a, self.b, out=self.c)
-                torch.cuda.synchronize()
-
-
 def load(kind):
-    """The engine for kind ("tiny" or "fake"), or raises."""
+    """The engine for kind ("tiny"), or raises."""
     if kind == "tiny":
         return TinyLM()
-    if kind == "fake":
-        return FakeLM()
     raise ValueError("unknown lm %r" % kind)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # selftest.sh: runs scripts/gpu-check.sh end to end on a host without a GPU, against a fake GPU
-# (fake/: nvidia-smi, torch and pynvml over one shared energy model, fake/fakegpu.py), and
+# (fake/: nvidia-smi, torch, transformers and pynvml over one shared energy model,
+# fake/fakegpu.py), and
 # checks the plumbing: every case runs and lands in the tables (the foreign processes were set
 # up as their cases need: at Begin and gone before End, born and gone inside; the model answered
 # whole and streamed and the ledger split its figure; the latency paths were timed), and the
@@ -24,7 +25,7 @@ python3 -m unittest discover -s "$here" -p 'test_*.py'
 
 rc=0
 FAKE_GPU_DIR="$work/gpu" PATH="$here/fake:$PATH" PYTHONPATH="$here/fake${PYTHONPATH:+:$PYTHONPATH}" \
-	GPU_CHECK_NVML=auto GPU_CHECK_OUT="$work/out" GPU_CHECK_REPEAT=2 GPU_CHECK_LM=fake \
+	GPU_CHECK_NVML=auto GPU_CHECK_OUT="$work/out" GPU_CHECK_REPEAT=2 \
 	GPU_CHECK_FOREIGN_CALLS=3 GPU_CHECK_FOREIGN_REPS=1 GPU_CHECK_LATENCY_N=5 \
 	GPU_CHECK_ARGS="--born-inside-ms 1500 --at-begin-ms 1000 --lm-tokens 8 --lm-prompt-words 40 --gap 0.6" \
 	"$root/scripts/gpu-check.sh" run >"$work/log" 2>&1 || rc=$?

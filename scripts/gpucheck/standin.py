@@ -13,15 +13,14 @@ GET /v1/models. Two kinds of model:
      "g0", "g1": the GPU's busy interval on CLOCK_MONOTONIC (gpu calls only),
      "device_uuid": the GPU's UUID or ""}
 
-- gpu-lm (gpu mode with --lm): a real causal LM on the GPU (scripts/gpucheck/lm.py: a small
-  randomly initialised transformers model, or its fake) generates max_tokens tokens for the
-  prompt. Its content is the generated text; what was done goes, one JSON line a call, to
+- gpu-lm (gpu mode with --lm tiny): a real causal LM on the GPU (scripts/gpucheck/lm.py: a
+  small randomly initialised transformers model) generates max_tokens tokens for the prompt. Its content is the generated text; what was done goes, one JSON line a call, to
   --calls-file: {"nonce": the prompt's "nonce=...", "t0", "t1", "t_first": when the first token
   was ready, "prompt_tokens", "completion_tokens", "stream", "cpu_s"}.
 
 Modes:
   --mode gpu   imports torch, holds a CUDA context on cuda:0, calibrates a matmul at start; with
-               --lm tiny|fake also loads the LM (a failure to load is logged and gpu-lm answers
+               --lm tiny also loads the LM (a failure to load is logged and gpu-lm answers
                503; the matmul model still serves).
   --mode cpu   never imports torch: the process holds no GPU device node and has no CUDA
                context, so a call to it must read exactly 0 J of GPU.
@@ -263,8 +262,8 @@ def main():
     ap.add_argument("--pid-file", required=True)
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--matrix", type=int, default=8192, help="matmul size in gpu mode")
-    ap.add_argument("--lm", choices=["off", "tiny", "fake"], default="off",
-                    help="serve gpu-lm too (gpu mode): a tiny transformers LM, or its fake")
+    ap.add_argument("--lm", choices=["off", "tiny"], default="off",
+                    help="serve gpu-lm too (gpu mode): a tiny randomly initialised transformers LM")
     ap.add_argument("--calls-file", default="", help="where gpu-lm writes what each call did")
     args = ap.parse_args()
 
