@@ -66,7 +66,9 @@ def main():
             busy.append([g0, time.monotonic()])
     gpu_ms = (time.monotonic() - t_start) * 1000
     say({"event": "done", "ctx_t": ctx_t, "busy": busy, "gpu_ms": gpu_ms, "end_t": time.monotonic()})
-    return 0
+    # Gone at once: the driver drops the context as the process ends, without the interpreter's
+    # teardown (which can take longer than the span this process must be gone from).
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,10 @@ GET /v1/models. Two kinds of model:
      "device_uuid": the GPU's UUID or ""}
 
 - gpu-lm (gpu mode with --lm tiny): a real causal LM on the GPU (scripts/gpucheck/lm.py: a
-  small randomly initialised transformers model) generates max_tokens tokens for the prompt. Its content is the generated text; what was done goes, one JSON line a call, to
-  --calls-file: {"nonce": the prompt's "nonce=...", "t0", "t1", "t_first": when the first token
-  was ready, "prompt_tokens", "completion_tokens", "stream", "cpu_s"}.
+  small randomly initialised transformers model) generates max_tokens tokens for the prompt.
+  Its content is the generated text; what was done goes, one JSON line a call, to --calls-file:
+  {"nonce": the prompt's "nonce=...", "t0", "t1", "t_first": when the first token was ready,
+   "prompt_tokens", "completion_tokens", "stream", "cpu_s"}.
 
 Modes:
   --mode gpu   imports torch, holds a CUDA context on cuda:0, calibrates a matmul at start; with
@@ -193,7 +194,8 @@ def make_handler(gpu, model_prefix, lm=None, lm_err=""):
             import lm as lmmod
 
             try:
-                max_tokens = max(1, min(int(req.get("max_tokens") or 16), 1024))
+                asked = req.get("max_tokens") or req.get("max_completion_tokens") or 16
+                max_tokens = max(1, min(int(asked), 1024))
             except (TypeError, ValueError):
                 self._json(400, {"error": {"message": "bad max_tokens", "type": "invalid_request_error"}})
                 return
