@@ -5,7 +5,8 @@
 #                                bin/eoc-proxy-linux-amd64 with cgo (NVML through go-nvml) and says
 #                                which glibc it needs
 #   scripts/gpu-check.sh [run]   on the GPU host: needs only that binary, nvidia-smi, python3 with
-#                                torch and nvidia-ml-py (pynvml); no network, no Go, no pip
+#                                torch, nvidia-ml-py (pynvml) and transformers (the model case);
+#                                no network, no Go, no pip
 #
 # It starts two stand-in OpenAI backends on loopback (scripts/gpucheck/standin.py: one that runs
 # torch matmuls on cuda:0 for the asked gpu_ms and serves "gpu-lm", a small randomly initialised
@@ -26,8 +27,8 @@
 # A figure sent as provisional (X-EOC-Joules-State) is judged on its settled one, read from
 # GET /v1/eoc/calls/{X-Request-Id}?wait=1; an older proxy is judged on what it sent, and the
 # table says which. It prints the tables, a Markdown summary for a closing note, and RESULT: PASS
-# or FAIL. About three minutes on an H200; never more than six (start-up is bounded, and a case
-# that would run past the budget is skipped and fails).
+# or FAIL, in under six minutes (start-up is bounded, and a case that would run past the budget
+# is skipped and fails).
 #
 # Without a GPU it says so, does everything it can (both processes up, one CPU call through the
 # proxy, its headers) and exits 3.
