@@ -264,9 +264,10 @@ class Call:
                     return self
                 self.text = json.loads(data)["choices"][0]["message"]["content"]
                 try:
-                    self.work = json.loads(self.text)
+                    work = json.loads(self.text)
                 except ValueError:
-                    self.work = {}  # a model's text, not the stand-in's report
+                    work = None
+                self.work = work if isinstance(work, dict) else {}  # a model's text is no report
                 return self
             self._read_stream(r)
         except Exception as e:
@@ -772,6 +773,10 @@ class Runner:
         self.ok = False
         return True
 
+    def ready_s(self):
+        """How long a foreign process may take to import torch (and make its context)."""
+        return max(10.0, min(120.0, self.left() - 10))
+
     def span(self, t0, t1, *calls):
         self.busy += busy_of(*calls)
         return self.ref.span(t0, t1, self.busy)
@@ -899,7 +904,7 @@ class Runner:
         f = Foreign("start", 0)
         calls = []
         try:
-            f.wait_event("ready", 120)
+            f.wait_event("ready", self.ready_s())
             f.send("go")
             time.sleep(0.3)
             for i in range(n):
@@ -930,7 +935,7 @@ class Runner:
             f = Foreign("start" if kind == "at-begin" else "go", work_ms)
             c = Call("%s #%d" % (case, i + 1), "gpu-standin", prompt_for(case, "gpu_ms=%d" % call_ms))
             try:
-                f.wait_event("ready", 120)
+                f.wait_event("ready", self.ready_s())
                 self.settle(0.5)
                 t = threading.Thread(target=c.do, args=(self.a.proxy,))
                 t.start()
