@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/internal/procs"
@@ -363,9 +365,10 @@ func (r *run) slowBodies() {
 			switch {
 			case strings.Contains(line, " 408 "):
 				got408.Add(1)
-				// The rest of the answer, then EOF: the proxy closes the connection with its 408.
+				// The rest of the answer, then the end: the proxy closes the connection with its
+				// 408 (EOF, or a reset when a trickled byte arrived after it stopped reading).
 				_ = conn.SetReadDeadline(time.Now().Add(time.Second))
-				if _, err := io.Copy(io.Discard, br); err == nil {
+				if _, err := io.Copy(io.Discard, br); err == nil || errors.Is(err, syscall.ECONNRESET) {
 					closed408.Add(1)
 				}
 			case err != nil && line == "":
