@@ -263,11 +263,12 @@ func TestStalledBodyClosesTheConnection(t *testing.T) {
 				t.Fatal(err)
 			}
 			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
 			if resp.StatusCode != http.StatusRequestTimeout || !resp.Close {
 				t.Fatalf("status %d, close %v: %s", resp.StatusCode, resp.Close, b)
 			}
 			n, err := br.Read(make([]byte, 1))
-			if err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
 				t.Fatalf("after the 408: read %d bytes, %v; want EOF, the connection closed", n, err)
 			}
 		})
