@@ -274,3 +274,18 @@ func TestStalledBodyClosesTheConnection(t *testing.T) {
 		})
 	}
 }
+
+// A body read for a declared length takes room as bytes arrive, not as declared: a client that
+// declares 10 MiB and sends two bytes holds kilobytes.
+func TestReadBodyGrowsWithWhatArrives(t *testing.T) {
+	var got []byte
+	n := allocated(func() {
+		var err error
+		if got, err = readBody(strings.NewReader("{}"), 10<<20); err != nil {
+			t.Error(err)
+		}
+	})
+	if string(got) != "{}" || n > 128<<10 {
+		t.Fatalf("read %q allocating %d bytes for a 10 MiB declaration", got, n)
+	}
+}

@@ -415,17 +415,30 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, *APIE
 	return body, nil
 }
 
-// readBody reads r to its end into one buffer of the declared length when there is one (the
-// limit is checked before), rather than growing one by doubling (up to twice the body's bytes,
-// the old copies garbage).
+// readBody reads r to its end. With a declared length (the limit is checked before), its buffer
+// grows fourfold at a step as bytes arrive, up to that length and no further: fewer and smaller
+// copies than io.ReadAll's growth (about 1.5 times the body allocated, against up to 3), while
+// a client that declares much and sends little holds little.
 func readBody(r io.Reader, declared int64) ([]byte, error) {
 	if declared <= 0 {
 		return io.ReadAll(r)
 	}
-	var b bytes.Buffer
-	b.Grow(int(declared) + bytes.MinRead) // ReadFrom asks for MinRead bytes of room to see the end
-	_, err := b.ReadFrom(r)
-	return b.Bytes(), err
+	buf := make([]byte, 0, min(declared+1, 64<<10))
+	for {
+		if len(buf) == cap(buf) {
+			next := make([]byte, len(buf), max(min(int64(cap(buf))*4, declared+1), int64(cap(buf))+bytes.MinRead))
+			copy(next, buf)
+			buf = next
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
 }
 
 // unmarshal decodes a request body into v (internal/jsonx: encoding/json's semantics and errors,
