@@ -51,6 +51,10 @@ type Redis struct {
 	Password Secret `yaml:"password"`
 }
 
+// DefaultMaxDuration is backends[].max_duration when a config leaves it out: no call, stream
+// included, runs longer unless the config says so.
+const DefaultMaxDuration = Duration(30 * time.Minute)
+
 // Limits bound each request.
 type Limits struct {
 	MaxBodyBytes    int64    `yaml:"max_body_bytes"`
@@ -108,7 +112,9 @@ type Backend struct {
 	// Timeout bounds each silence of the upstream: the wait for the first byte and each gap
 	// between chunks, never a stream that keeps flowing.
 	Timeout Duration `yaml:"timeout"`
-	// MaxDuration, when set, bounds one whole call, stream included.
+	// MaxDuration bounds one whole call, stream included (default DefaultMaxDuration, or Timeout
+	// when that is longer): a stream that flows, or only sends keep-alive comments, forever is
+	// cut there. A config raises it for longer calls.
 	MaxDuration Duration `yaml:"max_duration"`
 	Process     Process  `yaml:"process"`
 	// JoulesPerToken is the token model's default for this backend when no meter.token_models
@@ -336,6 +342,9 @@ func (c *Config) fillDefaults(reg Registry) {
 		}
 		if b.Timeout == 0 {
 			b.Timeout = Duration(120 * time.Second)
+		}
+		if b.MaxDuration == 0 {
+			b.MaxDuration = max(DefaultMaxDuration, b.Timeout)
 		}
 	}
 	if c.Routing.EjectAfter == 0 {

@@ -76,6 +76,9 @@ func (s *Server) decodeEmbeddings(w http.ResponseWriter, r *http.Request) (*casc
 	if e != nil {
 		return nil, false, e
 	}
+	if e := scanBody(body, scanEmbeddings); e != nil {
+		return nil, false, e
+	}
 	var in embeddingsRequest
 	if e := unmarshal(body, &in); e != nil {
 		return nil, false, e

@@ -3,6 +3,7 @@ package proxy
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,15 @@ const uiMinutes = 15
 
 // uiRecent is how many calls the page lists.
 const uiRecent = 50
+
+// uiModels bounds the models the page keeps figures for, as maxModelLabels bounds the metrics'
+// labels: the page takes the metrics' label of a model (a model no backend lists is "other"),
+// and without metrics, a model beyond the first uiModels, or with a name longer than
+// uiModelName bytes, is "other" too. The list of calls keeps at most uiModelName bytes of a name.
+const (
+	uiModels    = maxModelLabels
+	uiModelName = 128
+)
 
 // uiStats aggregates the settled calls for GET /ui. It is fed by settle, the same path that feeds
 // /metrics and the ledger, with the same rounded figure and the same labels, so the page's totals
@@ -79,6 +89,9 @@ type UICall struct {
 // observe hands one settled call to the page's figures and to the call's span: settle's one call
 // for both.
 func (s *Server) observe(st *settlement, o outcome, model string, status int, now time.Time) {
+	if s.metrics != nil {
+		model = s.metrics.labels.label(model)
+	}
 	s.ui.observe(st, o.stage, model, o.fig, status, o.receipt, now)
 	endCall(st.span, st, o, status)
 }
@@ -95,7 +108,14 @@ func (u *uiStats) observe(st *settlement, stage, model string, fig energy.Figure
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.recent[u.next] = UICall{Time: now, Stage: stage, Model: st.model, Backend: st.backend, Status: status,
+	if _, ok := u.models[model]; !ok && (len(u.models) >= uiModels || len(model) > uiModelName) {
+		model = otherModel
+	}
+	asked := st.model
+	if len(asked) > uiModelName {
+		asked = strings.Clone(strings.ToValidUTF8(asked[:uiModelName], ""))
+	}
+	u.recent[u.next] = UICall{Time: now, Stage: stage, Model: asked, Backend: st.backend, Status: status,
 		Tokens: st.tokens, Receipt: receipt, Figure: fig}
 	u.next = (u.next + 1) % uiRecent
 	u.filled = min(u.filled+1, uiRecent)

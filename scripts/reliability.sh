@@ -6,7 +6,9 @@
 #   OpenAI dialects) and eoc-proxy, each its own process, and runs: 100,000 mixed requests at 256
 #   connections (cache hits, kv, neural, streams, upstream 500s, refused connections, clients
 #   leaving mid-stream) sampling RSS and goroutines at the start, middle and end; 20,000 calls
-#   naming invented models; 1,000 slow-body clients; the fault matrix (each fault's status, and
+#   naming invented models (and /ui/data's size); 1,000 slow-body clients (each 408's connection
+#   closed); a 10.2 MB hostile body and 64 of 0.6 MB (peak RSS); content [1, 2] and think "maybe"
+#   (400s); the default max_duration; the fault matrix (each fault's status, and
 #   nothing failed cached); kill -9 rounds with the ledger at fsync: every. It prints a table and
 #   fails on any outcome beyond the injected faults.
 #   Flags (go run ./scripts/reliability -h): -n requests, -c connections, -slow clients,

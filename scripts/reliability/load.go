@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/internal/procs"
@@ -265,7 +267,16 @@ func (r *run) invented() {
 	var mu sync.Mutex
 	s0 := r.sample()
 	n := max(r.o.n/5, 1)
-	took := pool(n, r.o.c, func(i int) {
+	first := max(n/10, 1)
+	pool(first, r.o.c, func(i int) {
+		res := r.chat(context.Background(), fmt.Sprintf("inv-%d", i), fmt.Sprintf("invented model question %d", i), false, 0)
+		if res.err != nil || res.status != http.StatusOK {
+			r.unexpectedf(&mu, "invented %d: status %d, err %v", i, res.status, res.err)
+		}
+	})
+	uiFirst := r.uiDataSize()
+	took := pool(n-first, r.o.c, func(i int) {
+		i += first
 		res := r.chat(context.Background(), fmt.Sprintf("inv-%d", i), fmt.Sprintf("invented model question %d", i), false, 0)
 		if res.err != nil || res.status != http.StatusOK {
 			r.unexpectedf(&mu, "invented %d: status %d, err %v", i, res.status, res.err)
@@ -289,11 +300,30 @@ func (r *run) invented() {
 	for k := range models {
 		names = append(names, strconv.Quote(k))
 	}
-	r.line("invented: %d calls with new model names in %s: before %s; after %s; /metrics %d KB, model labels %s",
-		n, took.Round(time.Millisecond), s0, s1, len(m)/1024, strings.Join(names, " "))
+	uiAll := r.uiDataSize()
+	r.line("invented: %d calls with new model names (the last %d in %s): before %s; after %s; /metrics %d KB, model labels %s; /ui/data %.1f KB after %d names, %.1f KB after %d",
+		n, n-first, took.Round(time.Millisecond), s0, s1, len(m)/1024, strings.Join(names, " "), float64(uiFirst)/1024, first, float64(uiAll)/1024, n)
 	if len(models) > 10 {
 		r.unexpectedf(&mu, "invented: %d model label values in /metrics", len(models))
 	}
+	if uiAll > uiFirst+uiFirst/10 {
+		r.unexpectedf(&mu, "invented: /ui/data grew from %d to %d bytes", uiFirst, uiAll)
+	}
+}
+
+// uiDataSize is the size of GET /ui/data's answer (the suite runs without keys: no admin key needed).
+func (r *run) uiDataSize() int {
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(r.eocURL + "/ui/data")
+	if err != nil {
+		procs.Fatalf("/ui/data: %v", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		procs.Fatalf("/ui/data: %d %s", resp.StatusCode, b)
+	}
+	return len(b)
 }
 
 // slowBodies opens r.o.slow connections that send a request body one byte every 2 s.
@@ -302,7 +332,7 @@ func (r *run) slowBodies() {
 	s0 := r.sample()
 	addr := strings.TrimPrefix(r.eocURL, "http://")
 	var wg sync.WaitGroup
-	var got408, closed, other atomic.Int64
+	var got408, closed408, closed, other atomic.Int64
 	stop := make(chan struct{})
 	for range r.o.slow {
 		wg.Add(1)
@@ -330,10 +360,17 @@ func (r *run) slowBodies() {
 				}
 			}()
 			_ = conn.SetReadDeadline(time.Now().Add(50 * time.Second))
-			line, err := bufio.NewReader(conn).ReadString('\n')
+			br := bufio.NewReader(conn)
+			line, err := br.ReadString('\n')
 			switch {
 			case strings.Contains(line, " 408 "):
 				got408.Add(1)
+				// The rest of the answer, then the end: the proxy closes the connection with its
+				// 408 (EOF, or a reset when a trickled byte arrived after it stopped reading).
+				_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+				if _, err := io.Copy(io.Discard, br); err == nil || errors.Is(err, syscall.ECONNRESET) {
+					closed408.Add(1)
+				}
 			case err != nil && line == "":
 				closed.Add(1)
 			default:
@@ -348,9 +385,9 @@ func (r *run) slowBodies() {
 	close(stop)
 	time.Sleep(time.Second)
 	s2 := r.sample()
-	r.line("slow bodies: %d clients trickling a byte every 2 s: before %s; after 10 s %s; all answered %s later: %d got 408, %d closed, %d other; then %s",
-		r.o.slow, s0, s1, time.Since(start).Round(time.Second), got408.Load(), closed.Load(), other.Load(), s2)
-	if int(got408.Load()) != r.o.slow {
-		r.unexpectedf(&mu, "slow bodies: %d of %d got 408", got408.Load(), r.o.slow)
+	r.line("slow bodies: %d clients trickling a byte every 2 s: before %s; after 10 s %s; all answered %s later: %d got 408 (%d of them closed by the proxy within 1 s), %d closed, %d other; then %s",
+		r.o.slow, s0, s1, time.Since(start).Round(time.Second), got408.Load(), closed408.Load(), closed.Load(), other.Load(), s2)
+	if int(got408.Load()) != r.o.slow || int(closed408.Load()) != r.o.slow {
+		r.unexpectedf(&mu, "slow bodies: %d of %d got 408, %d of them closed after it", got408.Load(), r.o.slow, closed408.Load())
 	}
 }

@@ -6,14 +6,21 @@
 // role, speaking Ollama's API and the OpenAI-compatible one), each its own process on loopback.
 // The client is this process. Phases, each bounded in count and time:
 //
+//   - bodies: a 10.2 MB body of 3.4 million empty messages, then 64 of 0.6 MB at once, against
+//     the idle proxy: each a 400 naming messages, and the peak RSS (VmHWM, reset by clear_refs)
+//     over what the proxy held before;
+//   - fields: content [1, 2] to the OpenAI backend and think "maybe" to the Ollama one, each a
+//     400 naming the field; the max_duration `eoc-proxy config check` gives a backend without one;
 //   - load: -n requests (default 100,000) over -c connections (default 256) mixing cache hits,
 //     seeded kv answers, neural calls, streams, upstream 500s, refused connections and clients
 //     that leave mid-stream; RSS (/proc) and goroutines (/metrics go_goroutines) sampled at the
 //     start, middle and end;
 //   - invented: n/5 requests, each naming a new model (the backend routes "[^od]*"); RSS,
-//     goroutines, /metrics size and its model label values after;
+//     goroutines, /metrics size and its model label values after, and /ui/data's size after
+//     the first n/50 names and after all;
 //   - slow bodies: 1,000 clients that send a request body one byte every 2 s; goroutines while
-//     they trickle and after the proxy's 30 s body timeout;
+//     they trickle and after the proxy's 30 s body timeout, and how many connections the proxy
+//     closed within 1 s of its 408;
 //   - faults: each fault on both dialects, whole and streamed, with the status the client got;
 //     then the fault is removed, the same request sent again, and it must be a neural answer
 //     with one more upstream call (nothing failed was cached);
@@ -64,7 +71,7 @@ func main() {
 	fs.IntVar(&o.c, "c", 256, "concurrent connections")
 	fs.IntVar(&o.kills, "kills", 3, "kill -9 rounds")
 	fs.IntVar(&o.slow, "slow", 1000, "slow-body clients")
-	fs.StringVar(&o.skip, "skip", "", "phases to skip, comma-separated: load, invented, slow, faults, kill")
+	fs.StringVar(&o.skip, "skip", "", "phases to skip, comma-separated: bodies, fields, load, invented, slow, faults, kill")
 	fs.DurationVar(&o.timeout, "timeout", 9*time.Minute, "the whole run's bound")
 	_ = fs.Parse(os.Args[1:])
 	procs.Init("reliability")
@@ -93,6 +100,12 @@ func main() {
 	skip := func(p string) bool { return strings.Contains(","+o.skip+",", ","+p+",") }
 
 	r.startEOC("batch")
+	if !skip("bodies") { // first: its peaks are over an idle proxy
+		r.bodies()
+	}
+	if !skip("fields") {
+		r.fields()
+	}
 	if !skip("load") {
 		r.load()
 	}
@@ -149,7 +162,7 @@ func (r *run) startEOC(fsync string) {
 	}
 	cfg := fmt.Sprintf(`listen: %s
 log_level: error
-limits: {max_body_bytes: 1048576, request_timeout: 60s}
+limits: {max_body_bytes: 10485760, request_timeout: 60s}
 cascade:
   stages: [cache, kv, graph, neural]
   cache: {max_entries: 10000, ttl: 1h}
