@@ -113,6 +113,36 @@ func (a *Assembler) check(ch *Chunk) error {
 	return nil
 }
 
+// CheckAnswer applies to a whole answer the bounds Add applies to stream chunks, so that an
+// upstream's answer gets one verdict whether it came whole or streamed: each choice's index in
+// [0, n) (n is the request's n; 0 means 1) and named once, and each choice's tool calls at most
+// MaxToolCalls.
+func CheckAnswer(ans *Answer, n int) error {
+	n = max(n, 1)
+	if len(ans.Choices) > n {
+		return fmt.Errorf("answer: %d choices, more than the %d asked", len(ans.Choices), n)
+	}
+	var seen map[int]bool // only for more than one choice
+	if len(ans.Choices) > 1 {
+		seen = make(map[int]bool, len(ans.Choices))
+	}
+	for _, c := range ans.Choices {
+		if c.Index < 0 || c.Index >= n {
+			return fmt.Errorf("answer: choice index %d is outside [0, %d)", c.Index, n)
+		}
+		if seen != nil {
+			if seen[c.Index] {
+				return fmt.Errorf("answer: choice index %d named twice", c.Index)
+			}
+			seen[c.Index] = true
+		}
+		if k := len(c.Message.ToolCalls); k > MaxToolCalls {
+			return fmt.Errorf("answer: %d tool calls, more than %d", k, MaxToolCalls)
+		}
+	}
+	return nil
+}
+
 // Answer returns the assembled answer. Complete is set when every choice has a finish reason.
 func (a *Assembler) Answer() *Answer {
 	ans := a.ans
