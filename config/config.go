@@ -49,6 +49,9 @@ type Redis struct {
 	// Password, when set, overrides the URL's: write it as ${REDIS_PASSWORD}, a whole value,
 	// so ${ENV} expansion quotes it whatever it holds.
 	Password Secret `yaml:"password"`
+	// OpTimeout bounds one Redis operation on a call's path; past it Redis counts as down until
+	// a ping answers. 0 is cluster.DefaultOpTimeout.
+	OpTimeout Duration `yaml:"op_timeout"`
 }
 
 // Limits bound each request.
