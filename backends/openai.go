@@ -128,7 +128,7 @@ func (o *OpenAI) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 		ans.Streamed = true
 		return ans, nil
 	}
-	return o.stream(ctx, cancel, resp.Body, req.Chat.N, sink)
+	return o.stream(ctx, cancel, resp.Body, req.Chat.N, req.RecordBytes, sink)
 }
 
 func isJSON(ct string) bool {
@@ -164,10 +164,10 @@ func (o *OpenAI) whole(ctx context.Context, body io.Reader, n int) (*cascade.Ans
 }
 
 // stream reads SSE until [DONE], pushing each chunk to sink.
-func (o *OpenAI) stream(ctx context.Context, cancel context.CancelFunc, body io.Reader, n *int, sink cascade.Sink) (*cascade.Answer, error) {
+func (o *OpenAI) stream(ctx context.Context, cancel context.CancelFunc, body io.Reader, n *int, maxBytes int, sink cascade.Sink) (*cascade.Answer, error) {
 	sr := newSSEReader(body)
 	defer sr.release()
-	var asm cascade.Assembler
+	asm := cascade.Assembler{MaxBytes: maxBytes}
 	if n != nil {
 		asm.Choices = *n
 	}

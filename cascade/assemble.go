@@ -19,10 +19,17 @@ const MaxToolCalls = 128
 type Assembler struct {
 	// Choices is the number of choices the request asked for (its n); 0 means 1.
 	Choices int
+	// MaxBytes bounds the text recorded (content, reasoning, refusal, tool-call arguments, all
+	// choices together); 0 means no bound. Past it the text recorded so far is dropped and no
+	// more is kept: the chunks still go to the client, and Answer returns an Oversize answer
+	// (finish reasons, usage, no text), so a huge stream is served without being held whole.
+	MaxBytes int
 
 	ans     Answer
 	choices []*assembling
 	err     error
+	bytes   int  // text recorded so far
+	over    bool // MaxBytes was passed
 }
 
 type assembling struct {
@@ -59,6 +66,31 @@ func (a *Assembler) Add(ch *Chunk) {
 			a.choices = append(a.choices, &assembling{})
 		}
 		s := a.choices[c.Index]
+		if a.MaxBytes > 0 && !a.over {
+			a.bytes += chunkBytes(&c.Delta)
+			if a.bytes > a.MaxBytes {
+				a.drop()
+			}
+		}
+		if a.over {
+			if c.Delta.Content != nil {
+				s.hasText = true
+			}
+			for j, tc := range c.Delta.ToolCalls {
+				idx := j
+				if tc.Index != nil {
+					idx = *tc.Index
+				}
+				for len(s.calls) <= idx {
+					s.calls = append(s.calls, ToolCall{Type: "function"})
+					s.args = append(s.args, strings.Builder{})
+				}
+			}
+			if c.FinishReason != nil && *c.FinishReason != "" {
+				s.finish = *c.FinishReason
+			}
+			continue
+		}
 		if c.Delta.Content != nil {
 			s.content.WriteString(*c.Delta.Content)
 			s.hasText = true
@@ -87,6 +119,30 @@ func (a *Assembler) Add(ch *Chunk) {
 		}
 		if c.FinishReason != nil && *c.FinishReason != "" {
 			s.finish = *c.FinishReason
+		}
+	}
+}
+
+// chunkBytes is the text a delta adds to a recording.
+func chunkBytes(d *Delta) int {
+	n := len(d.ReasoningContent) + len(d.Refusal)
+	if d.Content != nil {
+		n += len(*d.Content)
+	}
+	for _, tc := range d.ToolCalls {
+		n += len(tc.ID) + len(tc.Function.Name) + len(tc.Function.Arguments)
+	}
+	return n
+}
+
+// drop lets go of the text recorded so far, once MaxBytes is passed.
+func (a *Assembler) drop() {
+	a.over = true
+	for _, s := range a.choices {
+		s.content, s.reasoning, s.refusal = strings.Builder{}, strings.Builder{}, strings.Builder{}
+		for j := range s.args {
+			s.args[j] = strings.Builder{}
+			s.calls[j].ID, s.calls[j].Function.Name = "", ""
 		}
 	}
 }
@@ -165,5 +221,6 @@ func (a *Assembler) Answer() *Answer {
 		}
 	}
 	ans.Streamed = true
+	ans.Oversize = a.over
 	return &ans
 }
