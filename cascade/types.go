@@ -29,6 +29,10 @@ type Request struct {
 	NoStore bool
 	// ID is the request id, for logs.
 	ID string
+	// RecordBytes bounds the text a streaming backend records of the answer it streams, for the
+	// learners (Assembler.MaxBytes): past it the answer is served but not recorded, and comes
+	// back Oversize. The walk sets it from its learners' bounds; 0 records everything.
+	RecordBytes int
 
 	key string
 }
@@ -228,7 +232,35 @@ type Answer struct {
 	// Complete is true when the answer ended normally (finish_reason stop/length/tool_calls and
 	// no error). Only complete answers are stored.
 	Complete bool `json:"-"`
+	// Oversize is true when the answer's text outgrew what its stream's recording keeps
+	// (Request.RecordBytes): it was served whole, but its choices hold none of its text, and no
+	// stage stores it.
+	Oversize bool `json:"-"`
 }
+
+// Size is about how many bytes the answer holds: its texts, tool calls and logprobs, and a
+// fixed allowance for the rest. Stages bound what they store by it.
+func (a *Answer) Size() int {
+	n := answerOverhead + len(a.ID) + len(a.Model) + len(a.SystemFingerprint)
+	for i := range a.Choices {
+		c := &a.Choices[i]
+		m := &c.Message
+		n += choiceOverhead + len(m.ReasoningContent) + len(m.Refusal) + len(c.Logprobs) + len(c.FinishReason)
+		if m.Content != nil {
+			n += len(*m.Content)
+		}
+		for _, tc := range m.ToolCalls {
+			n += choiceOverhead + len(tc.ID) + len(tc.Type) + len(tc.Function.Name) + len(tc.Function.Arguments)
+		}
+	}
+	return n
+}
+
+// What an Answer and each of its choices cost beyond their texts: headers, pointers, usage.
+const (
+	answerOverhead = 256
+	choiceOverhead = 64
+)
 
 // BackendAttempt is one call of one backend within a neural call: who, how it ended, and what
 // it cost.

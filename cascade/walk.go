@@ -58,11 +58,35 @@ type Cascade struct {
 	stages []Stage
 	router *Router
 	opts   Options
+	record int // Request.RecordBytes for a request that leaves it 0
+}
+
+// EntryBounder is a Learner that stores no answer larger than MaxEntryBytes (Answer.Size).
+type EntryBounder interface {
+	MaxEntryBytes() int
 }
 
 // New returns a Cascade over stages in order. The router decides which models exist.
 func New(router *Router, stages []Stage, opts Options) *Cascade {
-	return &Cascade{stages: stages, router: router, opts: opts}
+	return &Cascade{stages: stages, router: router, opts: opts, record: recordBound(stages)}
+}
+
+// recordBound is how much of a streamed answer's text is worth recording: as much as the
+// learner with the largest bound stores; all of it when a learner has no bound; next to
+// nothing when no stage learns.
+func recordBound(stages []Stage) int {
+	bound := 1
+	for _, st := range stages {
+		if _, ok := st.(Learner); !ok {
+			continue
+		}
+		b, ok := st.(EntryBounder)
+		if !ok || b.MaxEntryBytes() <= 0 {
+			return 0
+		}
+		bound = max(bound, b.MaxEntryBytes())
+	}
+	return bound
 }
 
 // Router returns the cascade's router.
@@ -86,6 +110,14 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 		return err
 	}
 	req.Key() // computed once, before any stage or learner reads it concurrently
+	if req.RecordBytes == 0 {
+		// A stream is recorded only as far as a learner could store it: a huge answer is served
+		// without being held whole.
+		req.RecordBytes = c.record
+		if req.NoStore {
+			req.RecordBytes = 1
+		}
+	}
 	var tracked Sink
 	var ts *trackedSink // nil without a sink: a walk that streams nothing allocates nothing for it
 	if bs, ok := sink.(BackendSink); ok {
@@ -141,6 +173,7 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 			}
 		}
 		if ans.Complete && !req.NoStore {
+			// Learners see an Oversize answer too, to count it as not stored.
 			for _, prev := range c.stages[:i] {
 				if l, ok := prev.(Learner); ok {
 					l.Learn(req, ans)

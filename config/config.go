@@ -49,6 +49,9 @@ type Redis struct {
 	// Password, when set, overrides the URL's: write it as ${REDIS_PASSWORD}, a whole value,
 	// so ${ENV} expansion quotes it whatever it holds.
 	Password Secret `yaml:"password"`
+	// OpTimeout bounds one Redis operation on a call's path; past it Redis counts as down until
+	// a ping answers. 0 is cluster.DefaultOpTimeout.
+	OpTimeout Duration `yaml:"op_timeout"`
 }
 
 // DefaultMaxDuration is backends[].max_duration when a config leaves it out: no call, stream
@@ -74,17 +77,26 @@ type Cascade struct {
 type Cache struct {
 	MaxEntries int      `yaml:"max_entries"`
 	TTL        Duration `yaml:"ttl"`
+	// MaxBytes bounds the stored answers' bytes together; 0 is cache.DefaultMaxBytes.
+	MaxBytes int64 `yaml:"max_bytes"`
+	// MaxEntryBytes bounds one stored answer (larger ones are served, not stored); 0 is
+	// cache.DefaultMaxEntryBytes.
+	MaxEntryBytes int `yaml:"max_entry_bytes"`
 }
 
 // KV is the semantic key-value stage.
 type KV struct {
-	Embedder              Embedder `yaml:"embedder"`
-	Threshold             float64  `yaml:"threshold"`
-	SeedFiles             []string `yaml:"seed_files"`
-	DataDir               string   `yaml:"data_dir"`
-	MaxEntries            int      `yaml:"max_entries"`
-	MaxTotalEntries       int      `yaml:"max_total_entries"`
-	MaxCollections        int      `yaml:"max_collections"`
+	Embedder        Embedder `yaml:"embedder"`
+	Threshold       float64  `yaml:"threshold"`
+	SeedFiles       []string `yaml:"seed_files"`
+	DataDir         string   `yaml:"data_dir"`
+	MaxEntries      int      `yaml:"max_entries"`
+	MaxTotalEntries int      `yaml:"max_total_entries"`
+	MaxCollections  int      `yaml:"max_collections"`
+	// MaxBytes and MaxEntryBytes bound the learned entries' bytes, together and each (kv.Options);
+	// 0 is kv's default.
+	MaxBytes              int64    `yaml:"max_bytes"`
+	MaxEntryBytes         int      `yaml:"max_entry_bytes"`
 	MaxSimilarTemperature *float64 `yaml:"max_similar_temperature"`
 	LearnQueue            int      `yaml:"learn_queue"`
 }

@@ -5,6 +5,8 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/energy"
 
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
@@ -17,7 +19,40 @@ var (
 	_ cascade.Learner      = (*Stage)(nil)
 	_ cascade.EmbedStage   = (*Stage)(nil)
 	_ cascade.EmbedLearner = (*Stage)(nil)
+	_ cascade.EntryBounder = (*Stage)(nil)
 )
+
+// Defaults for the byte bounds (Option).
+const (
+	// DefaultMaxBytes bounds the bytes of all stored answers and vectors together.
+	DefaultMaxBytes = 256 << 20
+	// DefaultMaxEntryBytes bounds one stored answer or set of vectors: a larger one is served
+	// but not stored.
+	DefaultMaxEntryBytes = 1 << 20
+)
+
+// Option sets one of a Stage's bounds.
+type Option func(*Stage)
+
+// MaxBytes bounds the bytes (cascade.Answer.Size, or the vectors' size) of all entries in the
+// in-process LRU together, the least recently used evicted first; n ≤ 0 keeps DefaultMaxBytes.
+func MaxBytes(n int64) Option {
+	return func(s *Stage) {
+		if n > 0 {
+			s.maxBytes = n
+		}
+	}
+}
+
+// MaxEntryBytes bounds one entry: a larger answer or set of vectors is not stored, here or in
+// the remote tier, and counts in Stats.TooLarge; n ≤ 0 keeps DefaultMaxEntryBytes.
+func MaxEntryBytes(n int) Option {
+	return func(s *Stage) {
+		if n > 0 {
+			s.maxEntry = n
+		}
+	}
+}
 
 // Stage answers a request whose canonical key (tenant, model, whole history and every
 // answer-changing field) was answered completely before, and an embeddings call whose key
@@ -27,23 +62,81 @@ type Stage struct {
 	lru    *expirable.LRU[string, entry]
 	remote Remote        // nil: the LRU is the whole cache
 	ttl    time.Duration // the remote tier's TTL
+
+	maxBytes int64
+	maxEntry int
+	addMu    sync.Mutex   // serializes adds, so that a replaced entry's bytes are counted out once
+	bytes    atomic.Int64 // the LRU's entries' sizes, counted in by add and out by evicted
+	tooLarge atomic.Int64
 }
 
-// entry is one stored answer or one stored set of vectors.
+// entry is one stored answer or one stored set of vectors, with its size.
 type entry struct {
-	ans *cascade.Answer
-	emb *cascade.Embeddings
+	ans  *cascade.Answer
+	emb  *cascade.Embeddings
+	size int
 }
 
-// New returns a cache of at most maxEntries answers and vector sets, each kept for ttl.
-func New(maxEntries int, ttl time.Duration) *Stage {
-	return &Stage{lru: expirable.NewLRU[string, entry](maxEntries, nil, ttl), ttl: ttl}
+// New returns a cache of at most maxEntries answers and vector sets, each kept for ttl, within
+// the byte bounds opts set (DefaultMaxBytes and DefaultMaxEntryBytes otherwise).
+func New(maxEntries int, ttl time.Duration, opts ...Option) *Stage {
+	return newStage(maxEntries, ttl, ttl, nil, opts)
 }
 
 // NewShared returns a cache whose answers live in remote for ttl, with an in-process LRU of at
 // most maxEntries in front of it for NearTTL (or ttl, when shorter).
-func NewShared(maxEntries int, ttl time.Duration, remote Remote) *Stage {
-	return &Stage{lru: expirable.NewLRU[string, entry](maxEntries, nil, min(ttl, NearTTL)), remote: remote, ttl: ttl}
+func NewShared(maxEntries int, ttl time.Duration, remote Remote, opts ...Option) *Stage {
+	return newStage(maxEntries, min(ttl, NearTTL), ttl, remote, opts)
+}
+
+func newStage(maxEntries int, nearTTL, ttl time.Duration, remote Remote, opts []Option) *Stage {
+	s := &Stage{remote: remote, ttl: ttl, maxBytes: DefaultMaxBytes, maxEntry: DefaultMaxEntryBytes}
+	for _, o := range opts {
+		o(s)
+	}
+	s.lru = expirable.NewLRU[string, entry](maxEntries, s.evicted, nearTTL)
+	return s
+}
+
+// evicted counts an entry's bytes out, whatever removed it (eviction, expiry, replacement).
+func (s *Stage) evicted(_ string, e entry) { s.bytes.Add(-int64(e.size)) }
+
+// add stores e under key within the byte bound, evicting the least recently used entries
+// while the LRU holds more than maxBytes. It reports false, storing nothing, for an entry over
+// the per-entry bound.
+func (s *Stage) add(key string, e entry) bool {
+	if e.size > s.maxEntry {
+		s.tooLarge.Add(1)
+		return false
+	}
+	s.addMu.Lock()
+	defer s.addMu.Unlock()
+	s.lru.Remove(key) // expirable.LRU replaces a value without telling evicted
+	s.bytes.Add(int64(e.size))
+	s.lru.Add(key, e)
+	for s.bytes.Load() > s.maxBytes {
+		if _, _, ok := s.lru.RemoveOldest(); !ok {
+			break
+		}
+	}
+	return true
+}
+
+// MaxEntryBytes is the largest answer the stage stores (cascade.EntryBounder).
+func (s *Stage) MaxEntryBytes() int { return s.maxEntry }
+
+// Stats are the stage's figures: Entries and Bytes now, TooLarge since New.
+type Stats struct {
+	Entries int
+	// Bytes is the in-process LRU's entries' sizes, at most MaxBytes.
+	Bytes int64
+	// TooLarge counts answers and vector sets not stored for being over MaxEntryBytes.
+	TooLarge int64
+}
+
+// Stats returns the stage's figures.
+func (s *Stage) Stats() Stats {
+	return Stats{Entries: s.lru.Len(), Bytes: s.bytes.Load(), TooLarge: s.tooLarge.Load()}
 }
 
 // Name is "cache".
@@ -71,14 +164,30 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	return &ans, nil
 }
 
-// Learn stores a complete answer under the request's key.
+// Learn stores a complete answer under the request's key, unless it is over MaxEntryBytes (or
+// its stream was too large to record).
 func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {
 	if !ans.Complete {
 		return
 	}
+	if ans.Oversize {
+		s.tooLarge.Add(1)
+		return
+	}
 	kept := *ans
-	s.lru.Add(req.Key(), entry{ans: &kept})
+	if !s.add(req.Key(), entry{ans: &kept, size: ans.Size()}) {
+		return
+	}
 	s.remoteSet(req.Tenant, req.Key(), stored{Answer: &kept, Cost: cascade.OriginalCost(ans)})
+}
+
+// embedSize is about how many bytes a set of vectors holds.
+func embedSize(e *cascade.Embeddings) int {
+	n := 256
+	for _, v := range e.Vectors {
+		n += 24 + 4*len(v)
+	}
+	return n
 }
 
 // ServeEmbed returns the stored vectors for the call's key, or cascade.ErrMiss. Embeddings are
@@ -107,7 +216,9 @@ func (s *Stage) ServeEmbed(ctx context.Context, call *cascade.EmbedCall) (*casca
 // LearnEmbed stores vectors under the call's key.
 func (s *Stage) LearnEmbed(call *cascade.EmbedCall, e *cascade.Embeddings) {
 	kept := *e
-	s.lru.Add(call.Key(), entry{emb: &kept})
+	if !s.add(call.Key(), entry{emb: &kept, size: embedSize(e)}) {
+		return
+	}
 	saved := e.Energy.Saved
 	if saved <= 0 {
 		saved = e.Energy.Joules
@@ -115,5 +226,5 @@ func (s *Stage) LearnEmbed(call *cascade.EmbedCall, e *cascade.Embeddings) {
 	s.remoteSet(call.Tenant, call.Key(), stored{Vectors: e.Vectors, PromptTokens: e.PromptTokens, Cost: saved})
 }
 
-// Len is the number of stored answers.
+// Len is the number of stored answers and vector sets.
 func (s *Stage) Len() int { return s.lru.Len() }

@@ -43,6 +43,8 @@ type Stage struct {
 	maxEntries int
 	maxTotal   int // bound.go
 	maxCols    int
+	maxBytes   int64 // bound.go
+	maxEntry   int   // the largest entry learned
 	maxTemp    float64
 	seeds      map[string]seed
 	est        Estimator   // nil: seeds without joules save the stated default
@@ -68,7 +70,7 @@ type Stage struct {
 
 	stats struct {
 		seedHits, similarHits, guarded, learned, dropped, failed, evicted atomic.Int64
-		droppedCols, learnNanojoules                                      atomic.Int64
+		droppedCols, learnNanojoules, tooLarge                            atomic.Int64
 	}
 }
 
@@ -86,6 +88,8 @@ func New(o Options) (*Stage, error) {
 		maxEntries: o.MaxEntries,
 		maxTotal:   o.MaxTotalEntries,
 		maxCols:    o.MaxCollections,
+		maxBytes:   o.MaxBytes,
+		maxEntry:   o.MaxEntryBytes,
 		est:        o.Estimator,
 		maxTemp:    *o.MaxSimilarTemperature,
 		cols:       map[colKey]*collection{},
@@ -189,7 +193,9 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 		return nil, cascade.Spent(cascade.ErrMiss, spent)
 	}
 	sk := s.sketchOf(vec)
-	s.recent.Add(req.Key(), embedded{q: q, vec: vec, sketch: sk})
+	if len(q.question)+len(q.context)+len(q.params) <= s.maxEntry { // a larger one is never learned
+		s.recent.Add(req.Key(), embedded{q: q, vec: vec, sketch: sk})
+	}
 	cands := col.search(vec, sk, s.threshold)
 	if len(cands) == 0 {
 		return nil, cascade.Spent(cascade.ErrMiss, spent)
@@ -423,6 +429,10 @@ type Stats struct {
 	// Failed counts answers that could not be embedded or stored.
 	Failed  int64
 	Evicted int64
+	// Bytes is the entries' size together (see entry.size), at most MaxBytes after each insert.
+	Bytes int64
+	// TooLarge counts answers not learned for being over MaxEntryBytes.
+	TooLarge int64
 	// DroppedCollections counts collections dropped whole to keep the store within
 	// MaxTotalEntries and MaxCollections (their entries count in Evicted too).
 	DroppedCollections int64
@@ -449,6 +459,7 @@ func (s *Stage) Stats() Stats {
 		Failed:             s.stats.failed.Load(),
 		Evicted:            s.stats.evicted.Load(),
 		DroppedCollections: s.stats.droppedCols.Load(),
+		TooLarge:           s.stats.tooLarge.Load(),
 		LearnJoules:        float64(s.stats.learnNanojoules.Load()) / 1e9,
 	}
 	s.mu.RLock()
@@ -460,6 +471,7 @@ func (s *Stage) Stats() Stats {
 	st.Collections = len(cols)
 	for _, c := range cols {
 		st.Entries += c.len()
+		st.Bytes += c.size()
 	}
 	return st
 }

@@ -24,6 +24,10 @@
 //   - faults: each fault on both dialects, whole and streamed, with the status the client got;
 //     then the fault is removed, the same request sent again, and it must be a neural answer
 //     with one more upstream call (nothing failed was cached);
+//   - store (store.go): issue 32's rows on what the proxy keeps: three streamed answers of
+//     200 MB (RSS before and after, nothing cached), an answer with choice index -1 whole and
+//     streamed (502 both ways, nothing cached), and Redis stopped 10 s under two replicas with
+//     a budgeted key (the longest call against redis.op_timeout, reservations left after);
 //   - kill: -kills rounds of load with the ledger at fsync: every, a kill -9 mid-load, then
 //     `eoc-proxy receipts verify` on the ledger and a check that every receipt a client received
 //     (X-EOC-Receipt) is in it.
@@ -71,7 +75,7 @@ func main() {
 	fs.IntVar(&o.c, "c", 256, "concurrent connections")
 	fs.IntVar(&o.kills, "kills", 3, "kill -9 rounds")
 	fs.IntVar(&o.slow, "slow", 1000, "slow-body clients")
-	fs.StringVar(&o.skip, "skip", "", "phases to skip, comma-separated: bodies, fields, load, invented, slow, faults, kill")
+	fs.StringVar(&o.skip, "skip", "", "phases to skip, comma-separated: bodies, fields, load, invented, slow, faults, store, kill")
 	fs.DurationVar(&o.timeout, "timeout", 9*time.Minute, "the whole run's bound")
 	_ = fs.Parse(os.Args[1:])
 	procs.Init("reliability")
@@ -119,6 +123,9 @@ func main() {
 		r.faults()
 	}
 	r.eoc.Stop()
+	if !skip("store") {
+		r.storeRows()
+	}
 	if !skip("kill") {
 		r.kills()
 	}
