@@ -21,11 +21,12 @@ const callWait = 2 * time.Second
 
 // settleLater settles a call whose response carried a provisional figure, off the request's
 // path: it waits for the settled figure (at most settleWait), records it in the ledger as a
-// settlement of the call's record, and only then books the call's budget, metrics and page
-// figures, with the settled figure, once. When the wait fails, they take the provisional figure,
-// and the call's record, already written, stands as it is (marked provisional). Close waits for
-// these.
-func (s *Server) settleLater(st settlement, resv reservation, o outcome, call Call, model string, status int, total time.Duration) {
+// settlement of the call's record, and only then books the call's metrics and page figures, with
+// the settled figure, once. The budget took the figure's High at the response (held), so the
+// key's next call did not wait for this; here it books what the settled figure costs less. When
+// the wait fails, they take the provisional figure, and the call's record, already written,
+// stands as it is (marked provisional). Close waits for these.
+func (s *Server) settleLater(st settlement, held heldCost, o outcome, call Call, model string, status int, total time.Duration) {
 	done := make(chan struct{})
 	s.calls.put(st.tenant, st.id, o, done)
 	settle, stc := st.settle, st
@@ -63,7 +64,7 @@ func (s *Server) settleLater(st settlement, resv reservation, o outcome, call Ca
 				}
 			}
 		}
-		s.budgets.settle(resv, final)
+		s.budgets.adjust(held, final)
 		s.metrics.observe(stc.stage, stc.attempts, stc.answered, final, model, status, total)
 		s.ui.observe(&stc, o.stage, model, final, status, o.receipt, now)
 		s.calls.settled(st.tenant, st.id, final, receipt, why)

@@ -438,3 +438,37 @@ func TestSettlementLeavesAPartProvisional(t *testing.T) {
 		t.Fatalf("records %+v", got)
 	}
 }
+
+// TestNextCallDoesNotWaitForSettlement: a budgeted key's first call settles its budget at its
+// High with the response, so the key's next call is answered while the first call's settlement
+// is still blocked; each settlement then books the settled figure, once.
+func TestNextCallDoesNotWaitForSettlement(t *testing.T) {
+	st := newSettlingStage(false)
+	e := newSettleEdge(t, st)
+	status, h, _, _ := e.do(t, http.MethodPost, "/v1/chat/completions", "sk-team", settleBody)
+	if status != http.StatusOK || h.Get(HeaderBudgetRemaining) != "986" {
+		t.Fatalf("first call: status %d, headers %v", status, h)
+	}
+	first := h.Get("X-Request-Id")
+	status, h, _, _ = e.do(t, http.MethodPost, "/v1/chat/completions", "sk-team", settleBody)
+	if status != http.StatusOK || h.Get(HeaderBudgetRemaining) != "972" {
+		t.Fatalf("second call: status %d, headers %v", status, h)
+	}
+	// The second call was answered before the first's settlement ran (it still blocks on
+	// release): not after the first gave up waiting.
+	if status, v := e.call(t, "sk-team", first, false); status != http.StatusOK || v.State != StateProvisional || v.Unsettled != "" {
+		t.Fatalf("the first call settled before the second was answered: %d %+v", status, v)
+	}
+	close(st.release)
+	for _, id := range []string{first, h.Get("X-Request-Id")} {
+		if v := e.settledCall(t, "sk-team", id); v.State != StateSettled {
+			t.Fatalf("%s: %+v", id, v)
+		}
+	}
+	if err := e.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left, ok := e.srv.budgets.remaining("team"); !ok || left.joules != 1000-24 {
+		t.Errorf("budget left %+v, want 976 (the settled 12 J twice)", left)
+	}
+}
