@@ -260,14 +260,17 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 	call := Call{Time: now, RequestID: st.id, KeyID: st.tenant, Key: st.key, Model: st.model, Stage: o.stage,
 		Backend: lf.backend, Status: status, Energy: o.fig, Receipt: o.receipt, Attempts: st.backendAttempts,
 		Disconnected: gone}
+	recorded := false
 	if s.opts.Record != nil {
 		if rerr := s.opts.Record(call); rerr != nil {
 			s.log.Error().Err(rerr).Str("request_id", st.id).Msg("ledger: record not written")
+		} else {
+			recorded = true
 		}
 	}
 	if later {
 		endCall(st.span, &st, o, status)
-		s.settleLater(st, held, o, call, model, status, time.Since(start))
+		s.settleLater(st, held, o, call, recorded, model, status, time.Since(start))
 	} else {
 		s.calls.put(st.tenant, st.id, o, nil)
 		s.metrics.observe(st.stage, st.attempts, st.answered, o.fig, model, status, time.Since(start))

@@ -25,15 +25,25 @@ const callWait = 2 * time.Second
 // the settled figure, once. The budget took the figure's High at the response (held), so the
 // key's next call did not wait for this; here it books what the settled figure costs less. When
 // the wait fails, they take the provisional figure, and the call's record, already written,
-// stands as it is (marked provisional). Close waits for these.
-func (s *Server) settleLater(st settlement, held heldCost, o outcome, call Call, model string, status int, total time.Duration) {
+// stands as it is (marked provisional). recorded says the call's own record was written: a
+// settlement is recorded only after it. Close waits for these.
+func (s *Server) settleLater(st settlement, held heldCost, o outcome, call Call, recorded bool, model string, status int, total time.Duration) {
 	done := make(chan struct{})
 	s.calls.put(st.tenant, st.id, o, done)
 	settle, stc := st.settle, st
 	stc.settle = nil
-	s.settling.Add(1)
-	go func() {
-		defer s.settling.Done()
+	s.settleMu.Lock()
+	closed := s.settleClosed
+	if !closed {
+		s.settling.Add(1)
+	}
+	s.settleMu.Unlock()
+	if closed {
+		// Close has run (the ledger may be closing): the provisional figure stands, and the
+		// budget, metrics and calls table take it now.
+		settle = func(context.Context) (energy.Figure, error) { return o.fig, errShuttingDown }
+	}
+	run := func() {
 		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), settleWait)
 		fig, err := settle(ctx)
@@ -45,6 +55,8 @@ func (s *Server) settleLater(st settlement, held heldCost, o outcome, call Call,
 			why = "the settled figure could not be made"
 			if errors.Is(err, context.DeadlineExceeded) {
 				why = "the counter did not update in time"
+			} else if errors.Is(err, errShuttingDown) {
+				why = "the proxy was shutting down"
 			}
 			s.log.Warn().AnErr("error", err).Str("request_id", st.id).Msg("figure not settled; the call keeps its provisional figure")
 			final = o.fig
@@ -56,25 +68,47 @@ func (s *Server) settleLater(st settlement, held heldCost, o outcome, call Call,
 			}
 			receipt = energy.Receipt{Key: call.Key, Stage: call.Stage, Model: call.Model, Joules: final.Joules,
 				Grade: final.Grade, Time: now}.Hash()
-			if s.opts.Record != nil {
+			switch {
+			case !recorded && s.opts.Record != nil:
+				// A settlement names the call's record: without it, the chain would not verify
+				// from there. The budget, metrics and calls table still take the settled figure.
+				s.log.Error().Str("request_id", st.id).Msg("ledger: settlement not written, the call's own record was not")
+				receipt = ""
+			case s.opts.Record != nil:
 				sc := call
 				sc.Time, sc.Energy, sc.Receipt, sc.Settles, sc.Attempts = now, final, receipt, call.Receipt, nil
 				if rerr := s.opts.Record(sc); rerr != nil {
 					s.log.Error().Err(rerr).Str("request_id", st.id).Msg("ledger: settlement not written")
+					receipt = ""
 				}
 			}
 		}
 		s.budgets.adjust(held, final)
 		s.metrics.observe(stc.stage, stc.attempts, stc.answered, final, model, status, total)
-		s.ui.observe(&stc, o.stage, model, final, status, o.receipt, now)
+		s.ui.observe(&stc, o.stage, model, final, status, o.receipt, receipt, now)
 		s.calls.settled(st.tenant, st.id, final, receipt, why)
+	}
+	if closed {
+		run()
+		return
+	}
+	go func() {
+		defer s.settling.Done()
+		run()
 	}()
 }
 
+// errShuttingDown is a settlement skipped because Close has run.
+var errShuttingDown = errors.New("the proxy is shutting down")
+
 // Close waits until every call whose figure was settling after its response is settled and
-// recorded (each waits at most settleWait). Call it once the HTTP server has stopped, before the
+// recorded (each waits at most settleWait). A call that ends after it keeps its provisional
+// figure: its settlement is not recorded. Call it once the HTTP server has stopped, before the
 // ledger closes.
 func (s *Server) Close() error {
+	s.settleMu.Lock()
+	s.settleClosed = true
+	s.settleMu.Unlock()
 	s.settling.Wait()
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -84,6 +85,8 @@ type settleEdge struct {
 	reg *prometheus.Registry
 	mu  sync.Mutex
 	rec []Call
+	// failCalls makes the ledger hook fail every call's own record (not a settlement).
+	failCalls bool
 }
 
 func newSettleEdge(t *testing.T, st cascade.Stage) *settleEdge {
@@ -99,6 +102,9 @@ func newSettleEdge(t *testing.T, st cascade.Stage) *settleEdge {
 		Record: func(c Call) error {
 			e.mu.Lock()
 			defer e.mu.Unlock()
+			if e.failCalls && c.Settles == "" {
+				return errors.New("disk full")
+			}
 			e.rec = append(e.rec, c)
 			return nil
 		}})
@@ -273,7 +279,7 @@ func TestResponseDoesNotWaitForSettlement(t *testing.T) {
 	}
 	d := e.srv.ui.snapshot(time.Now())
 	if len(d.Stages) != 1 || d.Stages[0].Joules != 12 || d.Stages[0].Calls != 1 || len(d.Calls) != 1 || d.Calls[0].Joules != 12 ||
-		d.Calls[0].Receipt != receipt {
+		d.Calls[0].Receipt != receipt || d.Calls[0].SettledReceipt != s.Receipt {
 		t.Errorf("page: stages %+v, calls %+v", d.Stages, d.Calls)
 	}
 	if *st.calls != 1 {
@@ -470,5 +476,57 @@ func TestNextCallDoesNotWaitForSettlement(t *testing.T) {
 	}
 	if left, ok := e.srv.budgets.remaining("team"); !ok || left.joules != 1000-24 {
 		t.Errorf("budget left %+v, want 976 (the settled 12 J twice)", left)
+	}
+}
+
+// TestSettlementNeedsTheCallsRecord: when the call's own ledger record failed, its settlement
+// is not recorded (it would name a record the chain lacks); the budget, metrics and calls table
+// still take the settled figure.
+func TestSettlementNeedsTheCallsRecord(t *testing.T) {
+	st := newSettlingStage(false)
+	e := newSettleEdge(t, st)
+	e.mu.Lock()
+	e.failCalls = true
+	e.mu.Unlock()
+	_, h, _, _ := e.do(t, http.MethodPost, "/v1/chat/completions", "sk-team", settleBody)
+	close(st.release)
+	v := e.settledCall(t, "sk-team", h.Get("X-Request-Id"))
+	if err := e.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.recorded(); len(got) != 0 {
+		t.Fatalf("records %+v: a settlement of a call the ledger lacks", got)
+	}
+	if v.State != StateSettled || v.Joules != 12 || v.SettledReceipt != "" {
+		t.Fatalf("%+v", v)
+	}
+	if left, _ := e.srv.budgets.remaining("team"); left.joules != 988 {
+		t.Errorf("budget left %+v, want 988", left)
+	}
+	if j := e.counter(t, "eoc_joules_total", nil); j != 12 {
+		t.Errorf("eoc_joules_total %v, want 12", j)
+	}
+}
+
+// TestSettlementAfterClose: a call whose response goes out after Close keeps its provisional
+// figure: no settlement runs or is recorded (the ledger may be closed), and the rest take the
+// provisional figure.
+func TestSettlementAfterClose(t *testing.T) {
+	st := newSettlingStage(false)
+	close(st.release)
+	e := newSettleEdge(t, st)
+	if err := e.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, h, _, _ := e.do(t, http.MethodPost, "/v1/chat/completions", "sk-team", settleBody)
+	v := e.settledCall(t, "sk-team", h.Get("X-Request-Id"))
+	if got := e.recorded(); len(got) != 1 || got[0].Settles != "" {
+		t.Fatalf("records %+v: want the call's alone", got)
+	}
+	if v.State != StateProvisional || v.Joules != 10 || v.Unsettled == "" || *st.calls != 0 {
+		t.Fatalf("%+v, Settle called %d times", v, *st.calls)
+	}
+	if left, _ := e.srv.budgets.remaining("team"); left.joules != 990 {
+		t.Errorf("budget left %+v, want 990", left)
 	}
 }
