@@ -62,8 +62,8 @@ func (s *Server) settleLater(st settlement, held heldCost, o outcome, call Call,
 			final = o.fig
 		default:
 			if final.Provisional {
-				// A part made elsewhere (an embedding kv paid for before the answer) has no
-				// settlement of its own: the rest settled, that part's bounds still hold.
+				// A part with no settlement of its own (an embedder that cannot say how to
+				// settle its figure): the rest settled, that part's bounds still hold.
 				why = "a part of the figure has no settlement of its own"
 			}
 			receipt = energy.Receipt{Key: call.Key, Stage: call.Stage, Model: call.Model, Joules: final.Joules,
