@@ -113,10 +113,12 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// Bounds of the calls table, per key: a key's calls beyond either drop its oldest.
+// Bounds of the calls table, per key: a key's calls beyond either drop its oldest; and across
+// keys: past maxCallBytes, the key holding the most bytes drops its oldest.
 const (
 	maxCallsPerKey     = 4096
 	maxCallBytesPerKey = 2 << 20
+	maxCallBytes       = 64 << 20
 )
 
 // callsTable keeps each key's recent calls for GET /v1/eoc/calls/{request_id}: the figure the
@@ -124,8 +126,11 @@ const (
 // bytes, its oldest dropped first, so that no key crowds out another's (the keys are the
 // configured ones, or "" when auth is off). It is safe for concurrent use.
 type callsTable struct {
-	mu   sync.Mutex
-	keys map[string]*keyCalls
+	mu    sync.Mutex
+	keys  map[string]*keyCalls
+	bytes int // across keys
+	// waiting, when set (tests), is called when a ?wait=1 read starts waiting for id.
+	waiting func(id string)
 }
 
 type keyCalls struct {
@@ -172,18 +177,38 @@ func (t *callsTable) put(key, id string, o outcome, done chan struct{}) {
 	}
 	if old, ok := k.byID[id]; ok { // request ids are random: only a replayed id lands here
 		k.bytes -= old.size
+		t.bytes -= old.size
 	} else {
 		k.order = append(k.order, id)
 	}
 	k.byID[id] = e
 	k.bytes += e.size
+	t.bytes += e.size
 	for len(k.order) > 0 && (len(k.order) > maxCallsPerKey || k.bytes > maxCallBytesPerKey) {
-		oldest := k.order[0]
-		k.order = k.order[1:]
-		if o, ok := k.byID[oldest]; ok {
-			k.bytes -= o.size
-			delete(k.byID, oldest)
+		t.dropOldest(k)
+	}
+	for t.bytes > maxCallBytes {
+		var most *keyCalls
+		for _, kc := range t.keys {
+			if most == nil || kc.bytes > most.bytes {
+				most = kc
+			}
 		}
+		if most == nil || len(most.order) == 0 {
+			break
+		}
+		t.dropOldest(most)
+	}
+}
+
+// dropOldest drops k's oldest call. t.mu is held.
+func (t *callsTable) dropOldest(k *keyCalls) {
+	oldest := k.order[0]
+	k.order = k.order[1:]
+	if o, ok := k.byID[oldest]; ok {
+		k.bytes -= o.size
+		t.bytes -= o.size
+		delete(k.byID, oldest)
 	}
 }
 
@@ -266,6 +291,9 @@ func (s *Server) callFigure(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if wait := r.URL.Query().Get("wait"); !e.settled && e.done != nil && (wait == "1" || wait == "true") {
+		if s.calls.waiting != nil {
+			s.calls.waiting(id)
+		}
 		t := time.NewTimer(callWait)
 		select {
 		case <-e.done:
@@ -273,7 +301,9 @@ func (s *Server) callFigure(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 		}
 		t.Stop()
-		e, _ = s.calls.get(key, id)
+		if now, ok := s.calls.get(key, id); ok { // dropped meanwhile: what was read stands
+			e = now
+		}
 	}
 	writeJSON(w, http.StatusOK, e.view(id))
 }

@@ -530,3 +530,49 @@ func TestSettlementAfterClose(t *testing.T) {
 		t.Errorf("budget left %+v, want 990", left)
 	}
 }
+
+// TestCallWaitOutlivesEviction: a ?wait=1 read whose call is dropped from the table while it
+// waits answers with the figure it read, not an empty one.
+func TestCallWaitOutlivesEviction(t *testing.T) {
+	e := newSettleEdge(t, newSettlingStage(false))
+	done := make(chan struct{})
+	o := outcome{stage: "neural", fig: gpuFig(10, 8, 14, true), receipt: "r", receiptTime: time.Now()}
+	e.srv.calls.put("team", "req_x", o, done)
+	e.srv.calls.waiting = func(string) {
+		for i := range maxCallsPerKey {
+			e.srv.calls.put("team", "other-"+strconv.Itoa(i), o, nil)
+		}
+		close(done)
+	}
+	status, v := e.call(t, "sk-team", "req_x", true)
+	if status != http.StatusOK || v.RequestID != "req_x" || v.Joules != 10 || v.JoulesHigh != 14 || v.Receipt != "r" || v.State != StateProvisional {
+		t.Fatalf("status %d, %+v", status, v)
+	}
+	if _, ok := e.srv.calls.get("team", "req_x"); ok {
+		t.Fatal("the call was not dropped: the test tests nothing")
+	}
+}
+
+// TestCallsTableTotalBytes: across keys the table holds at most maxCallBytes, the key with the
+// most bytes dropping its oldest first, and every key keeps its newest call.
+func TestCallsTableTotalBytes(t *testing.T) {
+	tab := newCallsTable()
+	big := outcome{stage: "neural", fig: gpuFig(1, 1, 1, false), receipt: "r"}
+	big.fig.Reason = strings.Repeat("r", 64<<10)
+	keys := 2 * maxCallBytes / maxCallBytesPerKey
+	for i := range 20 {
+		for k := range keys {
+			tab.put("k"+strconv.Itoa(k), "id-"+strconv.Itoa(i), big, nil)
+		}
+	}
+	sum := 0
+	for name, k := range tab.keys {
+		sum += k.bytes
+		if _, ok := k.byID["id-19"]; !ok {
+			t.Errorf("key %s lost its newest call", name)
+		}
+	}
+	if tab.bytes > maxCallBytes || sum != tab.bytes {
+		t.Fatalf("%d bytes held (keys sum to %d), bound %d", tab.bytes, sum, maxCallBytes)
+	}
+}
