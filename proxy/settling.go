@@ -141,15 +141,15 @@ type keyCalls struct {
 
 // callEntry is one call: the fields of its figures the endpoint shows (the ledger has the rest).
 type callEntry struct {
-	response      callFigureFields // the figure the response carried
+	response      energy.View // the figure the response carried
 	receipt       string
 	receiptTime   time.Time
-	final         callFigureFields // the settled figure, or the response's when the wait failed
-	finalState    string           // final's X-EOC-Joules-State
-	finalReceipt  string           // the settlement's receipt
-	settled       bool             // final is known: at once, or after the wait
-	settleProblem string           // why the figure did not settle, when it did not
-	done          chan struct{}    // closed once settled; nil when final at once
+	final         energy.View   // the settled figure, or the response's when the wait failed
+	finalState    string        // final's X-EOC-Joules-State
+	finalReceipt  string        // the settlement's receipt
+	settled       bool          // final is known: at once, or after the wait
+	settleProblem string        // why the figure did not settle, when it did not
+	done          chan struct{} // closed once settled; nil when final at once
 	size          int
 }
 
@@ -163,7 +163,7 @@ func entrySize(id string, fig energy.Figure) int {
 // put adds the call id of key with the outcome its response carried; done, when set, is closed
 // once settled is called for it.
 func (t *callsTable) put(key, id string, o outcome, done chan struct{}) {
-	e := &callEntry{response: fieldsOf(o.fig), receipt: o.receipt, receiptTime: o.receiptTime, done: done,
+	e := &callEntry{response: o.fig.View(), receipt: o.receipt, receiptTime: o.receiptTime, done: done,
 		size: entrySize(id, o.fig)}
 	if done == nil {
 		e.final, e.finalState, e.settled = e.response, stateOf(o.fig), true
@@ -218,7 +218,7 @@ func (t *callsTable) settled(key, id string, fig energy.Figure, receipt, problem
 	defer t.mu.Unlock()
 	if k := t.keys[key]; k != nil {
 		if e := k.byID[id]; e != nil {
-			e.final, e.finalState, e.finalReceipt, e.settled, e.settleProblem = fieldsOf(fig), stateOf(fig), receipt, true, problem
+			e.final, e.finalState, e.finalReceipt, e.settled, e.settleProblem = fig.View(), stateOf(fig), receipt, true, problem
 		}
 	}
 }
@@ -241,7 +241,7 @@ func (t *callsTable) get(key, id string) (callEntry, bool) {
 type CallFigure struct {
 	RequestID string `json:"request_id"`
 	State     string `json:"state"`
-	callFigureFields
+	energy.View
 	// Receipt is the client's receipt (X-EOC-Receipt), of the response's figure, and
 	// ReceiptTime its time (X-EOC-Receipt-Time).
 	Receipt     string `json:"receipt"`
@@ -250,30 +250,15 @@ type CallFigure struct {
 	SettledReceipt string `json:"settled_receipt,omitempty"`
 	// Unsettled says why a provisional figure will not settle (the counter's wait failed): it
 	// stands, as the ledger keeps it.
-	Unsettled   string           `json:"unsettled,omitempty"`
-	Provisional callFigureFields `json:"provisional"`
-}
-
-type callFigureFields struct {
-	Joules     float64 `json:"joules"`
-	JoulesLow  float64 `json:"joules_low"`
-	JoulesHigh float64 `json:"joules_high"`
-	Grade      string  `json:"grade"`
-	Coverage   string  `json:"coverage"`
-	Method     string  `json:"method"`
-	Reason     string  `json:"reason"`
-}
-
-func fieldsOf(f energy.Figure) callFigureFields {
-	return callFigureFields{Joules: f.Joules, JoulesLow: f.Low, JoulesHigh: f.High, Grade: string(f.Grade),
-		Coverage: f.Coverage, Method: f.Method, Reason: f.Reason}
+	Unsettled   string      `json:"unsettled,omitempty"`
+	Provisional energy.View `json:"provisional"`
 }
 
 func (e *callEntry) view(id string) CallFigure {
-	v := CallFigure{RequestID: id, State: StateProvisional, callFigureFields: e.response, Receipt: e.receipt,
+	v := CallFigure{RequestID: id, State: StateProvisional, View: e.response, Receipt: e.receipt,
 		ReceiptTime: e.receiptTime.UTC().Format(time.RFC3339Nano), Provisional: e.response}
 	if e.settled {
-		v.callFigureFields, v.State = e.final, e.finalState
+		v.View, v.State = e.final, e.finalState
 		v.SettledReceipt, v.Unsettled = e.finalReceipt, e.settleProblem
 	}
 	return v

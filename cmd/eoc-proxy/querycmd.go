@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/config"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 func init() { register("query", runQuery) }
@@ -33,17 +34,11 @@ var stdin io.Reader = os.Stdin
 // figures and receipt the HTTP API sends in its X-EOC headers, and the API's error when the
 // call failed.
 type queryResult struct {
-	Stage            string      `json:"stage"`
-	Model            string      `json:"model"`
-	Answer           string      `json:"answer"`
-	Status           int         `json:"status"`
-	Joules           float64     `json:"joules"`
-	JoulesLow        float64     `json:"joules_low"`
-	JoulesHigh       float64     `json:"joules_high"`
-	Grade            string      `json:"grade"`
-	Coverage         string      `json:"coverage"`
-	Method           string      `json:"method"`
-	Reason           string      `json:"reason,omitempty"`
+	Stage  string `json:"stage"`
+	Model  string `json:"model"`
+	Answer string `json:"answer"`
+	Status int    `json:"status"`
+	energy.View
 	JoulesSaved      float64     `json:"joules_saved,omitempty"`
 	JoulesSavedGrade string      `json:"joules_saved_grade,omitempty"`
 	Receipt          string      `json:"receipt"`
@@ -184,9 +179,10 @@ func queryResultOf(model string, resp *http.Response) queryResult {
 	attempts, _ := strconv.Atoi(h.Get("X-Eoc-Attempts"))
 	res := queryResult{
 		Stage: h.Get("X-Eoc-Stage"), Model: model, Status: resp.StatusCode,
-		Joules: num("X-Eoc-Joules"), JoulesLow: num("X-Eoc-Joules-Low"), JoulesHigh: num("X-Eoc-Joules-High"),
-		Grade: h.Get("X-Eoc-Energy"), Coverage: h.Get("X-Eoc-Coverage"), Method: h.Get("X-Eoc-Energy-Method"),
-		Reason: h.Get("X-Eoc-Energy-Reason"), JoulesSaved: num("X-Eoc-Joules-Saved"),
+		View: energy.View{Joules: num("X-Eoc-Joules"), JoulesLow: num("X-Eoc-Joules-Low"), JoulesHigh: num("X-Eoc-Joules-High"),
+			Grade: h.Get("X-Eoc-Energy"), Coverage: h.Get("X-Eoc-Coverage"), Method: h.Get("X-Eoc-Energy-Method"),
+			Reason: h.Get("X-Eoc-Energy-Reason")},
+		JoulesSaved:      num("X-Eoc-Joules-Saved"),
 		JoulesSavedGrade: h.Get("X-Eoc-Joules-Saved-Grade"), Receipt: h.Get("X-Eoc-Receipt"),
 		ReceiptTime: h.Get("X-Eoc-Receipt-Time"), Backend: h.Get("X-Eoc-Backend"), Attempts: attempts,
 		RequestID: h.Get("X-Request-Id"),
