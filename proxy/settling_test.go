@@ -324,19 +324,7 @@ func TestStreamSaysProvisional(t *testing.T) {
 	if status != http.StatusOK || tr.Get(HeaderJoulesState) != StateProvisional || tr.Get(HeaderJoules) != "10" {
 		t.Fatalf("status %d, trailers %v", status, tr)
 	}
-	var eoc *eocFigures
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok || !strings.Contains(line, `"eoc"`) {
-			continue
-		}
-		var ch eocChunk
-		if err := json.Unmarshal([]byte(line), &ch); err != nil {
-			t.Fatal(err)
-		}
-		eoc = &ch.EOC
-	}
+	eoc := lastEOC(t, body)
 	if eoc == nil || eoc.State != StateProvisional || eoc.Joules != 10 || eoc.JoulesHigh != 14 || !strings.Contains(body, `"state":"provisional"`) {
 		t.Fatalf("eoc chunk %+v in %s", eoc, body)
 	}
@@ -575,4 +563,23 @@ func TestCallsTableTotalBytes(t *testing.T) {
 	if tab.bytes > maxCallBytes || sum != tab.bytes {
 		t.Fatalf("%d bytes held (keys sum to %d), bound %d", tab.bytes, sum, maxCallBytes)
 	}
+}
+
+// lastEOC is the figures of the last `eoc` chunk of an SSE body, nil when it has none.
+func lastEOC(t *testing.T, body string) *eocFigures {
+	t.Helper()
+	var eoc *eocFigures
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || !strings.Contains(line, `"eoc"`) {
+			continue
+		}
+		var ch eocChunk
+		if err := json.Unmarshal([]byte(line), &ch); err != nil {
+			t.Fatal(err)
+		}
+		eoc = &ch.EOC
+	}
+	return eoc
 }
