@@ -63,3 +63,59 @@ func TestWalkMovesSettle(t *testing.T) {
 		t.Fatalf("settled %+v, %v: want the stage's 12 J plus the 1 J spent, final", fig, err)
 	}
 }
+
+// kvLike spends a provisional embedding (5 J, 4..7, settling at 6 J) before it misses, or, with
+// hit set, answers with it as Spent; each carries the embedding's settle function.
+type kvLike struct{ hit bool }
+
+func (kvLike) Name() string { return "kv" }
+
+func (k kvLike) Serve(_ context.Context, req *Request, _ Sink) (*Answer, error) {
+	emb := energy.Figure{Joules: 5, Low: 4, High: 7, Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "nvml", Provisional: true}
+	settle := func(context.Context) (energy.Figure, error) {
+		return energy.Figure{Joules: 6, Low: 6, High: 6, Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "nvml"}, nil
+	}
+	if !k.hit {
+		return nil, SpentSettle(ErrMiss, emb, settle)
+	}
+	ans := TextAnswer(req, "hi", 1, 0)
+	ans.Energy = energy.Figure{Joules: 0.5, Low: 0.5, High: 0.5, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "stage-model"}
+	ans.Spent, ans.SpentSettle = emb, settle
+	return ans, nil
+}
+
+// TestWalkSettlesSpent: an embedding an in-process stage paid for settles with the answer: on a
+// kv hit (Answer.SpentSettle) and when kv missed before the neural stage answered
+// (SpentError.Settle).
+func TestWalkSettlesSpent(t *testing.T) {
+	router, err := NewRouter([]Route{{Name: "b", Patterns: []string{"*"}, Backend: stubBackend{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func() *Request {
+		return &Request{Chat: ChatRequest{Model: "m", Messages: []Message{{Role: "user", Content: []byte(`"q"`)}}}}
+	}
+	hit := New(router, []Stage{kvLike{hit: true}}, Options{StageWatts: 10, Logger: zerolog.Nop()})
+	var res Result
+	if err := hit.Walk(context.Background(), req(), &res, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !res.Answer.Energy.Provisional || res.Settle == nil {
+		t.Fatalf("kv hit: %+v, settle set %v", res.Answer.Energy, res.Settle != nil)
+	}
+	if fig, err := res.Settle(context.Background()); err != nil || fig.Provisional || fig.Joules != 6.5 {
+		t.Fatalf("kv hit settled %+v, %v: want the 6 J embedding plus 0.5 J, final", fig, err)
+	}
+
+	miss := New(router, []Stage{kvLike{}, settlingStage{}}, Options{StageWatts: 10, Logger: zerolog.Nop()})
+	res = Result{}
+	if err := miss.Walk(context.Background(), req(), &res, nil); err != nil {
+		t.Fatal(err)
+	}
+	if res.Answer.Energy.Joules != 15 || res.Settle == nil {
+		t.Fatalf("after a kv miss: %+v", res.Answer.Energy)
+	}
+	if fig, err := res.Settle(context.Background()); err != nil || fig.Provisional || fig.Joules != 18 {
+		t.Fatalf("after a kv miss, settled %+v, %v: want 12 J plus the 6 J embedding, final", fig, err)
+	}
+}

@@ -221,6 +221,9 @@ type Answer struct {
 	// Spent is energy an in-process stage spent outside this process to find the answer (an
 	// embedding call). The walk adds it to Energy, after the stage's own estimate, and clears it.
 	Spent energy.Figure `json:"-"`
+	// SpentSettle is how to get Spent's final figure, nil when it is final; the walk composes it
+	// into Settle.
+	SpentSettle SettleFunc `json:"-"`
 	// SpentTime is how long the stage waited for what Spent measures: the walk leaves it out of
 	// the stage's own wall-time estimate, so that wait is not billed twice.
 	SpentTime time.Duration `json:"-"`

@@ -34,15 +34,25 @@ type Result struct {
 // still provisional, with ctx's error. It is safe to call from any goroutine, more than once.
 type SettleFunc func(ctx context.Context) (energy.Figure, error)
 
-// plus returns the settle function of the figure made of f's parts, then g (a final part, or
-// one with no settlement of its own): f settled, plus g. nil stays nil.
-func (f SettleFunc) plus(g energy.Figure) SettleFunc {
-	if f == nil || g.IsZero() {
+// join returns the settle function of the figure made of ffig, which f settles, plus gfig,
+// which g settles; a nil function means its figure is final (or has no settlement of its own)
+// and is taken as it is. Both nil gives nil: the sum has nothing to settle.
+func join(f SettleFunc, ffig energy.Figure, g SettleFunc, gfig energy.Figure) SettleFunc {
+	switch {
+	case g == nil && (f == nil || gfig.IsZero()):
 		return f
+	case f == nil && ffig.IsZero():
+		return g
 	}
 	return func(ctx context.Context) (energy.Figure, error) {
-		fig, err := f(ctx)
-		return fig.Plus(g), err
+		a, b, aerr, berr := ffig, gfig, error(nil), error(nil)
+		if f != nil {
+			a, aerr = f(ctx)
+		}
+		if g != nil {
+			b, berr = g(ctx)
+		}
+		return a.Plus(b), errors.Join(aerr, berr)
 	}
 }
 
@@ -128,6 +138,7 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 		tracked = ts.chunk
 	}
 	var spent energy.Figure // what stages that did not answer spent outside this process
+	var spentSettle SettleFunc
 	if res.Attempts == nil {
 		res.Attempts = make([]Attempt, 0, len(c.stages))
 	}
@@ -143,6 +154,7 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 		res.Attempts = append(res.Attempts, Attempt{Stage: st.Name(), Duration: took, Err: err})
 		if err != nil && err != ErrMiss { //nolint:errorlint // a plain miss spent nothing: spared errors.As's reflection
 			if se := (*SpentError)(nil); errors.As(err, &se) {
+				spentSettle = join(spentSettle, spent, se.Settle, se.Energy)
 				spent = spent.Plus(se.Energy)
 			}
 		}
@@ -154,19 +166,19 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 			if ans.Energy.Grade == "" {
 				ans.Energy = c.stageEstimate(max(took-ans.SpentTime, 0), ans.Energy)
 			}
-			ans.Settle = ans.Settle.plus(ans.Spent)
-			ans.Energy, ans.Spent, ans.SpentTime = ans.Energy.Plus(ans.Spent), energy.Figure{}, 0
+			ans.Settle = join(ans.Settle, ans.Energy, ans.SpentSettle, ans.Spent)
+			ans.Energy, ans.Spent, ans.SpentSettle, ans.SpentTime = ans.Energy.Plus(ans.Spent), energy.Figure{}, nil, 0
 		}
 		span.endStage(req.Chat.Model, ans, err)
 		if err != nil {
 			if i == len(c.stages)-1 || res.Wrote || ctx.Err() != nil {
-				res.take(withSpent(ans, spent))
+				res.take(withSpent(ans, spent, spentSettle))
 				return err
 			}
 			c.opts.Logger.Warn().Str("request_id", req.ID).Str("stage", st.Name()).Err(err).Msg("stage failed; skipped")
 			continue
 		}
-		res.take(withSpent(ans, spent))
+		res.take(withSpent(ans, spent, spentSettle))
 		if tracked != nil && !ans.Streamed {
 			if err := Replay(ans, req.IncludeUsage(), tracked); err != nil {
 				return err
@@ -184,7 +196,7 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 	}
 	res.Stage = ""
 	if !spent.IsZero() {
-		res.Answer = &Answer{Energy: spent}
+		res.take(&Answer{Energy: spent, Settle: spentSettle})
 	}
 	return ErrMiss
 }
@@ -204,15 +216,15 @@ func (t *trackedSink) chunk(ch *Chunk) error {
 	return t.sink.Chunk(ch)
 }
 
-// withSpent adds what earlier stages spent to the figure of the answer that ends the walk; with
-// no answer, an empty one carries it, for the ledger.
-func withSpent(ans *Answer, spent energy.Figure) *Answer {
+// withSpent adds what earlier stages spent, which settle settles, to the figure of the answer
+// that ends the walk; with no answer, an empty one carries it, for the ledger.
+func withSpent(ans *Answer, spent energy.Figure, settle SettleFunc) *Answer {
 	switch {
 	case spent.IsZero():
 	case ans == nil:
-		ans = &Answer{Energy: spent}
+		ans = &Answer{Energy: spent, Settle: settle}
 	default:
-		ans.Settle = ans.Settle.plus(spent)
+		ans.Settle = join(ans.Settle, ans.Energy, settle, spent)
 		ans.Energy = ans.Energy.Plus(spent)
 	}
 	return ans

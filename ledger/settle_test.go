@@ -282,3 +282,30 @@ func TestPartialChainSettlement(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 }
+
+// TestSecondSettlement: a call settled twice breaks the chain even where its call is in the
+// archived part (a partial chain), and Sum counts the call once.
+func TestSecondSettlement(t *testing.T) {
+	path, _ := settledLedger(t, nil)
+	lines := bytes.Split(bytes.TrimSpace(mustRead(t, path)), []byte{'\n'})
+	r := decode(t, lines[3])
+	r.Seq, r.Prev = r.Seq+1, r.Hash
+	r.Time = r.Time.Add(time.Second)
+	r.Receipt = r.receipt().Hash()
+	r.Hash = newSealer(nil).seal(&r)
+	lines = append(lines, encode(t, r))
+	writeLines(t, path, lines[2:]) // the call's own record archived away
+	rep, err := Verifier{Partial: true}.Verify(path)
+	if !errors.Is(err, ErrBroken) || rep.Broken == nil || rep.Broken.Line != 3 || !strings.Contains(rep.Broken.Reason, "settled already") {
+		t.Fatalf("verified a second settlement in a partial chain: %+v, %v", rep, err)
+	}
+	writeLines(t, path, lines)
+	tot, err := Sum(path)
+	if want := rec(1).Joules + 12 + rec(3).Joules; err != nil || tot.Records != 3 || tot.Joules != want {
+		t.Fatalf("sum %+v, %v: want 3 records, %v J", tot.Total, err, want)
+	}
+	writeLines(t, path, lines[2:])
+	if tot, err := Sum(path); err != nil || tot.Records != 2 || tot.Joules != rec(3).Joules+12 {
+		t.Fatalf("sum of a partial chain %+v, %v: the lone settlement counted twice", tot.Total, err)
+	}
+}

@@ -44,10 +44,12 @@ type Totals struct {
 // Each call counts once, with its settled figure: a settlement record replaces the provisional
 // figure of the call it settles, in the call's groups (its day included), and is not counted as
 // a record of its own; one whose call is not in the files counts as that call. A provisional
-// call never settled counts with its provisional figure.
+// call never settled counts with its provisional figure. A second settlement of one call counts
+// nothing (Verify rejects it).
 func Sum(files ...string) (Totals, error) {
 	t := Totals{ByKeyID: map[string]Total{}, ByModel: map[string]Total{}, ByStage: map[string]Total{}, ByDay: map[string]Total{}}
 	provisional := map[string]counted{} // by receipt
+	settled := map[string]bool{}        // the receipts settlements named: a repeat counts nothing
 	chain, _ := Order(files)
 	for _, name := range chain {
 		err := scanFile(name, func(line []byte, n int, _ int64, whole bool) error {
@@ -60,6 +62,12 @@ func Sum(files ...string) (Totals, error) {
 				return fmt.Errorf("ledger: %s:%d: not a record: %w", name, n, err)
 			}
 			day := r.Time.UTC().Format("2006-01-02")
+			if r.Settles != "" {
+				if settled[r.Settles] {
+					return nil
+				}
+				settled[r.Settles] = true
+			}
 			if c, ok := provisional[r.Settles]; ok && r.Settles != "" {
 				delete(provisional, r.Settles)
 				t.settle(c, r.Joules, r.Saved)

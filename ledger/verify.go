@@ -108,6 +108,7 @@ func (v Verifier) Verify(files ...string) (Report, error) {
 	seal := newSealer(v.HMACKey)
 	var last *Record
 	unsettled := map[string]string{} // provisional calls' receipts → their request ids
+	settled := map[string]bool{}     // the receipts settlements named: each is settled once
 	for i, name := range rep.Files {
 		lastFile := i == len(rep.Files)-1
 		err := scanFile(name, func(line []byte, n int, off int64, whole bool) error {
@@ -150,12 +151,15 @@ func (v Verifier) Verify(files ...string) (Report, error) {
 			if r.Settles != "" {
 				id, ok := unsettled[r.Settles]
 				switch {
+				case settled[r.Settles]:
+					return bad("settles receipt %s, settled already", r.Settles)
 				case ok && id != r.RequestID:
 					return bad("settles receipt %s, which is request %s's, not request %s's", r.Settles, id, r.RequestID)
 				case !ok && rep.Genesis:
 					return bad("settles receipt %s, which is no provisional call before it in the chain, or one settled already", r.Settles)
 				}
 				delete(unsettled, r.Settles)
+				settled[r.Settles] = true
 				rep.Settlements++
 			} else if r.Provisional {
 				unsettled[r.Receipt] = r.RequestID

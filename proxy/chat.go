@@ -239,14 +239,17 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 		Grade: o.fig.Grade, Time: now}.Hash()
 	o.receiptTime = now
 	later := st.settle != nil && o.fig.Provisional
+	var left budgetLeft
+	var ok bool
+	var held heldCost
 	if later {
-		// The call keeps its reservation until its figure settles; what is left counts it at
-		// no less than its provisional joules.
-		if left, ok := s.budgets.remaining(resv.key); ok {
-			joules := left.joules - max(0, o.fig.Joules-resv.amount)
-			o.remaining, o.budgetCoverage = &joules, left.coverage()
-		}
-	} else if left, ok := s.budgets.settle(resv, o.fig); ok {
+		// The budget takes the figure's High now, which holds the settled figure, and the
+		// reservation ends with the response; the settlement books the difference (adjust).
+		left, held, ok = s.budgets.settleHigh(resv, o.fig)
+	} else {
+		left, ok = s.budgets.settle(resv, o.fig)
+	}
+	if ok {
 		joules := left.joules // allocated only for a key with a budget
 		o.remaining, o.budgetCoverage = &joules, left.coverage()
 	}
@@ -257,14 +260,17 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 	call := Call{Time: now, RequestID: st.id, KeyID: st.tenant, Key: st.key, Model: st.model, Stage: o.stage,
 		Backend: lf.backend, Status: status, Energy: o.fig, Receipt: o.receipt, Attempts: st.backendAttempts,
 		Disconnected: gone}
+	recorded := false
 	if s.opts.Record != nil {
 		if rerr := s.opts.Record(call); rerr != nil {
 			s.log.Error().Err(rerr).Str("request_id", st.id).Msg("ledger: record not written")
+		} else {
+			recorded = true
 		}
 	}
 	if later {
 		endCall(st.span, &st, o, status)
-		s.settleLater(st, resv, o, call, model, status, time.Since(start))
+		s.settleLater(st, held, o, call, recorded, model, status, time.Since(start))
 	} else {
 		s.calls.put(st.tenant, st.id, o, nil)
 		s.metrics.observe(st.stage, st.attempts, st.answered, o.fig, model, status, time.Since(start))

@@ -97,6 +97,9 @@ type Server struct {
 	calls   *callsTable
 	// settling counts the calls whose figures are settling after their responses (Close).
 	settling sync.WaitGroup
+	// settleMu guards settleClosed, set by Close, and every settling.Add, made only before it.
+	settleMu     sync.Mutex
+	settleClosed bool
 }
 
 // New builds the handler tree.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -84,6 +85,8 @@ type settleEdge struct {
 	reg *prometheus.Registry
 	mu  sync.Mutex
 	rec []Call
+	// failCalls makes the ledger hook fail every call's own record (not a settlement).
+	failCalls bool
 }
 
 func newSettleEdge(t *testing.T, st cascade.Stage) *settleEdge {
@@ -99,6 +102,9 @@ func newSettleEdge(t *testing.T, st cascade.Stage) *settleEdge {
 		Record: func(c Call) error {
 			e.mu.Lock()
 			defer e.mu.Unlock()
+			if e.failCalls && c.Settles == "" {
+				return errors.New("disk full")
+			}
 			e.rec = append(e.rec, c)
 			return nil
 		}})
@@ -273,7 +279,7 @@ func TestResponseDoesNotWaitForSettlement(t *testing.T) {
 	}
 	d := e.srv.ui.snapshot(time.Now())
 	if len(d.Stages) != 1 || d.Stages[0].Joules != 12 || d.Stages[0].Calls != 1 || len(d.Calls) != 1 || d.Calls[0].Joules != 12 ||
-		d.Calls[0].Receipt != receipt {
+		d.Calls[0].Receipt != receipt || d.Calls[0].SettledReceipt != s.Receipt {
 		t.Errorf("page: stages %+v, calls %+v", d.Stages, d.Calls)
 	}
 	if *st.calls != 1 {
@@ -318,19 +324,7 @@ func TestStreamSaysProvisional(t *testing.T) {
 	if status != http.StatusOK || tr.Get(HeaderJoulesState) != StateProvisional || tr.Get(HeaderJoules) != "10" {
 		t.Fatalf("status %d, trailers %v", status, tr)
 	}
-	var eoc *eocFigures
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok || !strings.Contains(line, `"eoc"`) {
-			continue
-		}
-		var ch eocChunk
-		if err := json.Unmarshal([]byte(line), &ch); err != nil {
-			t.Fatal(err)
-		}
-		eoc = &ch.EOC
-	}
+	eoc := lastEOC(t, body)
 	if eoc == nil || eoc.State != StateProvisional || eoc.Joules != 10 || eoc.JoulesHigh != 14 || !strings.Contains(body, `"state":"provisional"`) {
 		t.Fatalf("eoc chunk %+v in %s", eoc, body)
 	}
@@ -437,4 +431,155 @@ func TestSettlementLeavesAPartProvisional(t *testing.T) {
 	if got := e.recorded(); len(got) != 2 || got[1].Energy.Joules != 11 || got[1].Settles != h.Get(HeaderReceipt) {
 		t.Fatalf("records %+v", got)
 	}
+}
+
+// TestNextCallDoesNotWaitForSettlement: a budgeted key's first call settles its budget at its
+// High with the response, so the key's next call is answered while the first call's settlement
+// is still blocked; each settlement then books the settled figure, once.
+func TestNextCallDoesNotWaitForSettlement(t *testing.T) {
+	st := newSettlingStage(false)
+	e := newSettleEdge(t, st)
+	status, h, _, _ := e.do(t, http.MethodPost, "/v1/chat/completions", "sk-team", settleBody)
+	if status != http.StatusOK || h.Get(HeaderBudgetRemaining) != "986" {
+		t.Fatalf("first call: status %d, headers %v", status, h)
+	}
+	first := h.Get("X-Request-Id")
+	status, h, _, _ = e.do(t, http.MethodPost, "/v1/chat/completions", "sk-team", settleBody)
+	if status != http.StatusOK || h.Get(HeaderBudgetRemaining) != "972" {
+		t.Fatalf("second call: status %d, headers %v", status, h)
+	}
+	// The second call was answered before the first's settlement ran (it still blocks on
+	// release): not after the first gave up waiting.
+	if status, v := e.call(t, "sk-team", first, false); status != http.StatusOK || v.State != StateProvisional || v.Unsettled != "" {
+		t.Fatalf("the first call settled before the second was answered: %d %+v", status, v)
+	}
+	close(st.release)
+	for _, id := range []string{first, h.Get("X-Request-Id")} {
+		if v := e.settledCall(t, "sk-team", id); v.State != StateSettled {
+			t.Fatalf("%s: %+v", id, v)
+		}
+	}
+	if err := e.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left, ok := e.srv.budgets.remaining("team"); !ok || left.joules != 1000-24 {
+		t.Errorf("budget left %+v, want 976 (the settled 12 J twice)", left)
+	}
+}
+
+// TestSettlementNeedsTheCallsRecord: when the call's own ledger record failed, its settlement
+// is not recorded (it would name a record the chain lacks); the budget, metrics and calls table
+// still take the settled figure.
+func TestSettlementNeedsTheCallsRecord(t *testing.T) {
+	st := newSettlingStage(false)
+	e := newSettleEdge(t, st)
+	e.mu.Lock()
+	e.failCalls = true
+	e.mu.Unlock()
+	_, h, _, _ := e.do(t, http.MethodPost, "/v1/chat/completions", "sk-team", settleBody)
+	close(st.release)
+	v := e.settledCall(t, "sk-team", h.Get("X-Request-Id"))
+	if err := e.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.recorded(); len(got) != 0 {
+		t.Fatalf("records %+v: a settlement of a call the ledger lacks", got)
+	}
+	if v.State != StateSettled || v.Joules != 12 || v.SettledReceipt != "" {
+		t.Fatalf("%+v", v)
+	}
+	if left, _ := e.srv.budgets.remaining("team"); left.joules != 988 {
+		t.Errorf("budget left %+v, want 988", left)
+	}
+	if j := e.counter(t, "eoc_joules_total", nil); j != 12 {
+		t.Errorf("eoc_joules_total %v, want 12", j)
+	}
+}
+
+// TestSettlementAfterClose: a call whose response goes out after Close keeps its provisional
+// figure: no settlement runs or is recorded (the ledger may be closed), and the rest take the
+// provisional figure.
+func TestSettlementAfterClose(t *testing.T) {
+	st := newSettlingStage(false)
+	close(st.release)
+	e := newSettleEdge(t, st)
+	if err := e.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, h, _, _ := e.do(t, http.MethodPost, "/v1/chat/completions", "sk-team", settleBody)
+	v := e.settledCall(t, "sk-team", h.Get("X-Request-Id"))
+	if got := e.recorded(); len(got) != 1 || got[0].Settles != "" {
+		t.Fatalf("records %+v: want the call's alone", got)
+	}
+	if v.State != StateProvisional || v.Joules != 10 || v.Unsettled == "" || *st.calls != 0 {
+		t.Fatalf("%+v, Settle called %d times", v, *st.calls)
+	}
+	if left, _ := e.srv.budgets.remaining("team"); left.joules != 990 {
+		t.Errorf("budget left %+v, want 990", left)
+	}
+}
+
+// TestCallWaitOutlivesEviction: a ?wait=1 read whose call is dropped from the table while it
+// waits answers with the figure it read, not an empty one.
+func TestCallWaitOutlivesEviction(t *testing.T) {
+	e := newSettleEdge(t, newSettlingStage(false))
+	done := make(chan struct{})
+	o := outcome{stage: "neural", fig: gpuFig(10, 8, 14, true), receipt: "r", receiptTime: time.Now()}
+	e.srv.calls.put("team", "req_x", o, done)
+	e.srv.calls.waiting = func(string) {
+		for i := range maxCallsPerKey {
+			e.srv.calls.put("team", "other-"+strconv.Itoa(i), o, nil)
+		}
+		close(done)
+	}
+	status, v := e.call(t, "sk-team", "req_x", true)
+	if status != http.StatusOK || v.RequestID != "req_x" || v.Joules != 10 || v.JoulesHigh != 14 || v.Receipt != "r" || v.State != StateProvisional {
+		t.Fatalf("status %d, %+v", status, v)
+	}
+	if _, ok := e.srv.calls.get("team", "req_x"); ok {
+		t.Fatal("the call was not dropped: the test tests nothing")
+	}
+}
+
+// TestCallsTableTotalBytes: across keys the table holds at most maxCallBytes, the key with the
+// most bytes dropping its oldest first, and every key keeps its newest call.
+func TestCallsTableTotalBytes(t *testing.T) {
+	tab := newCallsTable()
+	big := outcome{stage: "neural", fig: gpuFig(1, 1, 1, false), receipt: "r"}
+	big.fig.Reason = strings.Repeat("r", 64<<10)
+	keys := 2 * maxCallBytes / maxCallBytesPerKey
+	for i := range 20 {
+		for k := range keys {
+			tab.put("k"+strconv.Itoa(k), "id-"+strconv.Itoa(i), big, nil)
+		}
+	}
+	sum := 0
+	for name, k := range tab.keys {
+		sum += k.bytes
+		if _, ok := k.byID["id-19"]; !ok {
+			t.Errorf("key %s lost its newest call", name)
+		}
+	}
+	if tab.bytes > maxCallBytes || sum != tab.bytes {
+		t.Fatalf("%d bytes held (keys sum to %d), bound %d", tab.bytes, sum, maxCallBytes)
+	}
+}
+
+// lastEOC is the figures of the last `eoc` chunk of an SSE body, nil when it has none.
+func lastEOC(t *testing.T, body string) *eocFigures {
+	t.Helper()
+	var eoc *eocFigures
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || !strings.Contains(line, `"eoc"`) {
+			continue
+		}
+		var ch eocChunk
+		if err := json.Unmarshal([]byte(line), &ch); err != nil {
+			t.Fatal(err)
+		}
+		eoc = &ch.EOC
+	}
+	return eoc
 }

@@ -83,6 +83,9 @@ type UICall struct {
 	Status  int       `json:"status"`
 	Tokens  int       `json:"completion_tokens"`
 	Receipt string    `json:"receipt"`
+	// SettledReceipt is the settlement record's receipt, of the settled figure shown, when the
+	// call's figure settled after its response (Receipt, the client's, is of the provisional one).
+	SettledReceipt string `json:"settled_receipt,omitempty"`
 	energy.Figure
 }
 
@@ -92,7 +95,7 @@ func (s *Server) observe(st *settlement, o outcome, model string, status int, no
 	if s.metrics != nil {
 		model = s.metrics.labels.label(model)
 	}
-	s.ui.observe(st, o.stage, model, o.fig, status, o.receipt, now)
+	s.ui.observe(st, o.stage, model, o.fig, status, o.receipt, "", now)
 	endCall(st.span, st, o, status)
 }
 
@@ -102,7 +105,7 @@ func newUIStats(now time.Time) *uiStats {
 
 // observe counts one settled call. stage and model are the labels /metrics used; fig is the
 // rounded figure the headers, receipt, ledger and metrics carry.
-func (u *uiStats) observe(st *settlement, stage, model string, fig energy.Figure, status int, receipt string, now time.Time) {
+func (u *uiStats) observe(st *settlement, stage, model string, fig energy.Figure, status int, receipt, settledReceipt string, now time.Time) {
 	if u == nil {
 		return
 	}
@@ -116,7 +119,7 @@ func (u *uiStats) observe(st *settlement, stage, model string, fig energy.Figure
 		asked = strings.Clone(strings.ToValidUTF8(asked[:uiModelName], ""))
 	}
 	u.recent[u.next] = UICall{Time: now, Stage: stage, Model: asked, Backend: st.backend, Status: status,
-		Tokens: st.tokens, Receipt: receipt, Figure: fig}
+		Tokens: st.tokens, Receipt: receipt, SettledReceipt: settledReceipt, Figure: fig}
 	u.next = (u.next + 1) % uiRecent
 	u.filled = min(u.filled+1, uiRecent)
 	if !st.answered {

@@ -67,7 +67,7 @@ type Embedder struct {
 	id    string
 	model string
 	be    cascade.Embedder
-	meter *meter.Meter
+	begin func(string) meterSpan // opens the call's meter span (tests fake it)
 }
 
 // NewEmbedder returns an Embedder over backend b, named name in the meter (a BackendInfo name,
@@ -78,19 +78,27 @@ func NewEmbedder(name, id, model string, b cascade.Backend, m *meter.Meter) (*Em
 	if !ok {
 		return nil, fmt.Errorf("backend %s: %w", name, cascade.ErrNoEmbeddings)
 	}
-	return &Embedder{name: name, id: id, model: model, be: be, meter: m}, nil
+	return &Embedder{name: name, id: id, model: model, be: be, begin: beginOn(m)}, nil
 }
 
 // ID is the id NewEmbedder was given.
 func (e *Embedder) ID() string { return e.id }
 
-// Embed returns one vector per text and what the call cost, failed calls included.
+// Embed returns one vector per text and what the call cost, failed calls included. A provisional
+// figure stays provisional: EmbedSettle also says how to settle it.
 func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, energy.Figure, error) {
-	// kv takes the figure as End made it: a provisional one stays provisional in the answer it
-	// helps to find (its bounds hold the settled figure).
-	out, _, err := embed(ctx, beginOn(e.meter), e.name, e.be, cascade.EmbedRequest{Model: e.model, Input: texts})
+	vs, fig, _, err := e.EmbedSettle(ctx, texts)
+	return vs, fig, err
+}
+
+// EmbedSettle is Embed, also returning how to get the figure's final form once the meter's
+// counters settle (nil when it is final), for the answer the embedding helps to find (kv carries
+// it beside Answer.Spent, and the walk composes it into the answer's settlement).
+func (e *Embedder) EmbedSettle(ctx context.Context, texts []string) ([][]float32, energy.Figure, cascade.SettleFunc, error) {
+	out, span, err := embed(ctx, e.begin, e.name, e.be, cascade.EmbedRequest{Model: e.model, Input: texts})
+	settle := settleOf([]meterSpan{span}, []cascade.BackendAttempt{{Energy: out.Energy}})
 	if err != nil {
-		return nil, out.Energy, err
+		return nil, out.Energy, settle, err
 	}
-	return out.Vectors, out.Energy, nil
+	return out.Vectors, out.Energy, settle, nil
 }

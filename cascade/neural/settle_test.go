@@ -151,3 +151,37 @@ func TestSettleEmbeddings(t *testing.T) {
 		t.Fatalf("settled %+v, %v", fig, err)
 	}
 }
+
+// vecBackend embeds every text as {1, 2}.
+type vecBackend struct{ chatOnly }
+
+func (vecBackend) Embed(_ context.Context, req cascade.EmbedRequest) (cascade.Embeddings, error) {
+	vs := make([][]float32, len(req.Input))
+	for i := range vs {
+		vs[i] = []float32{1, 2}
+	}
+	return cascade.Embeddings{Vectors: vs, PromptTokens: 1}, nil
+}
+
+// TestEmbedderSettles: the embedder kv uses returns its span's settle function with a
+// provisional figure, so the answer the embedding helps to find can settle it; none with a final
+// figure.
+func TestEmbedderSettles(t *testing.T) {
+	e, err := NewEmbedder("gpu", "id", "m", vecBackend{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin, settles := fakeBegin(false, false)
+	e.begin = begin
+	vs, fig, settle, err := e.EmbedSettle(context.Background(), []string{"a", "b"})
+	if err != nil || len(vs) != 2 || !fig.Provisional || fig.Joules != 10 || settle == nil {
+		t.Fatalf("%v %+v settle set %v: %v", vs, fig, settle != nil, err)
+	}
+	if got, err := settle(context.Background()); err != nil || got.Provisional || got.Joules != 12 || *settles != 1 {
+		t.Fatalf("settled %+v, %v (%d settles)", got, err, *settles)
+	}
+	e.begin, _ = fakeBegin(true, false)
+	if _, fig, settle, err := e.EmbedSettle(context.Background(), []string{"a"}); err != nil || fig.Provisional || settle != nil {
+		t.Fatalf("a final figure %+v with settle set %v: %v", fig, settle != nil, err)
+	}
+}

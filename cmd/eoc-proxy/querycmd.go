@@ -19,6 +19,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/config"
+	"github.com/eoc-proxy/eoc-proxy/energy"
+	"github.com/eoc-proxy/eoc-proxy/proxy"
 )
 
 func init() { register("query", runQuery) }
@@ -33,25 +35,33 @@ var stdin io.Reader = os.Stdin
 // figures and receipt the HTTP API sends in its X-EOC headers, and the API's error when the
 // call failed.
 type queryResult struct {
-	Stage            string      `json:"stage"`
-	Model            string      `json:"model"`
-	Answer           string      `json:"answer"`
-	Status           int         `json:"status"`
-	Joules           float64     `json:"joules"`
-	JoulesLow        float64     `json:"joules_low"`
-	JoulesHigh       float64     `json:"joules_high"`
-	Grade            string      `json:"grade"`
-	Coverage         string      `json:"coverage"`
-	Method           string      `json:"method"`
-	Reason           string      `json:"reason,omitempty"`
-	JoulesSaved      float64     `json:"joules_saved,omitempty"`
-	JoulesSavedGrade string      `json:"joules_saved_grade,omitempty"`
-	Receipt          string      `json:"receipt"`
-	ReceiptTime      string      `json:"receipt_time"`
-	Backend          string      `json:"backend,omitempty"`
-	Attempts         int         `json:"attempts,omitempty"`
-	RequestID        string      `json:"request_id"`
-	Error            *queryError `json:"error,omitempty"`
+	Stage  string `json:"stage"`
+	Model  string `json:"model"`
+	Answer string `json:"answer"`
+	Status int    `json:"status"`
+	energy.View
+	JoulesSaved      float64 `json:"joules_saved,omitempty"`
+	JoulesSavedGrade string  `json:"joules_saved_grade,omitempty"`
+	Receipt          string  `json:"receipt"`
+	ReceiptTime      string  `json:"receipt_time"`
+	Backend          string  `json:"backend,omitempty"`
+	Attempts         int     `json:"attempts,omitempty"`
+	RequestID        string  `json:"request_id"`
+	// State is X-EOC-Joules-State: "provisional" when the figure above was made before the GPU
+	// counter updated; Settled then has the figure it settled to.
+	State   string        `json:"state,omitempty"`
+	Settled *querySettled `json:"settled,omitempty"`
+	Error   *queryError   `json:"error,omitempty"`
+}
+
+// querySettled is what GET /v1/eoc/calls/{request_id}?wait=1 said of a provisional call: its
+// settled figure and the settlement's receipt (Receipt above stays the client's), or, with
+// State still "provisional", why it did not settle.
+type querySettled struct {
+	State string `json:"state"`
+	energy.View
+	SettledReceipt string `json:"settled_receipt,omitempty"`
+	Unsettled      string `json:"unsettled,omitempty"`
 }
 
 // queryError is the HTTP API's error object, as a chat call would have received it.
@@ -138,6 +148,9 @@ func runQuery(args []string, stdout io.Writer) (err error) {
 	rec := httptest.NewRecorder()
 	a.handler.ServeHTTP(rec, req)
 	res := queryResultOf(*model, rec.Result())
+	if res.State == proxy.StateProvisional && res.RequestID != "" {
+		settleQuery(ctx, a.handler, key, &res)
+	}
 
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -184,12 +197,13 @@ func queryResultOf(model string, resp *http.Response) queryResult {
 	attempts, _ := strconv.Atoi(h.Get("X-Eoc-Attempts"))
 	res := queryResult{
 		Stage: h.Get("X-Eoc-Stage"), Model: model, Status: resp.StatusCode,
-		Joules: num("X-Eoc-Joules"), JoulesLow: num("X-Eoc-Joules-Low"), JoulesHigh: num("X-Eoc-Joules-High"),
-		Grade: h.Get("X-Eoc-Energy"), Coverage: h.Get("X-Eoc-Coverage"), Method: h.Get("X-Eoc-Energy-Method"),
-		Reason: h.Get("X-Eoc-Energy-Reason"), JoulesSaved: num("X-Eoc-Joules-Saved"),
+		View: energy.View{Joules: num("X-Eoc-Joules"), JoulesLow: num("X-Eoc-Joules-Low"), JoulesHigh: num("X-Eoc-Joules-High"),
+			Grade: h.Get("X-Eoc-Energy"), Coverage: h.Get("X-Eoc-Coverage"), Method: h.Get("X-Eoc-Energy-Method"),
+			Reason: h.Get("X-Eoc-Energy-Reason")},
+		JoulesSaved:      num("X-Eoc-Joules-Saved"),
 		JoulesSavedGrade: h.Get("X-Eoc-Joules-Saved-Grade"), Receipt: h.Get("X-Eoc-Receipt"),
 		ReceiptTime: h.Get("X-Eoc-Receipt-Time"), Backend: h.Get("X-Eoc-Backend"), Attempts: attempts,
-		RequestID: h.Get("X-Request-Id"),
+		RequestID: h.Get("X-Request-Id"), State: h.Get(proxy.HeaderJoulesState),
 	}
 	body, _ := io.ReadAll(resp.Body) // a recorder's body: in memory
 	if resp.StatusCode == http.StatusOK {
@@ -222,6 +236,34 @@ func queryResultOf(model string, resp *http.Response) queryResult {
 	return res
 }
 
+// settleTries bounds how many ?wait=1 reads settleQuery makes (each waits at most 2 s; the
+// proxy gives a settlement at most 5 s).
+const settleTries = 4
+
+// settleQuery reads the settled figure of res's provisional call from the calls endpoint of h
+// (in process, before shutdown), until it is settled or says why not.
+func settleQuery(ctx context.Context, h http.Handler, key string, res *queryResult) {
+	for range settleTries {
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/v1/eoc/calls/"+res.RequestID+"?wait=1", nil)
+		req.RemoteAddr = "127.0.0.1:0"
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		var v proxy.CallFigure
+		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &v) != nil {
+			res.Settled = &querySettled{State: proxy.StateProvisional, Unsettled: fmt.Sprintf("the calls endpoint answered HTTP %d", rec.Code)}
+			return
+		}
+		res.Settled = &querySettled{State: v.State, View: v.View, SettledReceipt: v.SettledReceipt, Unsettled: v.Unsettled}
+		if v.State != proxy.StateProvisional || v.Unsettled != "" || ctx.Err() != nil {
+			return
+		}
+	}
+	res.Settled.Unsettled = "still settling when the query stopped reading"
+}
+
 // printQuery writes res as labelled lines.
 func printQuery(w io.Writer, r queryResult) error {
 	out := &printer{w: w}
@@ -242,6 +284,16 @@ func printQuery(w io.Writer, r queryResult) error {
 			out.printf(" (%s)", r.Reason)
 		}
 		out.printf("\n")
+		if r.State != "" {
+			out.printf("state   : %s\n", r.State)
+		}
+	}
+	if st := r.Settled; st != nil {
+		if st.State == proxy.StateSettled {
+			out.printf("settled : %s J %s, coverage %s (%s ≤ J ≤ %s)\n", queryJ(st.Joules), st.Grade, st.Coverage, queryJ(st.JoulesLow), queryJ(st.JoulesHigh))
+		} else {
+			out.printf("settled : no, the provisional figure stands (%s)\n", st.Unsettled)
+		}
 	}
 	if r.JoulesSaved > 0 {
 		out.printf("saved   : %s J %s\n", queryJ(r.JoulesSaved), r.JoulesSavedGrade)
@@ -252,6 +304,9 @@ func printQuery(w io.Writer, r queryResult) error {
 	if r.Receipt != "" {
 		out.printf("receipt : %s\n", r.Receipt)
 		out.printf("time    : %s\n", r.ReceiptTime)
+	}
+	if r.Settled != nil && r.Settled.SettledReceipt != "" {
+		out.printf("settled receipt : %s\n", r.Settled.SettledReceipt)
 	}
 	return out.err
 }

@@ -29,15 +29,19 @@ func main() {
 			question = args[0].String()
 		}
 		// A Promise, the walk on a goroutine of its own: a call from JavaScript must not block
-		// the event loop.
-		return global.Get("Promise").New(js.FuncOf(func(_ js.Value, p []js.Value) any {
+		// the event loop. The Promise runs its executor at once, inside New, so the executor is
+		// released right after: each call's would otherwise stay in Go's table of functions.
+		executor := js.FuncOf(func(_ js.Value, p []js.Value) any {
 			ok := p[0]
 			go func() {
 				out, _ := json.Marshal(b.resolve(question)) // plain strings and numbers: cannot fail
 				ok.Invoke(global.Get("JSON").Call("parse", string(out)))
 			}()
 			return nil
-		}))
+		})
+		promise := global.Get("Promise").New(executor)
+		executor.Release()
+		return promise
 	})
 	// new WasmCascade() returns an object with resolve: one cascade per page, shared.
 	global.Set("WasmCascade", js.FuncOf(func(js.Value, []js.Value) any {

@@ -28,17 +28,11 @@ import (
 // cost, with the receipt serve would have sent for the same call. The figures are the stated
 // model serve uses for in-process stages, estimated, never measured.
 type Result struct {
-	Stage            string  `json:"stage"`
-	Payload          string  `json:"payload"`
-	Model            string  `json:"model"`
-	Joules           float64 `json:"joules"`
+	Stage   string `json:"stage"`
+	Payload string `json:"payload"`
+	Model   string `json:"model"`
+	energy.View
 	Microjoules      float64 `json:"microjoules"`
-	JoulesLow        float64 `json:"joules_low"`
-	JoulesHigh       float64 `json:"joules_high"`
-	Grade            string  `json:"grade"`
-	Coverage         string  `json:"coverage"`
-	Method           string  `json:"method"`
-	Reason           string  `json:"reason"`
 	JoulesSaved      float64 `json:"joules_saved,omitempty"`
 	JoulesSavedGrade string  `json:"joules_saved_grade,omitempty"`
 	Receipt          string  `json:"receipt"`
@@ -115,8 +109,7 @@ func (b *browserCascade) resolve(question string) Result {
 	}
 	fig = fig.Rounded()
 	now := time.Now()
-	r.Joules, r.Microjoules, r.JoulesLow, r.JoulesHigh = fig.Joules, math.Round(fig.Joules*1e9)/1e3, fig.Low, fig.High
-	r.Grade, r.Coverage, r.Method, r.Reason = string(fig.Grade), fig.Coverage, fig.Method, fig.Reason
+	r.View, r.Microjoules = fig.View(), math.Round(fig.Joules*1e9)/1e3
 	if fig.Saved > 0 {
 		r.JoulesSaved, r.JoulesSavedGrade = fig.Saved, string(energy.Estimated)
 	}

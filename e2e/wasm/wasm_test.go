@@ -21,25 +21,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-)
 
-// chromium finds the browser: $EOC_CHROMIUM, else Debian's chromium on PATH (as e2e's TestUIPage).
-func chromium(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("EOC_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("EOC_E2E") == "1" || os.Getenv("CI") == "true" {
-		t.Fatal("no chromium on PATH (Debian: apt-get install chromium; .ci/run installs it)")
-	}
-	t.Skip("no chromium on PATH")
-	return ""
-}
+	"github.com/eoc-proxy/eoc-proxy/internal/browsertest"
+)
 
 func goEnv(t *testing.T, name string) string {
 	t.Helper()
@@ -115,7 +99,7 @@ var (
 // returns the same shape, with a receipt; a question no cheap stage answers says the neural
 // stage is absent.
 func TestWasmInChromium(t *testing.T) {
-	browser := chromium(t)
+	browser := browsertest.Chromium(t)
 	dir, size := site(t)
 	t.Logf("eoc.wasm: %d bytes (%.1f MiB)", size, float64(size)/(1<<20))
 	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
