@@ -94,6 +94,9 @@ type procSample struct {
 // splits it among overlapping calls.
 func (m *Meter) Begin(backend string) *Span {
 	s := &Span{m: m, start: time.Now()}
+	if m != nil {
+		s.start = m.opts.now()
+	}
 	if m == nil {
 		return s
 	}
@@ -110,7 +113,7 @@ func (m *Meter) Begin(backend string) *Span {
 
 	if m.mac != nil {
 		s.mac = m.mac.begin(m, s)
-		s.start = time.Now()
+		s.start = m.opts.now()
 		return s
 	}
 	if s.treeErr = s.b.noProcess(); s.treeErr != nil {
@@ -120,7 +123,7 @@ func (m *Meter) Begin(backend string) *Span {
 	s.b.edges.mu.Lock()
 	c.procsA, c.cgA, s.treeErr = m.sampleTree(s.b, c.bufA[:0], false)
 	if s.treeErr == nil {
-		m.book(s.b, s, true, c.procsA, c.cgA, time.Now())
+		m.book(s.b, s, true, c.procsA, c.cgA, m.opts.now())
 	}
 	s.b.edges.mu.Unlock()
 	if s.treeErr != nil {
@@ -139,7 +142,7 @@ func (m *Meter) Begin(backend string) *Span {
 		c.hostA, c.hostErr = m.proc.hostTimes()
 		c.raplA, c.raplErr = m.rapl.read()
 	}
-	s.start = time.Now()
+	s.start = m.opts.now()
 	return s
 }
 
@@ -163,7 +166,7 @@ func (s *Span) End(w Work) energy.Figure {
 		return s.fig
 	}
 	in.Local = true
-	end := time.Now()
+	end := m.opts.now()
 	in.Wall = end.Sub(s.start)
 	in.CPUWatts, in.GPUWatts = m.opts.CPUWattsPerCore, m.opts.GPUWatts
 	if s.treeErr != nil {
@@ -264,7 +267,7 @@ func (s *Span) readEnd(e *endReadings) {
 	s.b.edges.mu.Lock()
 	e.procs, e.cg, e.treeErr = m.sampleTree(s.b, c.bufB[:0], true)
 	if e.treeErr == nil {
-		m.book(s.b, s, false, e.procs, e.cg, time.Now())
+		m.book(s.b, s, false, e.procs, e.cg, m.opts.now())
 	} else {
 		s.b.edges.leave(s)
 	}
@@ -312,6 +315,15 @@ func (s *Span) addTree(in *spanSample, e *endReadings) {
 	}
 	in.TreeFound = true
 	in.TreeCPU, in.TreeShort = time.Duration(s.share.cpu), s.share.short
+	if s.b != nil && s.c != nil {
+		in.Cores = s.b.cores
+		// A tick per process read at each end (a cgroup's usage_usec: a microsecond).
+		if s.b.cgroup != "" {
+			in.CPUSlack = 2 * time.Microsecond
+		} else {
+			in.CPUSlack = time.Duration(len(s.c.procsA)+len(e.procs)) * time.Duration(tickNs)
+		}
+	}
 	if s.marked && s.markOK {
 		in.Marked, in.MarkCPU = true, time.Duration(s.markCPU)
 	} else if s.marked {
