@@ -4,6 +4,8 @@ package meter
 
 import (
 	"cmp"
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -21,14 +23,31 @@ import (
 )
 
 // gpuScript drives one mock device: its energy counter, which advances by step on every read,
-// and its process list and utilisation samples, which may change after the span begins.
+// and its process list and utilisation samples, which may change after the span begins: pids
+// gives the list in each phase of the test (0 until the test moves it on: setPhase).
 type gpuScript struct {
 	mu     sync.Mutex
 	energy uint64 // mJ
 	step   uint64
-	pids   func(call int) []uint32
+	pids   func(phase int) []uint32
 	util   []nvml.ProcessUtilizationSample
-	calls  int
+	phase  int
+	gate   chan struct{} // when not nil, energy reads wait for it to close
+}
+
+func (s *gpuScript) setPhase(p int) {
+	s.mu.Lock()
+	s.phase = p
+	s.mu.Unlock()
+}
+
+// fieldPower is a field value of instant power, w watts in mW as NVML gives it.
+func fieldPower(v []nvml.FieldValue, w uint32) nvml.Return {
+	for k := range v {
+		v[k].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
+		binary.LittleEndian.PutUint32(v[k].Value[:], w*1000)
+	}
+	return nvml.SUCCESS
 }
 
 // mockNVML builds a DGX H100 whose device 0 follows s; the other seven are idle, their
@@ -39,6 +58,7 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 		dev := d.(*server.Device)
 		dev.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { return 700_000, nvml.SUCCESS } // an H100 SXM's 700 W
 		dev.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 70_000, nvml.SUCCESS }
+		dev.GetFieldValuesFunc = func(v []nvml.FieldValue) nvml.Return { return fieldPower(v, 300) }
 		if i > 0 {
 			idle := uint64(0)
 			dev.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) { idle += 70_000; return idle, nvml.SUCCESS }
@@ -49,6 +69,12 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 		}
 		dev.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) {
 			s.mu.Lock()
+			gate := s.gate
+			s.mu.Unlock()
+			if gate != nil {
+				<-gate
+			}
+			s.mu.Lock()
 			defer s.mu.Unlock()
 			v := s.energy
 			s.energy += s.step
@@ -57,9 +83,8 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			s.calls++
 			var out []nvml.ProcessInfo
-			for _, p := range s.pids(s.calls) {
+			for _, p := range s.pids(s.phase) {
 				out = append(out, nvml.ProcessInfo{Pid: p, UsedGpuMemory: 4 << 30})
 			}
 			return out, nvml.SUCCESS
@@ -141,7 +166,10 @@ func TestNVMLSpans(t *testing.T) {
 		vanish bool   // the runner's GPU worker (102) exits mid-span
 		noNode bool   // 102 does not hold /dev/nvidia0 open
 		refuse string // a /proc path whose listing is refused
-		want   energy.Figure
+		// between: the test waits for the sampler to read the device in phase 1, then moves
+		// to phase 2 before End
+		between bool
+		want    energy.Figure
 	}{
 		{name: "sole user",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }},
@@ -153,10 +181,29 @@ func TestNVMLSpans(t *testing.T) {
 		{name: "shared GPU, no utilisation samples",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102, 4242} }},
 			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
-		{name: "other process present but idle: ≥ 99% of process time",
+		// A sample of 0 % is no evidence that the other process used no GPU time over the span: NVML
+		// returns at most one sample a process, and often none.
+		{name: "other process present, its one utilisation sample 0 %: still shared",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102, 4242} },
 				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 97}, {Pid: 4242, SmUtil: 0}}},
-			want: energy.Figure{Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl+nvml", GPUJoules: counterFigure}},
+			want: energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
+		{name: "other process at Begin only, gone before End: shared",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(phase int) []uint32 {
+				if phase == 0 {
+					return []uint32{102, 4242}
+				}
+				return []uint32{102}
+			}},
+			want: energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
+		{name: "other process born and gone inside the span, seen only by the sampler: shared",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(phase int) []uint32 {
+				if phase == 1 {
+					return []uint32{102, 4242}
+				}
+				return []uint32{102}
+			}},
+			between: true,
+			want:    energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
 		{name: "no GPU time: exactly 0 though the rail moves",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{200} }},
 			noNode: true,
@@ -180,8 +227,8 @@ func TestNVMLSpans(t *testing.T) {
 				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 10}, {Pid: 4242, SmUtil: 90}}},
 			want: energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
 		{name: "GPU process vanished mid-span",
-			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(call int) []uint32 {
-				if call == 1 {
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(phase int) []uint32 {
+				if phase == 0 {
 					return []uint32{102}
 				}
 				return nil
@@ -189,8 +236,8 @@ func TestNVMLSpans(t *testing.T) {
 			vanish: true,
 			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUVanished}},
 		{name: "the tree started on the GPU mid-span: no counter read at Begin, the GPU model",
-			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(call int) []uint32 {
-				if call == 1 {
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(phase int) []uint32 {
+				if phase == 0 {
 					return nil
 				}
 				return []uint32{102}
@@ -214,7 +261,13 @@ func TestNVMLSpans(t *testing.T) {
 				m.proc.fs = m.fs
 			}
 			s := m.Begin("ollama")
-			<-s.c.gpuAlign.done  // Begin's update is seen before the clock moves on
+			<-s.c.gpuAlign.done // Begin's update is seen before the clock moves on
+			tc.script.setPhase(1)
+			waitSampled(t, m.gpu, 0, 2) // the sampler has read the device in phase 1
+			if tc.between {
+				tc.script.setPhase(2)
+				waitSampled(t, m.gpu, 0, 2)
+			}
 			cpuWork(t, m, 1, 10) // the CPU side: 10 J measured, added to every want below
 			tc.want.Joules += 10
 			tc.want.CPUJoules = 10
@@ -225,6 +278,27 @@ func TestNVMLSpans(t *testing.T) {
 				writeFile(t, filepath.Join(procRoot, "101", "task", "101", "children"), "")
 			}
 			got := s.End(Work{Model: "llama3", PromptTokens: 10, CompletionTokens: 20})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			settled, err := s.Settled(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Provisional {
+				// End's figure holds the settled one within its bounds.
+				if settled.Provisional || settled.Joules < got.Low-1e-9 || settled.Joules > got.High+1e-9 {
+					t.Fatalf("provisional %+v does not hold the settled %+v", got, settled)
+				}
+				if d, err := Recompute(got); err != nil || Disagreement(got, d) != "" {
+					t.Fatalf("the provisional figure does not recompute: %v %s", err, Disagreement(got, d))
+				}
+			} else if settled != got {
+				t.Fatalf("End's figure was final, yet Settled gave %+v", settled)
+			}
+			got = settled
+			if d, err := Recompute(got); err != nil || Disagreement(got, d) != "" {
+				t.Fatalf("the settled figure does not recompute: %v %s", err, Disagreement(got, d))
+			}
 			if tc.want.Method == "rapl+gpu-model" {
 				// The model prices 300 W × wall × 0.5 GPU busy: only its shape is fixed.
 				if got.GPUJoules <= 0 || got.Grade != tc.want.Grade || got.Method != tc.want.Method || got.Reason != tc.want.Reason {
@@ -246,6 +320,24 @@ func TestNVMLSpans(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitSampled waits until device i's sampler has read its process list n more times.
+// Synchronisation, not a timing assertion: it fails only when the sampler stopped.
+func waitSampled(t *testing.T, g *gpus, i, n int) {
+	t.Helper()
+	g.mu.Lock()
+	want := g.logs[i].n + n
+	g.mu.Unlock()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		g.mu.Lock()
+		got := g.logs[i].n
+		g.mu.Unlock()
+		if got >= want {
+			return
+		}
+	}
+	t.Fatalf("the sampler of device %d did not read its processes", i)
 }
 
 // TestNVMLWindow: both ends of a GPU window are counter updates: Begin's is the first update
@@ -285,7 +377,7 @@ func TestNVMLWindow(t *testing.T) {
 			d := tc.dev
 			d.clk, d.t0 = clk, clk.Now()
 			clk.Advance(time.Millisecond)
-			g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, period: 100 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{&d}}
+			g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, period: 100 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{&d}, closed: true}
 			var a, b gpuSnap
 			g.snapshot(&a)
 			if tc.endFirst {
@@ -297,7 +389,7 @@ func TestNVMLWindow(t *testing.T) {
 				clk.Advance(tc.span)
 				g.snapshot(&b)
 			}
-			r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, clk.Now())
+			r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, a.at, b.at)
 			switch {
 			case tc.err != nil || tc.errSubstr != "":
 				if r.Err == nil || (tc.err != nil && !errors.Is(r.Err, tc.err)) || !strings.Contains(r.Err.Error(), tc.errSubstr) {
@@ -350,7 +442,14 @@ func (d *profileDevice) EnergyMJ() (uint64, error) {
 	}
 	return uint64(e), nil
 }
-func (d *profileDevice) PIDs(dst []uint32) ([]uint32, error)    { return append(dst, 7), nil }
+func (d *profileDevice) PIDs(dst []uint32) ([]uint32, error) { return append(dst, 7), nil }
+func (d *profileDevice) InstantPowerW() (float64, error) {
+	since := d.clk.Now().Sub(d.t0)
+	if since >= d.busyFrom && since < d.busyTo {
+		return d.busyW, nil
+	}
+	return d.idleW, nil
+}
 func (d *profileDevice) Utilization(uint64) ([]procUtil, error) { return nil, nil }
 func (d *profileDevice) PowerLimitW() (float64, error)          { return 700, nil }
 func (d *profileDevice) PowerW() (float64, error) {
@@ -374,6 +473,7 @@ func TestNVMLBrackets(t *testing.T) {
 		busyW     float64       // what it draws over the span (0: 250 W)
 		prevEnd   time.Duration // another span ended this long after t0 (0: none); the idle power is then known, 50 W
 		later     bool          // another span began after this one
+		noPower   bool          // no instant power was read
 		joules    float64
 		low, high float64
 		sub       bool
@@ -394,8 +494,12 @@ func TestNVMLBrackets(t *testing.T) {
 		// 40 ms inside one bracket (52.5..92.5): 2.625 + 10 + 0.375 J, the span's 10.
 		{name: "no update inside the span: one bracket, split", span: 40 * ms, powerW: 50,
 			joules: 10, low: 0, high: 13, sub: true},
+		// No update inside: the board's instant power over the span (250 W), within the bracket.
 		{name: "no update inside the span, idle power unknown", span: 40 * ms,
-			joules: 13 * 0.4, low: 0, high: 13, sub: true},
+			joules: 10, low: 0, high: 13, sub: true},
+		// No instant power read: the board at its 700 W limit, no more than the bracket.
+		{name: "no update inside the span, no instant power", span: 40 * ms, noPower: true,
+			joules: 13, low: 0, high: 13, sub: true},
 		// The board idled through the span (a call that used no GPU time), and its power read
 		// 80 W: the bracket does not look busy at that idle power, so it is split by time.
 		{name: "idle power read above what the bracket drew: split by time", span: 40 * ms, powerW: 80, busyW: 50,
@@ -407,7 +511,7 @@ func TestNVMLBrackets(t *testing.T) {
 			t0 := clk.Now()
 			begin := 52500 * time.Microsecond
 			d := &profileDevice{clk: clk, t0: t0, idleW: 50, busyW: cmp.Or(tc.busyW, 250), busyFrom: begin, busyTo: begin + tc.span, powerW: tc.powerW}
-			g := &gpus{wait: 250 * ms, poll: 5 * ms, period: 100 * ms, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}}
+			g := &gpus{wait: 250 * ms, poll: 5 * ms, period: 100 * ms, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}, closed: true}
 			if tc.prevEnd > 0 {
 				g.lastEnd = t0.Add(tc.prevEnd)
 				g.idleW = []float64{50}
@@ -423,17 +527,22 @@ func TestNVMLBrackets(t *testing.T) {
 				g.snapshot(&b)
 				al = g.alignBegin(&a)
 				<-al.done
-				g.spanEnded(&b)
+				g.spanEnded(b.at)
 			} else {
 				al = g.begin(func(p uint32) bool { return p == 7 })
 				<-al.done
 				clk.Advance(al.snap.at.Add(tc.span).Sub(clk.Now()))
-				g.end(al, &b)
+				g.end(al, &b, clk.Now())
+			}
+			// The sampler's instant power reading in the middle of the span.
+			g.logs = make([]devLog, 1)
+			if !tc.noPower {
+				g.logs[0].power = []powerRead{{at: al.snap.at.Add(tc.span / 2), w: d.busyW}}
 			}
 			if tc.later {
 				g.lastBegin = b.at
 			}
-			r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, al.snap.at)
+			r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, al.snap.at, b.at)
 			truth := d.drawn(tc.span+begin) - d.drawn(begin)
 			if r.Err != nil || !near(r.Joules, tc.joules) || !near(r.Low, tc.low) || !near(r.High, tc.high) || r.SubPeriod != tc.sub {
 				t.Fatalf("attribute = %+v, want %v J in [%v, %v] (sub-period %v; the span drew %v J)", r, tc.joules, tc.low, tc.high, tc.sub, truth)
@@ -451,7 +560,7 @@ func TestNVMLCalibrate(t *testing.T) {
 	clk := newFakeClock()
 	d := &profileDevice{clk: clk, t0: clk.Now(), idleW: 60, busyW: 250}
 	clk.Advance(2500 * time.Microsecond)
-	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}}
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}, closed: true}
 	if err := g.calibrate(); err != nil {
 		t.Fatal(err)
 	}
@@ -483,13 +592,13 @@ func (d *quietDevice) PIDs(dst []uint32) ([]uint32, error) { return dst, nil }
 func TestNVMLReadsNearUpdates(t *testing.T) {
 	clk := newFakeClock()
 	d := &countDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 50}}
-	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, period: 100 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}}
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, period: 100 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}, closed: true}
 	clk.Advance(52500 * time.Microsecond)
 	al := g.begin(func(p uint32) bool { return p == 7 })
 	<-al.done // no update seen yet: every poll, 52.5 to 102.5 ms
 	clk.Advance(50 * time.Millisecond)
 	var b gpuSnap
-	g.end(al, &b)
+	g.end(al, &b, clk.Now())
 	before := d.reads
 	var val [1]uint64
 	var at [1]time.Time
@@ -520,13 +629,13 @@ func TestNVMLReadsOnlyTheTreesGPUs(t *testing.T) {
 	clk := newFakeClock()
 	idle := &quietDevice{countDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 60}}}
 	other := &foreignDevice{countDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 300}}}
-	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{idle, other}}
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{idle, other}, closed: true}
 	tree := func(p uint32) bool { return p == 7 }
 	al := g.begin(tree)
 	<-al.done
 	var b gpuSnap
-	g.end(al, &b)
-	r := g.attribute(al, &b, tree, al.snap.at)
+	g.end(al, &b, clk.Now())
+	r := g.attribute(al, &b, tree, al.snap.at, b.at)
 	if idle.reads+other.reads != 0 || r.Used || r.Joules != 0 || r.Err != nil {
 		t.Fatalf("read the energy %d and %d times (want 0); result %+v", idle.reads, other.reads, r)
 	}
@@ -555,6 +664,7 @@ func (d *stepDevice) EnergyMJ() (uint64, error) {
 func (d *stepDevice) PowerLimitW() (float64, error)          { return 700, nil }
 func (d *stepDevice) PowerW() (float64, error)               { return 0, errors.New("not supported") }
 func (d *stepDevice) PIDs(dst []uint32) ([]uint32, error)    { return append(dst, 7), nil }
+func (d *stepDevice) InstantPowerW() (float64, error)        { return 0, errors.New("not supported") }
 func (d *stepDevice) Utilization(uint64) ([]procUtil, error) { return nil, nil }
 
 // closerFunc makes a close function an io.Closer.
@@ -590,14 +700,14 @@ func TestNVMLProbeAtStart(t *testing.T) {
 
 // TestNVMLBackwards: a GPU counter that went backwards over a span is an error, not a figure.
 func TestNVMLBackwards(t *testing.T) {
-	g := &gpus{wait: time.Second, poll: time.Millisecond, now: time.Now, sleep: time.Sleep}
+	g := &gpus{wait: time.Second, poll: time.Millisecond, now: time.Now, sleep: time.Sleep, closed: true}
 	g.devs = []gpuDevice{&stepDevice{values: []uint64{5000, 6000, 6000, 4000}}}
 	var a, b gpuSnap
 	g.snapshot(&a)
 	al := g.alignBegin(&a)
 	<-al.done
 	g.snapshot(&b)
-	r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, time.Now())
+	r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, a.at, b.at)
 	if r.Err == nil || r.Joules != 0 {
 		t.Fatalf("attribute = %+v, want an error", r)
 	}
@@ -611,16 +721,18 @@ type utilDevice struct {
 
 func (d *utilDevice) Utilization(uint64) ([]procUtil, error) { return d.util, nil }
 
-// TestGPUBusy: the GPU power model's GPUs-busy is the tree's SM utilisation per sample instant,
-// in GPUs: 50% then 30% over two instants is 0.4 of a GPU; another process's samples are not
-// the tree's.
+// TestGPUBusy: the GPU power model's GPUs-busy is the tree's SM utilisation per sample instant
+// over the span, in GPUs: 50% then 30% over two instants is 0.4 of a GPU; another process's
+// sample is not the tree's, and makes the tree no sole user (share 0).
 func TestGPUBusy(t *testing.T) {
-	d := &utilDevice{stepDevice: stepDevice{values: []uint64{1}},
-		util: []procUtil{{PID: 7, TimeStamp: 1, SM: 50}, {PID: 9, TimeStamp: 1, SM: 20}, {PID: 7, TimeStamp: 2, SM: 30}}}
-	g := &gpus{devs: []gpuDevice{d}, now: time.Now}
-	snap := gpuSnap{pids: [][]uint32{{7}}}
-	share, busy := g.shares(&snap, &snap, []int{0}, func(p uint32) bool { return p == 7 }, time.Now())
-	if !near(busy, 0.4) || !near(share, 0.8) {
-		t.Fatalf("shares = %v, busy = %v; want 0.8 of the SM time, 0.4 GPUs busy", share, busy)
+	d := &stepDevice{values: []uint64{1}}
+	t0 := time.Unix(1_700_000_000, 0)
+	g := &gpus{devs: []gpuDevice{d}, now: time.Now, closed: true, logs: []devLog{{util: []utilRead{
+		{procUtil: procUtil{PID: 7, TimeStamp: uint64(t0.UnixMicro()) + 1, SM: 50}}, {procUtil: procUtil{PID: 9, TimeStamp: uint64(t0.UnixMicro()) + 1, SM: 20}},
+		{procUtil: procUtil{PID: 7, TimeStamp: uint64(t0.UnixMicro()) + 2, SM: 30}}}}}}
+	a := &gpuAlign{snap: gpuSnap{pids: [][]uint32{{7}}, perr: []error{nil}, at: t0}}
+	share, busy := g.shares(a, nil, []int{0}, func(p uint32) bool { return p == 7 }, t0, t0.Add(time.Second))
+	if !near(busy, 0.4) || share != 0 {
+		t.Fatalf("shares = %v, busy = %v; want share 0 (another process's sample), 0.4 GPUs busy", share, busy)
 	}
 }
