@@ -72,10 +72,10 @@ type gpus struct {
 
 	// The samplers: one goroutine per device, running while a span is open or unsettled
 	// (refs), reading its process list, instant power and utilisation samples into logs.
-	pace    func(time.Duration) // how a sampler waits between reads (time.Sleep; real time in tests too)
-	refs    int
-	closed  bool
-	logs    []devLog
+	pace     func(time.Duration) // how a sampler waits between reads (time.Sleep; real time in tests too)
+	refs     int
+	closed   bool
+	logs     []devLog
 	samplers sync.WaitGroup
 	live     map[*gpuAlign]struct{} // the spans that hold the samplers
 	oldest   time.Time              // when the oldest of them began
@@ -384,7 +384,7 @@ type gpuSnap struct {
 	energy []uint64
 	eerr   []error
 	pids   [][]uint32
-	perr   []error // per device, why its process list could not be read: unknown, not empty
+	perr   []error   // per device, why its process list could not be read: unknown, not empty
 	at     time.Time // when the energy reads were done
 }
 

@@ -33,6 +33,7 @@ type gpuScript struct {
 	util   []nvml.ProcessUtilizationSample
 	phase  int
 	gate   chan struct{} // when not nil, energy reads wait for it to close
+	fail   int           // the process list cannot be read in this phase (0: never)
 }
 
 func (s *gpuScript) setPhase(p int) {
@@ -83,6 +84,9 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
+			if s.fail != 0 && s.phase == s.fail {
+				return nil, nvml.ERROR_UNKNOWN
+			}
 			var out []nvml.ProcessInfo
 			for _, p := range s.pids(s.phase) {
 				out = append(out, nvml.ProcessInfo{Pid: p, UsedGpuMemory: 4 << 30})
@@ -169,11 +173,21 @@ func TestNVMLSpans(t *testing.T) {
 		// between: the test waits for the sampler to read the device in phase 1, then moves
 		// to phase 2 before End
 		between bool
+		prov    bool // End's figure is provisional
 		want    energy.Figure
 	}{
 		{name: "sole user",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }},
+			prov:   true,
 			want:   energy.Figure{Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl+nvml", GPUJoules: counterFigure}},
+		{name: "a process list unreadable mid-span: unknown, not empty, so shared",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }, fail: 1},
+			between: true,
+			want:    energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
+		{name: "the tree on no GPU, a process list unreadable mid-span: no exact zero",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{200} }, fail: 1},
+			noNode: true, between: true,
+			want: energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUUnattributed}},
 		{name: "shared GPU",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102, 4242} },
 				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 40}, {Pid: 4242, SmUtil: 40}}},
@@ -284,6 +298,9 @@ func TestNVMLSpans(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if got.Provisional != tc.prov {
+				t.Fatalf("End = %+v, want provisional %v", got, tc.prov)
+			}
 			if got.Provisional {
 				// End's figure holds the settled one within its bounds.
 				if settled.Provisional || settled.Joules < got.Low-1e-9 || settled.Joules > got.High+1e-9 {
@@ -338,6 +355,97 @@ func waitSampled(t *testing.T, g *gpus, i, n int) {
 		}
 	}
 	t.Fatalf("the sampler of device %d did not read its processes", i)
+}
+
+// TestNVMLEndDoesNotWait: End returns while NVML's energy reads are held (its snapshot and the
+// wait for the counter run in the background), with a provisional figure; Settled waits for
+// them, or for its context, and then gives the settled figure.
+func TestNVMLEndDoesNotWait(t *testing.T) {
+	script := &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }}
+	m, _ := fixtureMeter(t, mockNVML(script))
+	s := m.Begin("ollama")
+	<-s.c.gpuAlign.done
+	cpuWork(t, m, 1, 10)
+	gate := make(chan struct{})
+	script.mu.Lock()
+	script.gate = gate
+	script.mu.Unlock()
+	ended := make(chan energy.Figure)
+	go func() { ended <- s.End(Work{CompletionTokens: 5}) }()
+	var got energy.Figure
+	select {
+	case got = <-ended:
+	case <-time.After(time.Minute): // deadlock detection, not a timing assertion
+		close(gate)
+		t.Fatal("End waited for NVML's counter")
+	}
+	if !got.Provisional || got.GPUJoules <= 0 {
+		t.Fatalf("End = %+v, want a provisional GPU figure", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if f, err := s.Settled(ctx); err == nil || f != got {
+		t.Fatalf("Settled before the counter was read: %+v, %v; want End's figure and ctx's error", f, err)
+	}
+	close(gate)
+	f, err := s.Settled(context.Background())
+	if err != nil || f.Provisional || f.Joules < got.Low || f.Joules > got.High || f.Coverage != energy.CoverageWhole {
+		t.Fatalf("settled %+v (%v), not within the provisional %+v", f, err, got)
+	}
+}
+
+// TestNVMLSettleInline: with SettleInline, End waits and returns the settled figure.
+func TestNVMLSettleInline(t *testing.T) {
+	script := &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }}
+	m, _ := fixtureMeter(t, mockNVML(script))
+	m.opts.SettleInline = true
+	s := m.Begin("ollama")
+	<-s.c.gpuAlign.done
+	cpuWork(t, m, 1, 10)
+	f := s.End(Work{})
+	if f.Provisional || f.GPUJoules <= 0 || f.Grade != energy.Measured {
+		t.Fatalf("End = %+v, want the settled, measured figure", f)
+	}
+}
+
+// TestNVMLForeignThroughout: another process on the GPU the whole time: no call of fourteen
+// gets a whole figure, whatever its utilisation samples say (here: none, as NVML often gives).
+func TestNVMLForeignThroughout(t *testing.T) {
+	script := &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102, 4242} }}
+	m, _ := fixtureMeter(t, mockNVML(script))
+	for k := range 14 {
+		s := m.Begin("ollama")
+		cpuWork(t, m, 0.2, 2)
+		f := s.End(Work{})
+		sf, err := s.Settled(context.Background())
+		if err != nil || f.Coverage != energy.CoveragePartial || sf.Coverage != energy.CoveragePartial || !strings.Contains(sf.Reason, ReasonGPUShared) {
+			t.Fatalf("call %d: End %+v, settled %+v; want gpu-shared", k, f, sf)
+		}
+	}
+}
+
+// slowDevice is a profileDevice whose energy read takes 4 ms (an H200's median is 3.2 ms).
+type slowDevice struct{ profileDevice }
+
+func (d *slowDevice) EnergyMJ() (uint64, error) {
+	d.clk.Advance(4 * time.Millisecond)
+	return d.profileDevice.EnergyMJ()
+}
+
+// TestNVMLEndEdge: End's edge is the span's end, taken before any read, not the middle of a read
+// taken after it.
+func TestNVMLEndEdge(t *testing.T) {
+	clk := newFakeClock()
+	d := &slowDevice{profileDevice{clk: clk, t0: clk.Now(), idleW: 50}}
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}, closed: true}
+	al := g.begin(func(p uint32) bool { return p == 7 })
+	<-al.done
+	end := clk.Now()
+	var b gpuSnap
+	g.end(al, &b, end)
+	if !b.at.Equal(end) || !clk.Now().After(end) {
+		t.Fatalf("End's snapshot at %v, the span ended at %v", b.at.Sub(end), end)
+	}
 }
 
 // TestNVMLWindow: both ends of a GPU window are counter updates: Begin's is the first update
@@ -474,6 +582,8 @@ func TestNVMLBrackets(t *testing.T) {
 		prevEnd   time.Duration // another span ended this long after t0 (0: none); the idle power is then known, 50 W
 		later     bool          // another span began after this one
 		noPower   bool          // no instant power was read
+		tail      time.Duration // the board draws busyW this long after the span (a power tail)
+		before    time.Duration // and this long before it
 		joules    float64
 		low, high float64
 		sub       bool
@@ -500,6 +610,14 @@ func TestNVMLBrackets(t *testing.T) {
 		// No instant power read: the board at its 700 W limit, no more than the bracket.
 		{name: "no update inside the span, no instant power", span: 40 * ms, noPower: true,
 			joules: 13, low: 0, high: 13, sub: true},
+		// A power tail after the span: the idle split would give the span all End's bracket drew
+		// above idle (1288 W over its 52.5 ms); it gets no more than 1.5 × 700 W.
+		{name: "a power tail after the span: End's bracket's part at most the board's ceiling", span: 400 * ms, powerW: 50,
+			busyW: 700, tail: 90 * ms, joules: 210 + 33.25 + 1050*0.0525, low: 210, high: 210 + 35.875 + 70},
+		// 2.4 ms inside a bracket the board drew 700 W through (work before, a tail after): the
+		// idle split gave such spans 1.9 to 2.8 kW on an H200; instant power gives 700 W.
+		{name: "2.4 ms inside a busy bracket: instant power over the span", span: 2400 * time.Microsecond, powerW: 50,
+			busyW: 700, tail: 45 * ms, before: 52500 * time.Microsecond, joules: 700 * 0.0024, low: 0, high: 69.935, sub: true},
 		// The board idled through the span (a call that used no GPU time), and its power read
 		// 80 W: the bracket does not look busy at that idle power, so it is split by time.
 		{name: "idle power read above what the bracket drew: split by time", span: 40 * ms, powerW: 80, busyW: 50,
@@ -510,7 +628,7 @@ func TestNVMLBrackets(t *testing.T) {
 			clk := newFakeClock()
 			t0 := clk.Now()
 			begin := 52500 * time.Microsecond
-			d := &profileDevice{clk: clk, t0: t0, idleW: 50, busyW: cmp.Or(tc.busyW, 250), busyFrom: begin, busyTo: begin + tc.span, powerW: tc.powerW}
+			d := &profileDevice{clk: clk, t0: t0, idleW: 50, busyW: cmp.Or(tc.busyW, 250), busyFrom: begin - tc.before, busyTo: begin + tc.span + tc.tail, powerW: tc.powerW}
 			g := &gpus{wait: 250 * ms, poll: 5 * ms, period: 100 * ms, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}, closed: true}
 			if tc.prevEnd > 0 {
 				g.lastEnd = t0.Add(tc.prevEnd)
@@ -544,6 +662,10 @@ func TestNVMLBrackets(t *testing.T) {
 			}
 			r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, al.snap.at, b.at)
 			truth := d.drawn(tc.span+begin) - d.drawn(begin)
+			// No part above what the board can draw over the span: 1.5 × its 700 W limit.
+			if most := 1.5 * 700 * tc.span.Seconds(); r.Joules > most+1e-9 {
+				t.Fatalf("%v J over %v: more than the board can draw (%v J)", r.Joules, tc.span, most)
+			}
 			if r.Err != nil || !near(r.Joules, tc.joules) || !near(r.Low, tc.low) || !near(r.High, tc.high) || r.SubPeriod != tc.sub {
 				t.Fatalf("attribute = %+v, want %v J in [%v, %v] (sub-period %v; the span drew %v J)", r, tc.joules, tc.low, tc.high, tc.sub, truth)
 			}

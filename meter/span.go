@@ -440,6 +440,11 @@ func (s *Span) addGPU(in *spanSample, e *endReadings) (ev gpuEvidence) {
 func (s *Span) putGPU(in *spanSample, r gpuResult, ev gpuEvidence, end *gpuSnap) {
 	c := s.c
 	in.GPUUsed, in.GPUErr, in.GPUJoules, in.GPUShare = r.Used, r.Err, r.Joules, r.Share
+	if r.Used && r.Share < dominantShare {
+		// Another user of the device: no GPU figure, not even the power model's in place of a
+		// counter that failed (gpu-shared).
+		in.GPUErr = nil
+	}
 	in.GPUVanished, in.GPUBusy = r.Vanished, r.Busy
 	in.GPULow, in.GPUHigh, in.GPUSubPeriod = r.Low, r.High, r.SubPeriod
 	in.GPULimitW, in.GPUProvisional = r.LimitW, r.Provisional
