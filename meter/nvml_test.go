@@ -181,7 +181,7 @@ func TestNVMLSpans(t *testing.T) {
 			prov:   true,
 			want:   energy.Figure{Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl+nvml", GPUJoules: counterFigure}},
 		{name: "a process list unreadable mid-span: unknown, not empty, so shared",
-			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }, fail: 1},
+			script:  &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }, fail: 1},
 			between: true,
 			want:    energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
 		{name: "the tree on no GPU, a process list unreadable mid-span: no exact zero",
