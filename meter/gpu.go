@@ -442,7 +442,7 @@ type gpuResult struct {
 // Begin's snapshot's, the sampler's, and End's snapshot's when it was taken (end not nil).
 func (g *gpus) lists(i int, a *gpuAlign, end *gpuSnap, start, endT time.Time) []pidRead {
 	var out []pidRead
-	if b := &a.snap; i < len(b.pids) {
+	if b := &a.snap; snapped(a) && i < len(b.pids) {
 		out = append(out, pidRead{at: b.at, pids: b.pids[i], err: b.perr[i]})
 	}
 	g.mu.Lock()
@@ -467,6 +467,16 @@ func (g *gpus) seenPIDs(a *gpuAlign, end *gpuSnap, start, endT time.Time) []uint
 		}
 	}
 	return out
+}
+
+// snapped reports whether Begin's snapshot has been taken.
+func snapped(a *gpuAlign) bool {
+	select {
+	case <-a.snapped:
+		return true
+	default:
+		return false
+	}
 }
 
 // attribute works out the settled GPU side of a span that ended at endT, End's snapshot taken:
@@ -498,11 +508,11 @@ func (g *gpus) attribute(a *gpuAlign, end *gpuSnap, inTree func(uint32) bool, st
 // to its last update plus the boards' ceiling since. Only a figure whose GPU part is the
 // counter's, whole, is provisional; any other is final as it stands.
 func (g *gpus) provisional(a *gpuAlign, inTree func(uint32) bool, start, endT time.Time) gpuResult {
-	select {
-	case <-a.snapped:
-	default:
-		// Begin's snapshot is still being read (NVML is busy): whether the tree used a GPU is not
-		// known yet. Nothing above the boards' ceiling over the span.
+	begun := snapped(a)
+	if !begun && !g.sampledBetween(start, endT) {
+		// Begin's snapshot is still being read (NVML is busy) and no sampler has read a process
+		// list since: whether the tree used a GPU is not known yet. Nothing above the boards'
+		// ceiling over the span.
 		r := gpuResult{Used: true, Share: 1, Provisional: true, SubPeriod: true}
 		for i := range g.devs {
 			r.LimitW += g.limitOf(i)
@@ -520,7 +530,7 @@ func (g *gpus) provisional(a *gpuAlign, inTree func(uint32) bool, start, endT ti
 	r.Used = true
 	r.Share, r.Busy = g.shares(a, nil, used, inTree, start, endT)
 	for _, i := range used {
-		if !a.mine[i] {
+		if begun && !a.mine[i] {
 			r.Err = fmt.Errorf("gpu %d %s: %w", i, g.devs[i].Name(), ErrGPULate)
 			return r
 		}

@@ -34,6 +34,7 @@ type gpuScript struct {
 	phase  int
 	gate   chan struct{} // when not nil, energy reads wait for it to close
 	fail   int           // the process list cannot be read in this phase (0: never)
+	watts  uint32        // the instant power field (0: 300 W)
 }
 
 func (s *gpuScript) setPhase(p int) {
@@ -59,7 +60,12 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 		dev := d.(*server.Device)
 		dev.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { return 700_000, nvml.SUCCESS } // an H100 SXM's 700 W
 		dev.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 70_000, nvml.SUCCESS }
-		dev.GetFieldValuesFunc = func(v []nvml.FieldValue) nvml.Return { return fieldPower(v, 300) }
+		dev.GetFieldValuesFunc = func(v []nvml.FieldValue) nvml.Return {
+			s.mu.Lock()
+			w := cmp.Or(s.watts, 300)
+			s.mu.Unlock()
+			return fieldPower(v, w)
+		}
 		if i > 0 {
 			idle := uint64(0)
 			dev.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) { idle += 70_000; return idle, nvml.SUCCESS }
@@ -257,6 +263,14 @@ func TestNVMLSpans(t *testing.T) {
 				return []uint32{102}
 			}},
 			want: energy.Figure{Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "rapl+gpu-model", Reason: ReasonGPULate}},
+		{name: "the tree started mid-span on a shared GPU: no GPU figure, not the model's",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(phase int) []uint32 {
+				if phase == 0 {
+					return []uint32{4242}
+				}
+				return []uint32{102, 4242}
+			}},
+			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
 		{name: "counter did not update after the span",
 			script: &gpuScript{energy: 5_000_000, step: 0, pids: func(int) []uint32 { return []uint32{102} },
 				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 50}, {Pid: 102, SmUtil: 50}}},
@@ -361,10 +375,13 @@ func waitSampled(t *testing.T, g *gpus, i, n int) {
 // wait for the counter run in the background), with a provisional figure; Settled waits for
 // them, or for its context, and then gives the settled figure.
 func TestNVMLEndDoesNotWait(t *testing.T) {
-	script := &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }}
+	// The board reads 30 W now: the provisional figure's High must still hold what the counter
+	// settles to (a step of 50 J a read).
+	script := &gpuScript{energy: 5_000_000, step: 50_000, watts: 30, pids: func(int) []uint32 { return []uint32{102} }}
 	m, _ := fixtureMeter(t, mockNVML(script))
 	s := m.Begin("ollama")
 	<-s.c.gpuAlign.done
+	waitSampled(t, m.gpu, 0, 1) // the board's instant power has been read
 	cpuWork(t, m, 1, 10)
 	gate := make(chan struct{})
 	script.mu.Lock()
@@ -415,6 +432,7 @@ func TestNVMLForeignThroughout(t *testing.T) {
 	m, _ := fixtureMeter(t, mockNVML(script))
 	for k := range 14 {
 		s := m.Begin("ollama")
+		<-s.c.gpuAlign.snapped // Begin's process lists (9 µs on an H200) are read before the call ends
 		cpuWork(t, m, 0.2, 2)
 		f := s.End(Work{})
 		sf, err := s.Settled(context.Background())

@@ -148,6 +148,21 @@ func (g *gpus) seenBetween(i int, from, to time.Time, f func(pidRead)) {
 	}
 }
 
+// sampledBetween reports whether every device's sampler read its process list within
+// [from, to].
+func (g *gpus) sampledBetween(from, to time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := range g.devs {
+		n := 0
+		g.seenBetween(i, from, to, func(pidRead) { n++ })
+		if n == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // meanPower is device i's mean instant power over [from, to]: the readings inside it, else the
 // last one before it, else the first after it (ok false: none at all). g.mu is held.
 func (g *gpus) meanPower(i int, from, to time.Time) (w float64, ok bool) {
