@@ -270,7 +270,7 @@ func TestNVMLSpans(t *testing.T) {
 				}
 				return []uint32{102, 4242}
 			}},
-			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
+			want: energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
 		{name: "counter did not update after the span",
 			script: &gpuScript{energy: 5_000_000, step: 0, pids: func(int) []uint32 { return []uint32{102} },
 				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 50}, {Pid: 102, SmUtil: 50}}},
