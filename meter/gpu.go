@@ -94,6 +94,7 @@ const quietFor = time.Second
 type gpuAlign struct {
 	snap    gpuSnap
 	mine    []bool
+	listed  chan struct{} // closed once Begin's process lists (snap.pids, listAt) and mine are written
 	snapped chan struct{}
 	done    chan struct{}
 	val     []uint64
@@ -116,15 +117,26 @@ func (g *gpus) begin(inTree func(uint32) bool) *gpuAlign {
 	go func() {
 		s := &a.snap
 		g.size(s)
-		g.readPIDs(s)
 		t0 := g.now()
+		g.readPIDs(s)
+		s.listAt = midway(t0, g.now())
+		for i := range g.devs {
+			a.mine[i] = slices.ContainsFunc(s.pids[i], inTree)
+		}
+		close(a.listed) // the lists are known: a provisional figure can use them
+		t0 = g.now()
 		for i, d := range g.devs {
 			s.energy[i], s.eerr[i] = 0, errNotRead
-			if a.mine[i] = slices.ContainsFunc(s.pids[i], inTree); a.mine[i] {
+			if a.mine[i] {
 				s.energy[i], s.eerr[i] = d.EnergyMJ()
 			}
 		}
 		s.at = midway(t0, g.now())
+		for i, mine := range a.mine {
+			if mine && g.limitOf(i) == gpuMaxWatts/gpuExcursion {
+				_, _ = g.readLimit(i) // for the provisional figure's ceiling; unread, it assumes gpuMaxWatts
+			}
+		}
 		close(a.snapped)
 		g.align(a)
 	}()
@@ -134,7 +146,7 @@ func (g *gpus) begin(inTree func(uint32) bool) *gpuAlign {
 // book counts a span begun at now among those open.
 func (g *gpus) book(now time.Time) *gpuAlign {
 	n := len(g.devs)
-	a := &gpuAlign{mine: make([]bool, n), snapped: make(chan struct{}), done: make(chan struct{}), val: make([]uint64, n), at: make([]time.Time, n)}
+	a := &gpuAlign{mine: make([]bool, n), listed: make(chan struct{}), snapped: make(chan struct{}), done: make(chan struct{}), val: make([]uint64, n), at: make([]time.Time, n)}
 	a.start = now
 	g.mu.Lock()
 	a.alone, a.prevEnd = g.open == 0, g.lastEnd
@@ -386,6 +398,7 @@ type gpuSnap struct {
 	pids   [][]uint32
 	perr   []error   // per device, why its process list could not be read: unknown, not empty
 	at     time.Time // when the energy reads were done
+	listAt time.Time // when the process lists were read
 }
 
 func (g *gpus) snapshot(s *gpuSnap) {
@@ -395,7 +408,9 @@ func (g *gpus) snapshot(s *gpuSnap) {
 		s.energy[i], s.eerr[i] = d.EnergyMJ()
 	}
 	s.at = midway(t0, g.now())
+	t0 = g.now()
 	g.readPIDs(s)
+	s.listAt = midway(t0, g.now())
 }
 
 func (g *gpus) size(s *gpuSnap) {
@@ -442,8 +457,8 @@ type gpuResult struct {
 // Begin's snapshot's, the sampler's, and End's snapshot's when it was taken (end not nil).
 func (g *gpus) lists(i int, a *gpuAlign, end *gpuSnap, start, endT time.Time) []pidRead {
 	var out []pidRead
-	if b := &a.snap; snapped(a) && i < len(b.pids) {
-		out = append(out, pidRead{at: b.at, pids: b.pids[i], err: b.perr[i]})
+	if b := &a.snap; listed(a) && i < len(b.pids) {
+		out = append(out, pidRead{at: b.listAt, pids: b.pids[i], err: b.perr[i]})
 	}
 	g.mu.Lock()
 	g.seenBetween(i, start, endT, func(r pidRead) { out = append(out, r) })
@@ -469,10 +484,10 @@ func (g *gpus) seenPIDs(a *gpuAlign, end *gpuSnap, start, endT time.Time) []uint
 	return out
 }
 
-// snapped reports whether Begin's snapshot has been taken.
-func snapped(a *gpuAlign) bool {
+// listed reports whether Begin's process lists have been read.
+func listed(a *gpuAlign) bool {
 	select {
-	case <-a.snapped:
+	case <-a.listed:
 		return true
 	default:
 		return false
@@ -508,7 +523,7 @@ func (g *gpus) attribute(a *gpuAlign, end *gpuSnap, inTree func(uint32) bool, st
 // to its last update plus the boards' ceiling since. Only a figure whose GPU part is the
 // counter's, whole, is provisional; any other is final as it stands.
 func (g *gpus) provisional(a *gpuAlign, inTree func(uint32) bool, start, endT time.Time) gpuResult {
-	begun := snapped(a)
+	begun := listed(a)
 	if !begun && !g.sampledBetween(start, endT) {
 		// Begin's snapshot is still being read (NVML is busy) and no sampler has read a process
 		// list since: whether the tree used a GPU is not known yet. Nothing above the boards'

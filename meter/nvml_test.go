@@ -432,7 +432,7 @@ func TestNVMLForeignThroughout(t *testing.T) {
 	m, _ := fixtureMeter(t, mockNVML(script))
 	for k := range 14 {
 		s := m.Begin("ollama")
-		<-s.c.gpuAlign.snapped // Begin's process lists (9 µs on an H200) are read before the call ends
+		<-s.c.gpuAlign.listed // Begin's process lists (9 µs on an H200) are read before the call ends
 		cpuWork(t, m, 0.2, 2)
 		f := s.End(Work{})
 		sf, err := s.Settled(context.Background())
@@ -536,6 +536,7 @@ func (g *gpus) alignBegin(begin *gpuSnap) *gpuAlign {
 	for i := range a.mine {
 		a.mine[i] = true
 	}
+	close(a.listed)
 	close(a.snapped)
 	go g.align(a)
 	return a

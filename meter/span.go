@@ -150,8 +150,8 @@ func (m *Meter) Begin(backend string) *Span {
 		c.raplA, c.raplErr = m.rapl.read()
 	}
 	s.start = m.opts.now()
-	if m.gpu != nil {
-		c.gpuStart = m.gpu.now()
+	if c.gpuAlign != nil {
+		c.gpuStart = c.gpuAlign.start // its own clock's, taken before its snapshot began
 	}
 	return s
 }
@@ -181,6 +181,11 @@ func (s *Span) End(w Work) energy.Figure {
 		s.c.gpuEnd = m.gpu.now() // the span's end, before any read
 	}
 	in.Wall = end.Sub(s.start)
+	if s.c != nil && s.c.gpuAlign != nil {
+		// The GPU side's window began when its snapshot was booked, a moment before the span's
+		// start: the wall time that bounds the GPU part is that window's.
+		in.Wall = max(in.Wall, s.c.gpuEnd.Sub(s.c.gpuStart))
+	}
 	in.CPUWatts, in.GPUWatts = m.opts.CPUWattsPerCore, m.opts.GPUWatts
 	if s.treeErr != nil {
 		m.closeSpan(s)
