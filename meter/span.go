@@ -158,10 +158,12 @@ func (m *Meter) Begin(backend string) *Span {
 
 // End closes the span after the last byte of the response and returns its Figure. It costs a
 // few system calls for a local backend whose process tree did not change (more when it did:
-// the tree is walked again) and no I/O for a remote one, except that when the backend used a
-// GPU it waits, at most defaultNVMLWait (250 ms), for NVML's counter to update
-// after the span, so a non-streaming response's headers or a stream's trailers carry a figure
-// that is not short.
+// the tree is walked again) and no I/O for a remote one. It reads no NVML counter and never
+// waits for one: when the backend used a GPU whose counter has not updated past the span's end,
+// its figure is provisional (the counter up to its last update seen, instant power since, with
+// bounds that hold the settled figure), and Settled gives the settled one once the counter
+// updates, read in the background. Options.SettleInline makes End wait for it instead (at most
+// defaultNVMLWait, 250 ms, after the span).
 func (s *Span) End(w Work) energy.Figure {
 	if s.ended {
 		return s.fig
