@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -637,6 +638,10 @@ func TestNVMLBrackets(t *testing.T) {
 		// idle split gave such spans 1.9 to 2.8 kW on an H200; instant power gives 700 W.
 		{name: "2.4 ms inside a busy bracket: instant power over the span", span: 2400 * time.Microsecond, powerW: 50,
 			busyW: 700, tail: 45 * ms, before: 52500 * time.Microsecond, joules: 700 * 0.0024, low: 0, high: 69.935, sub: true},
+		// The board idled through a long span, and its power read 80 W: neither bracket looks
+		// busy at that idle power, so each is split by time.
+		{name: "idle power read above what the brackets drew: split by time", span: 400 * ms, powerW: 80, busyW: 50,
+			joules: 20, low: 15, high: 25},
 		// The board idled through the span (a call that used no GPU time), and its power read
 		// 80 W: the bracket does not look busy at that idle power, so it is split by time.
 		{name: "idle power read above what the bracket drew: split by time", span: 40 * ms, powerW: 80, busyW: 50,
@@ -779,6 +784,37 @@ func TestNVMLReadsOnlyTheTreesGPUs(t *testing.T) {
 	r := g.attribute(al, &b, tree, al.snap.at, b.at)
 	if idle.reads+other.reads != 0 || r.Used || r.Joules != 0 || r.Err != nil {
 		t.Fatalf("read the energy %d and %d times (want 0); result %+v", idle.reads, other.reads, r)
+	}
+}
+
+// lateDevice lists the tree's process only once on is set: a model the call loaded.
+type lateDevice struct {
+	profileDevice
+	on atomic.Bool
+}
+
+func (d *lateDevice) PIDs(dst []uint32) ([]uint32, error) {
+	if d.on.Load() {
+		return append(dst, 7), nil
+	}
+	return dst, nil
+}
+
+// TestNVMLStartedMidSpan: a GPU the tree was not on at Begin had no counter read then: its
+// settled GPU part is no counter figure (gpu-started-mid-span), whatever the counter did.
+func TestNVMLStartedMidSpan(t *testing.T) {
+	clk := newFakeClock()
+	d := &lateDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 60}}
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}, closed: true}
+	tree := func(p uint32) bool { return p == 7 }
+	al := g.begin(tree)
+	<-al.done
+	d.on.Store(true)
+	clk.Advance(300 * time.Millisecond)
+	var b gpuSnap
+	g.end(al, &b, clk.Now())
+	if r := g.attribute(al, &b, tree, al.start, b.at); !r.Used || !errors.Is(r.Err, ErrGPULate) {
+		t.Fatalf("attribute = %+v, want the tree used the GPU and %v", r, ErrGPULate)
 	}
 }
 
