@@ -131,7 +131,8 @@ func (g *gpus) begin(inTree func(uint32) bool) *gpuAlign {
 				s.energy[i], s.eerr[i] = d.EnergyMJ()
 			}
 		}
-		s.at = midway(t0, g.now())
+		s.readDone = g.now()
+		s.at = midway(t0, s.readDone)
 		for i, mine := range a.mine {
 			if mine && g.limitOf(i) == gpuMaxWatts/gpuExcursion {
 				_, _ = g.readLimit(i) // for the provisional figure's ceiling; unread, it assumes gpuMaxWatts
@@ -221,7 +222,7 @@ func (g *gpus) end(a *gpuAlign, s *gpuSnap, at time.Time) {
 			s.energy[i], s.eerr[i] = d.EnergyMJ()
 		}
 	}
-	s.at = at
+	s.at, s.readDone = at, g.now()
 }
 
 // midway is the middle of [a, b]: when a read that began at a and ended at b took its value,
@@ -399,6 +400,9 @@ type gpuSnap struct {
 	perr   []error   // per device, why its process list could not be read: unknown, not empty
 	at     time.Time // when the energy reads were done
 	listAt time.Time // when the process lists were read
+	// readDone: when the energy reads of Begin's or End's snapshot were done (zero: with the
+	// snapshot). An update between the span's edge and the read is inside the span.
+	readDone time.Time
 }
 
 func (g *gpus) snapshot(s *gpuSnap) {
@@ -594,7 +598,9 @@ func (g *gpus) provisional(a *gpuAlign, inTree func(uint32) bool, start, endT ti
 			first, t1.Sub(a.snap.at), a.snap.at.Sub(u0), ceil)
 		since := endT.Sub(tj)
 		r.Joules += begin + float64(ej-e1)/1000 + g.power(i, tj, endT, limit, ceil)*since.Seconds()
-		r.High += float64(ej-e0)/1000 + ceil*(since+2*g.poll).Seconds()
+		// As in joules: an update during Begin's energy read left part of the span before e0.
+		late := ceil * max(a.snap.readDone.Sub(start), 0).Seconds()
+		r.High += float64(ej-e0)/1000 + ceil*(since+2*g.poll).Seconds() + late
 	}
 	r.High = max(r.High, r.Joules)
 	return r
@@ -774,6 +780,17 @@ func (g *gpus) joules(begin, end *gpuSnap, align *gpuAlign, used []int, start, e
 			limit, ceiling = gpuMaxWatts/gpuExcursion, gpuMaxWatts
 		}
 		r.LimitW += limit
+		// An update between the span's start and Begin's energy read put part of the span's
+		// energy before the window's reading; one between the span's end and End's read put
+		// energy after the end inside it: at most the board's ceiling over each read's lateness.
+		lateB := ceiling * max(begin.readDone.Sub(start), 0).Seconds()
+		lateE := ceiling * max(end.readDone.Sub(endT), 0).Seconds()
+		if begin.readDone.IsZero() {
+			lateB = 0
+		}
+		if end.readDone.IsZero() {
+			lateE = 0
+		}
 		idle := g.idleOf(i)
 		// The update before Begin's reading is a period before the first one after it, and
 		// no later than the reading.
@@ -796,8 +813,8 @@ func (g *gpus) joules(begin, end *gpuSnap, align *gpuAlign, used []int, start, e
 			rest := max(align.at[i].Sub(u0)-ours, 0) + 2*g.poll
 			est := g.power(i, start, endT, limit, ceiling) * ours.Seconds()
 			j = clampSplit(est, first, ours, rest, ceiling)
-			r.Low += min(max(first-ceiling*rest.Seconds(), 0), j)
-			r.High += first
+			r.Low += min(max(first-ceiling*rest.Seconds()-lateE, 0), j)
+			r.High += first + lateB
 		} else {
 			inner := float64(e2-e1) / 1000
 			// End's bracket began with the last update before End: a period before the first
@@ -807,8 +824,8 @@ func (g *gpus) joules(begin, end *gpuSnap, align *gpuAlign, used []int, start, e
 			j = inner +
 				clampSplit(splitBracket(first, u0, align.at[i], begin.at, align.at[i], idle, beginQuiet), first, align.at[i].Sub(begin.at), begin.at.Sub(u0), ceiling) +
 				clampSplit(splitBracket(last, u2, at[i], u2, end.at, idle, endAlone), last, end.at.Sub(u2), at[i].Sub(end.at), ceiling)
-			r.Low += inner
-			r.High += float64(e3-e0) / 1000
+			r.Low += max(inner-lateE, 0)
+			r.High += float64(e3-e0)/1000 + lateB
 			// Each update is seen at most a poll late: the window is at most this long.
 			w := at[i].Sub(align.at[i]) + 2*g.poll
 			if moved := float64(e3-e1) / 1000; moved > ceiling*w.Seconds() {

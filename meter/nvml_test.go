@@ -467,6 +467,29 @@ func TestNVMLEndEdge(t *testing.T) {
 	}
 }
 
+// TestNVMLEdgeReads: an energy read takes milliseconds (4 ms here), and an update that lands
+// between the span's start and Begin's read puts part of the span before the window's first
+// reading: the bounds still hold what the span drew. The board draws 250 W over the span (from
+// 98 to 400 ms, an update due at 100 ms during Begin's read) and 1 W else.
+func TestNVMLEdgeReads(t *testing.T) {
+	clk := newFakeClock()
+	d := &slowDevice{profileDevice{clk: clk, t0: clk.Now(), idleW: 1, busyW: 250, busyFrom: 98 * time.Millisecond, busyTo: 400 * time.Millisecond}}
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, period: 100 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}, closed: true}
+	clk.Advance(98 * time.Millisecond)
+	tree := func(p uint32) bool { return p == 7 }
+	al := g.begin(tree)
+	<-al.done
+	clk.Advance(al.start.Add(302 * time.Millisecond).Sub(clk.Now()))
+	end := clk.Now()
+	var b gpuSnap
+	g.end(al, &b, end)
+	r := g.attribute(al, &b, tree, al.start, end)
+	truth := d.drawn(400*time.Millisecond) - d.drawn(98*time.Millisecond)
+	if r.Err != nil || truth < r.Low || truth > r.High {
+		t.Fatalf("attribute = %+v; the span drew %v J, outside its bounds", r, truth)
+	}
+}
+
 // TestNVMLWindow: both ends of a GPU window are counter updates: Begin's is the first update
 // after Begin (found in the background), End's the first after End. The counter updates every
 // 100 ms at 250 W; Begin comes 1 ms after an update.
