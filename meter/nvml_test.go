@@ -936,3 +936,21 @@ func TestGPUBusy(t *testing.T) {
 		t.Fatalf("shares = %v, busy = %v; want share 0 (another process's sample), 0.4 GPUs busy", share, busy)
 	}
 }
+
+// TestNVMLOverlapNoSettle: overlapping spans have no GPU figure (span-overlap), so neither is
+// provisional and neither reads the counter at its end.
+func TestNVMLOverlapNoSettle(t *testing.T) {
+	script := &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }}
+	m, _ := fixtureMeter(t, mockNVML(script))
+	a := m.Begin("ollama")
+	b := m.Begin("ollama")
+	<-a.c.gpuAlign.done
+	<-b.c.gpuAlign.done
+	cpuWork(t, m, 0.5, 5)
+	for _, s := range []*Span{a, b} {
+		f := s.End(Work{})
+		if f.Provisional || s.settle != nil || !strings.Contains(f.Reason, ReasonSpanOverlap) || f.Coverage != energy.CoveragePartial {
+			t.Fatalf("End = %+v (settling %v); want a final figure without a GPU part", f, s.settle != nil)
+		}
+	}
+}

@@ -454,7 +454,9 @@ func (s *Span) putGPU(in *spanSample, r gpuResult, ev gpuEvidence, end *gpuSnap)
 	}
 	in.GPUVanished, in.GPUBusy = r.Vanished, r.Busy
 	in.GPULow, in.GPUHigh, in.GPUSubPeriod = r.Low, r.High, r.SubPeriod
-	in.GPULimitW, in.GPUProvisional = r.LimitW, r.Provisional
+	// An overlapped span has no GPU figure whatever the counter says: nothing to settle, so
+	// its End reads no counter.
+	in.GPULimitW, in.GPUProvisional = r.LimitW, r.Provisional && !in.Overlap
 	if !r.Used {
 		in.GPUUnknown = ev.held || !ev.known || r.Unknown || s.m.foreignGPUPIDs(s.m.gpu.seenPIDs(c.gpuAlign, end, c.gpuStart, c.gpuEnd))
 	}

@@ -178,6 +178,7 @@ muts = [
  ("bracket splits not clamped to the board's ceiling", "gpu.go", "\treturn max(min(j, hi), min(lo, hi))", "\t_, _ = lo, hi\n\treturn j"),
  ("End's edge the end of a read after it", "gpu.go", "\ts.at = at\n}", "\ts.at = g.now()\n}"),
  ("an update during Begin's energy read not in High", "gpu.go", "r.High += float64(e3-e0)/1000 + lateB", "r.High += float64(e3-e0) / 1000"),
+ ("overlapped spans settled (their End reads the counter)", "span.go", "r.Provisional && !in.Overlap", "r.Provisional"),
  ("split: prompt tokens weigh as completion tokens", "phase.go", "f = energy.SplitTokens(f, in.PromptTokens, in.CompletionTokens, in.PromptRatio)", "f = energy.SplitTokens(f, in.PromptTokens, in.CompletionTokens, 1)"),
 ]
 
