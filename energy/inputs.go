@@ -102,6 +102,15 @@ type Inputs struct {
 	GPULow       float64 `json:"gpu_low,omitempty"`
 	GPUHigh      float64 `json:"gpu_high,omitempty"`
 	GPUSubPeriod bool    `json:"gpu_sub_period,omitempty"`
+	// meter-3: Cores is how many cores the tree may run on (its CPU time over a span is capped
+	// at Cores × the wall time); CPUSlackNS is what the CPU clocks' tick quantisation can move
+	// the tree's CPU time (a tick per process read, each end). GPULimitW is then the used boards'
+	// enforced power limits, summed (the GPU part's ceiling is 1.5 × it × the wall time).
+	// GPUProvisional: NVML's counter had not updated past the span's end when the figure was
+	// made; its GPU part since the last update is instant power × time.
+	Cores          float64 `json:"cores,omitempty"`
+	CPUSlackNS     int64   `json:"cpu_slack_ns,omitempty"`
+	GPUProvisional bool    `json:"gpu_provisional,omitempty"`
 
 	// A stage's watts and the reason its figure carries.
 	Watts  float64 `json:"watts,omitempty"`
@@ -111,7 +120,7 @@ type Inputs struct {
 // Finite reports whether every number of in is finite, as JSON needs.
 func (in *Inputs) Finite() bool {
 	for _, f := range [...]float64{in.JPerPrompt, in.JPerCompletion, in.HostJPerToken, in.PromptRatio, in.CPUWatts,
-		in.RAPLJoules, in.GPUJoules, in.GPUShare, in.GPUBusy, in.GPUWatts, in.GPULimitW, in.GPULow, in.GPUHigh, in.Watts} {
+		in.RAPLJoules, in.GPUJoules, in.GPUShare, in.GPUBusy, in.GPUWatts, in.GPULimitW, in.GPULow, in.GPUHigh, in.Watts, in.Cores} {
 		if math.IsNaN(f) || math.IsInf(f, 0) {
 			return false
 		}

@@ -165,7 +165,7 @@ func (a *apple) begin(m *Meter, s *Span) *appleSpan {
 	b.edges.mu.Lock()
 	a.snap(sp.pids, &sp.a)
 	if sp.a.cpuErr == nil {
-		m.book(b, s, true, sp.a.cpu, 0, time.Now())
+		m.book(b, s, true, sp.a.cpu, 0, m.opts.now())
 	}
 	b.edges.mu.Unlock()
 	if a.gpu != nil {
@@ -208,7 +208,7 @@ func (a *apple) end(m *Meter, s *Span, in *spanSample) {
 	a.snap(pids, &e)
 	booked := sp.a.cpuErr == nil && e.cpuErr == nil
 	if booked {
-		m.book(b, s, false, e.cpu, 0, time.Now())
+		m.book(b, s, false, e.cpu, 0, m.opts.now())
 	} else {
 		b.edges.leave(s)
 	}

@@ -396,8 +396,12 @@ func TestAppleSpan(t *testing.T) {
 		procs:   map[int]rusageV6{10: {energyNJ: 1_000_000_000, cpuMach: 0}, 11: {energyNJ: 0}},
 		clients: []gpuClient{{id: 1, pid: 11}, {id: 2, pid: 99}}}
 	f.leaves()
+	// Each reading of the span's clock is a second later: no figure is capped by the boards'
+	// ceiling over a span shorter than the fake's energy could be drawn in.
+	wall := newFakeClock()
 	m, err := New(Options{RAPL: "off", NVML: "off", SkipProbe: true, ProcRoot: dir, SysfsRoot: dir, DevRoot: dir,
 		Backends: []BackendInfo{{Name: "ollama", URL: "http://127.0.0.1:11434", PIDFile: pidFile}, {Name: "nopid", URL: "http://127.0.0.1:11435"}},
+		now:      func() time.Time { wall.Advance(time.Second); return wall.Now() },
 		apple: func() (*apple, error) {
 			return &apple{cpu: f, gpu: f, sleep: func(time.Duration) {}, now: time.Now, poll: time.Millisecond}, nil
 		}})

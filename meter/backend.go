@@ -14,6 +14,7 @@ import (
 // backendState is a backend, its cached root process and its last walked tree. It is safe for
 // concurrent use.
 type backendState struct {
+	cores  float64 // treeCores, read at New
 	info   BackendInfo
 	local  bool
 	port   int

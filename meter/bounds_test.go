@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,9 +30,9 @@ func TestBoundsValues(t *testing.T) {
 		edit      func(*spanSample)
 		low, high float64
 	}{
-		{"rapl and nvml: read gap and one NVML period at the board limit", func(s *spanSample) {
+		{"meter-1: rapl and nvml: read gap and one NVML period at the board limit", func(s *spanSample) {
 			s.RAPLGap = 8 * time.Millisecond
-			s.GPULimitW = 350
+			s.GPULimitW, s.Legacy = 350, 1
 		},
 			// RAPL: 120 J over 2.008 s; slack (gap + 2 updates) low, 2 updates high. NVML ±0.1 s × 350 W.
 			120 - 0.010*120/2.008 + 400 - 35, 120 + 0.002*120/2.008 + 400 + 35},
@@ -39,10 +40,19 @@ func TestBoundsValues(t *testing.T) {
 			s.GPULow, s.GPUHigh, s.GPULimitW = 380, 430, 350
 		},
 			120 - 0.002*120/2 + 380, 120 + 0.002*120/2 + 430},
-		{"nvml without a known limit: the GPU watts", func(*spanSample) {},
+		{"meter-1: nvml without a known limit: the GPU watts", func(s *spanSample) { s.Legacy = 1 },
 			120 - 0.002*120/2 + 400 - 30, 120 + 0.002*120/2 + 400 + 30},
 		{"cpu time model: 5-15 W a core", func(s *spanSample) { s.RAPLErr = ErrNoData; s.GPUUsed = false },
 			15, 45},
+		{"cpu time model: a tick per process read either side", func(s *spanSample) {
+			s.RAPLErr, s.GPUUsed, s.Cores, s.CPUSlack = ErrNoData, false, 4, 20*time.Millisecond
+		}, 2.98 * 5, 3.02 * 15},
+		{"cpu time model: capped at the cores × the wall time, bounds too", func(s *spanSample) {
+			s.RAPLErr, s.GPUUsed, s.Cores, s.CPUSlack = ErrNoData, false, 1, 20*time.Millisecond
+		}, 1.98 * 5, 2 * 15},
+		{"nvml: no part above 1.5 × the limit × the wall time", func(s *spanSample) {
+			s.RAPLErr, s.GPULimitW, s.GPULow, s.GPUHigh, s.GPUJoules = ErrNoData, 100, 250, 400, 350
+		}, 15 + 250, 45 + 300},
 		{"cpu time share: alone × low W to union × high W", func(s *spanSample) {
 			s.RAPLErr, s.GPUUsed, s.Overlap, s.Split = ErrNoData, false, true, true
 			s.TreeAlone, s.TreeUnion = time.Second, 5*time.Second
@@ -80,13 +90,15 @@ func randomSample(r *rand.Rand) spanSample {
 		TreeFound:     r.IntN(6) > 0, TreeShort: r.IntN(6) == 0, TreeCPU: d(8 * time.Second),
 		Split: r.IntN(3) == 0, WallShare: d(5 * time.Second), TreeAlone: d(8 * time.Second), TreeUnion: d(16 * time.Second),
 		ProxyCPU: d(time.Second), HostBusy: d(10 * time.Second), HostErr: pick(nil, nil, nil, errors.New("x")),
-		CPUWatts:   1 + 20*r.Float64(),
-		RAPLJoules: 300 * r.Float64(), RAPLErr: pick(nil, nil, ErrNoData, ErrCounterWrap, errCounterDead), RAPLGap: d(20 * time.Millisecond),
+		CPUWatts: 1 + 20*r.Float64(), Cores: 0.5 + 15.5*r.Float64(), CPUSlack: time.Duration(r.IntN(8)) * 10 * time.Millisecond, RAPLErr: pick(nil, nil, ErrNoData, ErrCounterWrap, errCounterDead), RAPLGap: d(20 * time.Millisecond),
 		PerProcess: r.IntN(5) == 0,
 		GPUUsed:    r.IntN(2) == 0, GPUUnknown: r.IntN(4) == 0, GPUErr: pick(nil, nil, ErrNoData, fmt.Errorf("%w", ErrCounterStale)),
 		GPUJoules: 1000 * r.Float64(), GPUShare: r.Float64() + 0.05, GPUVanished: r.IntN(6) == 0, GPUBusy: 2 * r.Float64(),
 		GPUWatts: 50 + 600*r.Float64(), GPULimitW: float64(r.IntN(2)) * 700, GPUSubPeriod: r.IntN(4) == 0,
+		GPUProvisional: r.IntN(4) == 0,
 	}
+	// A RAPL delta is at most what its zone can count (the reader refuses more: raplMaxWatts).
+	s.RAPLJoules = raplMaxWatts * s.Wall.Seconds() * r.Float64()
 	if r.IntN(2) == 0 {
 		s.GPULow, s.GPUHigh = s.GPUJoules*r.Float64(), s.GPUJoules*(1+r.Float64())
 	}
@@ -94,6 +106,32 @@ func randomSample(r *rand.Rand) spanSample {
 		s.RAPLJoules = 0
 	}
 	return s
+}
+
+// checkPhysics fails when a figure, its Low or its High is above what the hardware can draw
+// over the span: the tree's cores at the CPU model's top watts per core (a RAPL zone at what it
+// can count), and each used GPU at 1.5 × its enforced power limit (gpuMaxWatts a GPU when the
+// limit is not known). Token-model figures price work elsewhere: no hardware here bounds them.
+func checkPhysics(t *testing.T, s spanSample, f energy.Figure) {
+	t.Helper()
+	if strings.Contains(f.Method, "token-model") {
+		return
+	}
+	wall := s.Wall.Seconds()
+	cpu := raplMaxWatts * (wall + 0.002)
+	if strings.HasPrefix(f.Method, MethodCPUTimeModel) || strings.HasPrefix(f.Method, MethodCPUTimeShare) {
+		cpu = s.Cores * wall * s.CPUWatts * energy.CPUModelHigh
+	}
+	gpu := 0.0
+	if strings.Contains(f.Method, "+") {
+		gpu = 1.5 * s.GPULimitW * wall
+		if s.GPULimitW == 0 {
+			gpu = gpuMaxWatts * math.Max(1, math.Ceil(s.GPUBusy)) * wall
+		}
+	}
+	if most := (cpu + gpu) * (1 + 1e-9); f.Joules > most || f.Low > most || f.High > most {
+		t.Fatalf("above what the hardware can draw (%v J over %v): %v J in [%v, %v] (%s; %d cores)", most, s.Wall, f.Joules, f.Low, f.High, f.Method, int(s.Cores))
+	}
 }
 
 // TestBoundsProperty: every figure the rules can make has 0 ≤ Low ≤ Joules ≤ High, sums of
@@ -105,6 +143,7 @@ func TestBoundsProperty(t *testing.T) {
 		s := randomSample(r)
 		f := finish(s)
 		checkBounds(t, f)
+		checkPhysics(t, s, f)
 		if a := attribute(s); !closeFigure(a, f) || a.Low != f.Low || a.High != f.High {
 			t.Fatalf("sample %d: from inputs %+v, from the sample %+v", i, f, a)
 		}
@@ -169,8 +208,18 @@ func TestRecompute(t *testing.T) {
 	// recomputes as it was made, with the period slack.
 	in.Version = "meter-1"
 	old, err := Recompute(energy.Figure{Inputs: energy.ListOf(in)})
-	if err != nil || !nearJ(old.High, finish(s).High) {
+	s1 := s
+	s1.Legacy = 1
+	if err != nil || !nearJ(old.High, attribute(s1).High) || nearJ(old.High, finish(s).High) {
 		t.Errorf("a meter-1 record: %+v, %v", old, err)
+	}
+	// A meter-2 record (no cores, no ceiling, no provisional figures) recomputes as made.
+	in.Version = "meter-2"
+	two, err := Recompute(energy.Figure{Inputs: energy.ListOf(in)})
+	s2 := s
+	s2.Legacy = 2
+	if err != nil || !nearJ(two.High, attribute(s2).High) || nearJ(two.High, finish(s).High) {
+		t.Errorf("a meter-2 record: %+v, %v", two, err)
 	}
 	in.Version = "meter-0"
 	if _, err := Recompute(energy.Figure{Inputs: energy.ListOf(in)}); err == nil {

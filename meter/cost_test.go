@@ -267,7 +267,12 @@ func mapsEqual(a, b map[string]int) bool {
 // still, and walked again at End once it moved, so a child born inside the span is found and
 // counted whole.
 func TestTreeFollowsLastPID(t *testing.T) {
-	m, cfs, clk, procRoot := localFixtureMeter(t, nil)
+	// Each reading of the clock is a second later: a span is long enough for the CPU time the
+	// fixture's processes count (the CPU model caps it at the cores × the span's wall time).
+	wall := newFakeClock()
+	m, cfs, clk, procRoot := localFixtureMeter(t, func(o *Options, _ string) {
+		o.now = func() time.Time { wall.Advance(time.Second); return wall.Now() }
+	})
 	b := m.backends["ollama"]
 	addChild := func(pid, parent int, started uint64) {
 		dir := filepath.Join(procRoot, fmt.Sprint(pid))

@@ -27,6 +27,9 @@ type gpuDevice interface {
 	// PowerW is the board's power draw (nvmlDeviceGetPowerUsage; averaged over about a second
 	// on recent parts), in W.
 	PowerW() (float64, error)
+	// InstantPowerW is the board's power now (the NVML_FI_DEV_POWER_INSTANT field), in W: it
+	// follows the load within one of the energy counter's update periods.
+	InstantPowerW() (float64, error)
 }
 
 // gpuMaxWatts bounds a GPU's rate when its enforced power limit cannot be read: above the
@@ -64,6 +67,18 @@ type gpus struct {
 	lastEnd    time.Time   // when the latest span ended
 	idleW      []float64   // per device, its power the last time it was quiet (0: not known)
 	lastUpdate []time.Time // per device, when its counter last updated, as far as a read saw
+	lastVal    []uint64    // per device, the value it updated to then
+	limits     []float64   // per device, its enforced power limit as last read (0: not read)
+
+	// The samplers: one goroutine per device, running while a span is open or unsettled
+	// (refs), reading its process list, instant power and utilisation samples into logs.
+	pace     func(time.Duration) // how a sampler waits between reads (time.Sleep; real time in tests too)
+	refs     int
+	closed   bool
+	logs     []devLog
+	samplers sync.WaitGroup
+	live     map[*gpuAlign]struct{} // the spans that hold the samplers
+	oldest   time.Time              // when the oldest of them began
 }
 
 // quietFor is how long no span must have been open on the GPUs for a board's power
@@ -79,6 +94,7 @@ const quietFor = time.Second
 type gpuAlign struct {
 	snap    gpuSnap
 	mine    []bool
+	listed  chan struct{} // closed once Begin's process lists (snap.pids, listAt) and mine are written
 	snapped chan struct{}
 	done    chan struct{}
 	val     []uint64
@@ -87,6 +103,8 @@ type gpuAlign struct {
 	alone   bool      // no other span was open at Begin
 	prevEnd time.Time // when the latest other span ended, as of Begin
 	quiet   bool      // no span for quietFor: the boards' power is their idle power
+	start   time.Time // when it was booked: the samplers' logs are kept back to it
+	held    bool      // it holds the samplers (acquire); released once its figure is final
 }
 
 // begin books a span's start and, in the background, takes Begin's snapshot: every device's
@@ -99,15 +117,27 @@ func (g *gpus) begin(inTree func(uint32) bool) *gpuAlign {
 	go func() {
 		s := &a.snap
 		g.size(s)
-		g.readPIDs(s)
 		t0 := g.now()
+		g.readPIDs(s)
+		s.listAt = midway(t0, g.now())
+		for i := range g.devs {
+			a.mine[i] = slices.ContainsFunc(s.pids[i], inTree)
+		}
+		close(a.listed) // the lists are known: a provisional figure can use them
+		t0 = g.now()
 		for i, d := range g.devs {
 			s.energy[i], s.eerr[i] = 0, errNotRead
-			if a.mine[i] = slices.ContainsFunc(s.pids[i], inTree); a.mine[i] {
+			if a.mine[i] {
 				s.energy[i], s.eerr[i] = d.EnergyMJ()
 			}
 		}
-		s.at = midway(t0, g.now())
+		s.readDone = g.now()
+		s.at = midway(t0, s.readDone)
+		for i, mine := range a.mine {
+			if mine && g.limitOf(i) == gpuMaxWatts/gpuExcursion {
+				_, _ = g.readLimit(i) // for the provisional figure's ceiling; unread, it assumes gpuMaxWatts
+			}
+		}
 		close(a.snapped)
 		g.align(a)
 	}()
@@ -117,14 +147,46 @@ func (g *gpus) begin(inTree func(uint32) bool) *gpuAlign {
 // book counts a span begun at now among those open.
 func (g *gpus) book(now time.Time) *gpuAlign {
 	n := len(g.devs)
-	a := &gpuAlign{mine: make([]bool, n), snapped: make(chan struct{}), done: make(chan struct{}), val: make([]uint64, n), at: make([]time.Time, n)}
+	a := &gpuAlign{mine: make([]bool, n), listed: make(chan struct{}), snapped: make(chan struct{}), done: make(chan struct{}), val: make([]uint64, n), at: make([]time.Time, n)}
+	a.start = now
 	g.mu.Lock()
 	a.alone, a.prevEnd = g.open == 0, g.lastEnd
 	g.open++
 	g.lastBegin = now
 	a.quiet = a.alone && now.Sub(g.lastEnd) >= quietFor
+	a.held = true
+	if g.live == nil {
+		g.live = map[*gpuAlign]struct{}{}
+	}
+	g.live[a] = struct{}{}
+	g.oldest = g.oldestLive()
+	g.acquire()
 	g.mu.Unlock()
 	return a
+}
+
+// done says a span's figure is final: it no longer holds the samplers.
+func (g *gpus) done(a *gpuAlign) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !a.held {
+		return
+	}
+	a.held = false
+	delete(g.live, a)
+	g.oldest = g.oldestLive()
+	g.release()
+}
+
+// oldestLive is when the oldest span that holds the samplers began; g.mu is held.
+func (g *gpus) oldestLive() time.Time {
+	var t time.Time
+	for a := range g.live {
+		if t.IsZero() || a.start.Before(t) {
+			t = a.start
+		}
+	}
+	return t
 }
 
 // align waits, bounded by g.wait, for the counter of each device of the span's (mine) to move
@@ -144,21 +206,23 @@ func (g *gpus) align(a *gpuAlign) {
 	a.err = g.nextUpdate(&a.snap, mine, a.val, a.at)
 }
 
-// end takes End's snapshot into s and books the span's end: the energy of the devices Begin
-// read (mine), first, so that End's time is the span's end, then every device's processes.
-func (g *gpus) end(a *gpuAlign, s *gpuSnap) {
+// end books the span's end, at (taken before any read: the span's edge), and then takes End's
+// snapshot into s: every device's processes, then the energy of the devices Begin read (mine).
+// It runs off the request path (Span.End returns first), except with SettleInline. Its energy
+// read is timed at the span's end: an update between the end and the read (it takes
+// milliseconds) is rare and found out by the rate ceiling or the bounds of the next spans.
+func (g *gpus) end(a *gpuAlign, s *gpuSnap, at time.Time) {
+	g.spanEnded(at)
 	<-a.snapped
 	g.size(s)
-	t0 := g.now()
+	g.readPIDs(s)
 	for i, d := range g.devs {
 		s.energy[i], s.eerr[i] = 0, errNotRead
 		if a.mine[i] {
 			s.energy[i], s.eerr[i] = d.EnergyMJ()
 		}
 	}
-	s.at = midway(t0, g.now())
-	g.readPIDs(s)
-	g.spanEnded(s)
+	s.at, s.readDone = at, g.now()
 }
 
 // midway is the middle of [a, b]: when a read that began at a and ended at b took its value,
@@ -171,11 +235,11 @@ var errNotRead = errors.New("meter: not read: the device listed no process of th
 // ErrGPULate says the tree started on a GPU mid-span: Begin did not read that GPU's counter.
 var ErrGPULate = errors.New("meter: the tree started on a GPU mid-span")
 
-// spanEnded books a span's end, read at end.at: every span that book saw ends here.
-func (g *gpus) spanEnded(end *gpuSnap) {
+// spanEnded books a span's end at at: every span that book saw ends here.
+func (g *gpus) spanEnded(at time.Time) {
 	g.mu.Lock()
 	g.open--
-	g.lastEnd = later(g.lastEnd, end.at)
+	g.lastEnd = later(g.lastEnd, at)
 	g.mu.Unlock()
 }
 
@@ -225,7 +289,7 @@ func (g *gpus) calibrate() error {
 		periods = append(periods, d/2)
 		g.mu.Lock()
 		g.setIdle(i, float64(val[2]-val[0])/1000/d.Seconds())
-		g.seen(i, at[2])
+		g.seen(i, at[2], val[2])
 		g.mu.Unlock()
 	}
 	g.period = slices.Max(periods)
@@ -266,7 +330,7 @@ func (g *gpus) nextUpdateUntil(from *gpuSnap, devs []int, val []uint64, at []tim
 			if e != from.energy[i] {
 				val[i], at[i], done[i] = e, midway(last[i], now), true
 				g.mu.Lock()
-				g.seen(i, at[i])
+				g.seen(i, at[i], e)
 				g.mu.Unlock()
 				continue
 			}
@@ -284,12 +348,14 @@ func (g *gpus) nextUpdateUntil(from *gpuSnap, devs []int, val []uint64, at []tim
 	}
 }
 
-// seen records that device i's counter updated at t; g.mu is held.
-func (g *gpus) seen(i int, t time.Time) {
+// seen records that device i's counter updated to v at t; g.mu is held.
+func (g *gpus) seen(i int, t time.Time, v uint64) {
 	if len(g.lastUpdate) != len(g.devs) {
-		g.lastUpdate = make([]time.Time, len(g.devs))
+		g.lastUpdate, g.lastVal = make([]time.Time, len(g.devs)), make([]uint64, len(g.devs))
 	}
-	g.lastUpdate[i] = later(g.lastUpdate[i], t)
+	if t.After(g.lastUpdate[i]) {
+		g.lastUpdate[i], g.lastVal[i] = t, v
+	}
 }
 
 // untilNextRead is how long to wait before the next read: a poll; or, when the update period is
@@ -331,7 +397,12 @@ type gpuSnap struct {
 	energy []uint64
 	eerr   []error
 	pids   [][]uint32
+	perr   []error   // per device, why its process list could not be read: unknown, not empty
 	at     time.Time // when the energy reads were done
+	listAt time.Time // when the process lists were read
+	// readDone: when the energy reads of Begin's or End's snapshot were done (zero: with the
+	// snapshot). An update between the span's edge and the read is inside the span.
+	readDone time.Time
 }
 
 func (g *gpus) snapshot(s *gpuSnap) {
@@ -341,15 +412,17 @@ func (g *gpus) snapshot(s *gpuSnap) {
 		s.energy[i], s.eerr[i] = d.EnergyMJ()
 	}
 	s.at = midway(t0, g.now())
+	t0 = g.now()
 	g.readPIDs(s)
+	s.listAt = midway(t0, g.now())
 }
 
 func (g *gpus) size(s *gpuSnap) {
 	n := len(g.devs)
-	if cap(s.energy) < n {
-		s.energy, s.eerr, s.pids = make([]uint64, n), make([]error, n), make([][]uint32, n)
+	if cap(s.energy) < n || cap(s.perr) < n {
+		s.energy, s.eerr, s.pids, s.perr = make([]uint64, n), make([]error, n), make([][]uint32, n), make([]error, n)
 	}
-	s.energy, s.eerr, s.pids = s.energy[:n], s.eerr[:n], s.pids[:n]
+	s.energy, s.eerr, s.pids, s.perr = s.energy[:n], s.eerr[:n], s.pids[:n], s.perr[:n]
 }
 
 // readPIDs reads each device's processes into s, sized.
@@ -359,13 +432,14 @@ func (g *gpus) readPIDs(s *gpuSnap) {
 		if err != nil {
 			p = p[:0]
 		}
-		s.pids[i] = p
+		s.pids[i], s.perr[i] = p, err
 	}
 }
 
 // gpuResult is what the GPU side of a span comes to, in spanSample's terms.
 type gpuResult struct {
 	Used     bool
+	Unknown  bool // the tree was seen on no GPU, but a process list could not be read at some moment of the span
 	Err      error
 	Joules   float64
 	Share    float64
@@ -373,101 +447,284 @@ type gpuResult struct {
 	Busy     float64 // GPU-equivalents busy over the span, for the power model; 0 when unknown
 	// Low and High bound Joules: what the counters moved inside the span, and over the
 	// brackets that hold its ends. SubPeriod: no counter updated inside the span, so Joules
-	// is a bracket's split, an estimate.
+	// is instant power over the span, an estimate.
 	Low, High float64
 	SubPeriod bool
+	// LimitW: the used boards' enforced power limits, summed. Provisional: the counter had not
+	// updated past the span's end: Joules since the last update is instant power × time, Low
+	// and High hold the settled figure.
+	LimitW      float64
+	Provisional bool
 }
 
-// attribute works out the GPU side of a span: which devices the tree used, whether it was their
-// sole user, and the energy they spent. It waits, bounded by g.wait, for each used device's
-// energy counter to update after the span ended, so the delta is not short.
-func (g *gpus) attribute(align *gpuAlign, end *gpuSnap, inTree func(uint32) bool, start time.Time) gpuResult {
-	<-align.snapped
-	begin := &align.snap
+// lists is every read of device i's process list over the span [start, end], in time order:
+// Begin's snapshot's, the sampler's, and End's snapshot's when it was taken (end not nil).
+func (g *gpus) lists(i int, a *gpuAlign, end *gpuSnap, start, endT time.Time) []pidRead {
+	var out []pidRead
+	if b := &a.snap; listed(a) && i < len(b.pids) {
+		out = append(out, pidRead{at: b.listAt, pids: b.pids[i], err: b.perr[i]})
+	}
+	g.mu.Lock()
+	g.seenBetween(i, start, endT, func(r pidRead) { out = append(out, r) })
+	g.mu.Unlock()
+	if end != nil && i < len(end.pids) {
+		out = append(out, pidRead{at: endT, pids: end.pids[i], err: end.perr[i]})
+	}
+	return out
+}
+
+// seenPIDs is every PID a process list of a device showed over the span (lists), once each.
+func (g *gpus) seenPIDs(a *gpuAlign, end *gpuSnap, start, endT time.Time) []uint32 {
+	var out []uint32
+	for i := range g.devs {
+		for _, l := range g.lists(i, a, end, start, endT) {
+			for _, p := range l.pids {
+				if !slices.Contains(out, p) {
+					out = append(out, p)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// listed reports whether Begin's process lists have been read.
+func listed(a *gpuAlign) bool {
+	select {
+	case <-a.listed:
+		return true
+	default:
+		return false
+	}
+}
+
+// attribute works out the settled GPU side of a span that ended at endT, End's snapshot taken:
+// which devices the tree used, whether it was their sole user over the whole span, and the
+// energy they spent. It waits, bounded by g.wait, for each used device's energy counter to
+// update after the span ended, so the delta is not short.
+func (g *gpus) attribute(a *gpuAlign, end *gpuSnap, inTree func(uint32) bool, start, endT time.Time) gpuResult {
+	<-a.snapped
 	r := gpuResult{Share: 1}
-	var buf [64]int
-	used, vanished := g.usedDevices(begin, end, inTree, buf[:0])
+	used, vanished, unknown := g.usedDevices(a, end, inTree, start, endT)
 	r.Vanished = vanished
 	if len(used) == 0 {
+		r.Unknown = unknown
 		return r
 	}
 	r.Used = true
 	// Shares and utilisation first: they do not depend on the wait.
-	r.Share, r.Busy = g.shares(begin, end, used, inTree, start)
-	j, err := g.joules(begin, end, align, used)
-	r.Joules, r.Low, r.High, r.SubPeriod, r.Err = j.Joules, j.Low, j.High, j.SubPeriod, err
+	r.Share, r.Busy = g.shares(a, end, used, inTree, start, endT)
+	j, err := g.joules(&a.snap, end, a, used, start, endT)
+	r.Joules, r.Low, r.High, r.SubPeriod, r.LimitW, r.Err = j.Joules, j.Low, j.High, j.SubPeriod, j.LimitW, err
 	return r
 }
 
-// usedDevices appends to dst the devices on which a process of the tree ran at either end of
-// the span, and reports whether a process of the tree listed at the start was gone at the end.
-func (g *gpus) usedDevices(begin, end *gpuSnap, inTree func(uint32) bool, dst []int) (used []int, vanished bool) {
-	for i := range g.devs {
-		if i >= len(begin.pids) || i >= len(end.pids) {
-			break
+// provisional is the GPU side of a span as End knows it at once, reading nothing: the process
+// lists that Begin's snapshot and the samplers read up to endT, the counter up to the last
+// update a read saw, and instant power since. Its Low and High hold the settled figure
+// (attribute): Low is 0, since a process list read at End may still show another process on
+// the device (the settled figure then has no GPU part), and High is what the counter moved up
+// to its last update plus the boards' ceiling since. Only a figure whose GPU part is the
+// counter's, whole, is provisional; any other is final as it stands.
+func (g *gpus) provisional(a *gpuAlign, inTree func(uint32) bool, start, endT time.Time) gpuResult {
+	begun := listed(a)
+	if !begun && !g.sampledBetween(start, endT) {
+		// Begin's snapshot is still being read (NVML is busy) and no sampler has read a process
+		// list since: whether the tree used a GPU is not known yet. Nothing above the boards'
+		// ceiling over the span.
+		r := gpuResult{Used: true, Share: 1, Provisional: true, SubPeriod: true}
+		for i := range g.devs {
+			r.LimitW += g.limitOf(i)
 		}
-		onBegin, onEnd := false, false
-		for _, p := range begin.pids[i] {
-			if inTree(p) {
-				onBegin = true
-				if !slices.Contains(end.pids[i], p) {
-					vanished = true
+		r.High = gpuExcursion * r.LimitW * endT.Sub(start).Seconds()
+		return r
+	}
+	r := gpuResult{Share: 1}
+	used, vanished, unknown := g.usedDevices(a, nil, inTree, start, endT)
+	r.Vanished = vanished
+	if len(used) == 0 {
+		r.Unknown = unknown
+		return r
+	}
+	r.Used = true
+	r.Share, r.Busy = g.shares(a, nil, used, inTree, start, endT)
+	for _, i := range used {
+		if begun && !a.mine[i] {
+			r.Err = fmt.Errorf("gpu %d %s: %w", i, g.devs[i].Name(), ErrGPULate)
+			return r
+		}
+	}
+	if r.Vanished || r.Share < dominantShare {
+		return r // no GPU figure: final
+	}
+	aligned := false
+	select {
+	case <-a.done:
+		aligned = true
+		if a.err != nil {
+			r.Err = fmt.Errorf("after Begin: %w", a.err)
+			return r
+		}
+	default:
+	}
+	r.Provisional = true
+	period := cmp.Or(g.period, nvmlPeriod)
+	for _, i := range used {
+		limit := g.limitOf(i)
+		ceil := gpuExcursion * limit
+		r.LimitW += limit
+		if !aligned || a.at[i].After(endT) {
+			// No update seen inside the span yet: instant power over it.
+			r.SubPeriod = true
+			d := endT.Sub(start).Seconds()
+			r.Joules += g.power(i, start, endT, limit, ceil) * d
+			r.High += ceil * (d + 2*g.poll.Seconds())
+			continue
+		}
+		e0, e1, t1 := a.snap.energy[i], a.val[i], a.at[i]
+		ej, tj := e1, t1
+		g.mu.Lock()
+		if i < len(g.lastVal) && !g.lastUpdate[i].After(endT) && g.lastUpdate[i].After(t1) && g.lastVal[i] >= e1 {
+			ej, tj = g.lastVal[i], g.lastUpdate[i]
+		}
+		g.mu.Unlock()
+		if e1 < e0 {
+			r.Err = fmt.Errorf("gpu %d %s: energy went backwards", i, g.devs[i].Name())
+			return r
+		}
+		u0 := earlier(t1.Add(-period), a.snap.at)
+		first := float64(e1-e0) / 1000
+		begin := clampSplit(splitBracket(first, u0, t1, a.snap.at, t1, g.idleOf(i), a.alone && a.prevEnd.Before(u0)),
+			first, t1.Sub(a.snap.at), a.snap.at.Sub(u0), ceil)
+		since := endT.Sub(tj)
+		r.Joules += begin + float64(ej-e1)/1000 + g.power(i, tj, endT, limit, ceil)*since.Seconds()
+		// As in joules: an update during Begin's energy read left part of the span before e0.
+		late := ceil * max(a.snap.readDone.Sub(start), 0).Seconds()
+		r.High += float64(ej-e0)/1000 + ceil*(since+2*g.poll).Seconds() + late
+	}
+	r.High = max(r.High, r.Joules)
+	return r
+}
+
+// power is device i's mean instant power over [from, to] for an estimate: no more than the
+// board's ceiling; its enforced limit when no reading was taken.
+func (g *gpus) power(i int, from, to time.Time, limit, ceil float64) float64 {
+	g.mu.Lock()
+	w, ok := g.meanPower(i, from, to)
+	g.mu.Unlock()
+	if !ok {
+		w = limit
+	}
+	return min(max(w, 0), ceil)
+}
+
+// limitOf is device i's enforced power limit as last read (gpuMaxWatts / gpuExcursion until
+// one is read, or when it cannot be).
+func (g *gpus) limitOf(i int) float64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if i < len(g.limits) && g.limits[i] > 0 {
+		return g.limits[i]
+	}
+	return gpuMaxWatts / gpuExcursion
+}
+
+// readLimit reads device i's enforced power limit and keeps it for limitOf.
+func (g *gpus) readLimit(i int) (limit float64, err error) {
+	limit, err = g.devs[i].PowerLimitW()
+	if err != nil || limit <= 0 {
+		return gpuMaxWatts / gpuExcursion, fmt.Errorf("power limit: %v", err)
+	}
+	g.mu.Lock()
+	if len(g.limits) != len(g.devs) {
+		g.limits = make([]float64, len(g.devs))
+	}
+	g.limits[i] = limit
+	g.mu.Unlock()
+	return limit, nil
+}
+
+// usedDevices returns the devices on which a process of the tree was listed at some moment of
+// the span (lists), whether a process of the tree listed then was gone from the last list read,
+// and whether some list could not be read (so the tree's use of that device is unknown).
+func (g *gpus) usedDevices(a *gpuAlign, end *gpuSnap, inTree func(uint32) bool, start, endT time.Time) (used []int, vanished, unknown bool) {
+	for i := range g.devs {
+		ls := g.lists(i, a, end, start, endT)
+		var seen []uint32
+		var last []uint32
+		for _, l := range ls {
+			if l.err != nil {
+				unknown = true
+				continue
+			}
+			last = l.pids
+			for _, p := range l.pids {
+				if inTree(p) && !slices.Contains(seen, p) {
+					seen = append(seen, p)
 				}
 			}
 		}
-		for _, p := range end.pids[i] {
-			if inTree(p) {
-				onEnd = true
+		if len(seen) == 0 {
+			continue
+		}
+		used = append(used, i)
+		for _, p := range seen {
+			if !slices.Contains(last, p) {
+				vanished = true
 			}
 		}
-		if (onBegin || onEnd) && len(dst) < cap(dst) {
-			dst = append(dst, i)
-		}
 	}
-	return dst, vanished
+	return used, vanished, unknown
 }
 
-// shares returns the tree's smallest share of a used device's process time (1 when no other
-// process was listed on it) and how many GPUs' worth it kept busy, from NVML's per-process
-// utilisation since start (0 when unknown).
-func (g *gpus) shares(begin, end *gpuSnap, used []int, inTree func(uint32) bool, start time.Time) (share, busy float64) {
-	since := uint64(start.UnixMicro())
+// shares returns the tree's share of the used devices: 1 when sole use is proven, 0 otherwise.
+// Sole use needs every process list read over the span (Begin's, the samplers', End's) to have
+// been read and to list no process outside the tree, and no utilisation sample of the span to
+// name one: a process that held a context at any moment may have used the device then, and a
+// missing utilisation sample is no evidence that it did not (NVML often returns none). It
+// also returns how many GPUs' worth the tree kept busy, from the samplers' utilisation samples
+// (0 when unknown).
+func (g *gpus) shares(a *gpuAlign, end *gpuSnap, used []int, inTree func(uint32) bool, start, endT time.Time) (share, busy float64) {
+	from, to := uint64(max(start.UnixMicro(), 0)), uint64(max(endT.UnixMicro(), 0))
 	share = 1
 	busyKnown := true
 	for _, i := range used {
 		others := false
-		for _, ps := range [][]uint32{begin.pids[i], end.pids[i]} {
-			for _, p := range ps {
+		for _, l := range g.lists(i, a, end, start, endT) {
+			if l.err != nil {
+				others = true // unknown, not empty
+			}
+			for _, p := range l.pids {
 				if !inTree(p) {
 					others = true
 				}
 			}
 		}
-		samples, err := g.devs[i].Utilization(since)
-		var tree, all uint64
+		var tree uint64
 		stamps := map[uint64]bool{}
-		for _, s := range samples {
-			all += uint64(s.SM)
-			stamps[s.TimeStamp] = true
-			if inTree(s.PID) {
-				tree += uint64(s.SM)
-			} else {
-				others = true // in no PID list, perhaps, but it used the GPU
+		g.mu.Lock()
+		if i < len(g.logs) {
+			for _, s := range g.logs[i].util {
+				if (s.TimeStamp < from || s.TimeStamp > to) && (s.at.Before(start) || s.at.After(endT)) {
+					continue
+				}
+				stamps[s.TimeStamp] = true
+				if inTree(s.PID) {
+					tree += uint64(s.SM)
+				} else {
+					others = true // in no PID list, perhaps, but it used the GPU
+				}
 			}
 		}
-		if err != nil || len(stamps) == 0 {
+		g.mu.Unlock()
+		if len(stamps) == 0 {
 			busyKnown = false
 		} else {
 			busy += float64(tree) / 100 / float64(len(stamps))
 		}
-		devShare := 1.0
 		if others {
-			devShare = 0
-			if err == nil && all > 0 {
-				devShare = float64(tree) / float64(all)
-			}
+			share = 0
 		}
-		share = min(share, devShare)
 	}
 	if !busyKnown {
 		busy = 0
@@ -475,17 +732,19 @@ func (g *gpus) shares(begin, end *gpuSnap, used []int, inTree func(uint32) bool,
 	return share, busy
 }
 
-// joules returns the used devices' energy over the span, in J, with bounds. The counters update every period or so, so each end of the span lies inside a
-// bracket between two updates: Begin's between its reading and the first update after it
-// (align), End's between its reading and the first update after it (waited for here, bounded
-// by g.wait). What the counter moved between those two first updates, less the part of End's
+// joules returns the used devices' energy over the span [start, endT], in J, with bounds. The
+// counters update every period or so, so each end of the span lies inside a bracket between
+// two updates: Begin's between its reading and the first update after it (align), End's
+// between the update before it and the first update after it (waited for here, bounded by
+// g.wait). What the counter moved between those two first updates, less the part of End's
 // bracket after End, plus the part of Begin's bracket after Begin, is the span's energy; each
-// bracket is split by splitBracket. low is what the counter moved inside the span, high what it
-// moved over both brackets: the span's energy lies between them whatever the split. A span with
-// no update inside it lies in one bracket: its energy is that bracket's split, sub says so. A
-// counter that went backwards, or counted faster than the board's enforced power limit allows
-// over the window, is an error.
-func (g *gpus) joules(begin, end *gpuSnap, align *gpuAlign, used []int) (r gpuResult, err error) {
+// bracket is split by splitBracket, within what the board can draw (clampSplit). low is what
+// the counter moved inside the span, high what it moved over both brackets: the span's energy
+// lies between them whatever the split. A span with no update inside it lies in one bracket:
+// its energy is the board's instant power over it, bounded by the bracket and the board's
+// ceiling; sub says so. A counter that went backwards, or counted faster than the board's
+// enforced power limit allows over the window, is an error.
+func (g *gpus) joules(begin, end *gpuSnap, align *gpuAlign, used []int, start, endT time.Time) (r gpuResult, err error) {
 	<-align.done // bounded by g.wait
 	for _, i := range used {
 		if !align.mine[i] {
@@ -515,10 +774,22 @@ func (g *gpus) joules(begin, end *gpuSnap, align *gpuAlign, used []int) (r gpuRe
 		if e3 < e2 {
 			return r, fmt.Errorf("gpu %d %s: energy went backwards", i, g.devs[i].Name())
 		}
-		limit, err := g.devs[i].PowerLimitW()
+		limit, err := g.readLimit(i)
 		ceiling := gpuExcursion * limit
-		if err != nil || limit <= 0 {
-			limit, ceiling = gpuMaxWatts, gpuMaxWatts
+		if err != nil {
+			limit, ceiling = gpuMaxWatts/gpuExcursion, gpuMaxWatts
+		}
+		r.LimitW += limit
+		// An update between the span's start and Begin's energy read put part of the span's
+		// energy before the window's reading; one between the span's end and End's read put
+		// energy after the end inside it: at most the board's ceiling over each read's lateness.
+		lateB := ceiling * max(begin.readDone.Sub(start), 0).Seconds()
+		lateE := ceiling * max(end.readDone.Sub(endT), 0).Seconds()
+		if begin.readDone.IsZero() {
+			lateB = 0
+		}
+		if end.readDone.IsZero() {
+			lateE = 0
 		}
 		idle := g.idleOf(i)
 		// The update before Begin's reading is a period before the first one after it, and
@@ -528,24 +799,33 @@ func (g *gpus) joules(begin, end *gpuSnap, align *gpuAlign, used []int) (r gpuRe
 		first := float64(e1-e0) / 1000 // Begin's bracket
 		var j float64
 		if e2 == e0 {
-			// No update inside the span: it lies in the bracket that align closed.
+			// No update inside the span: it lies in the bracket that align closed. Its part is
+			// the board's instant power over the span, within what the bracket and the board
+			// allow: at most the bracket, and the board's ceiling over the span; at least what
+			// the bracket holds beyond the ceiling over the rest of it.
 			r.SubPeriod = true
-			j = splitBracket(first, u0, align.at[i], begin.at, earlier(end.at, align.at[i]), idle, beginQuiet && endAlone)
-			r.High += first
 			// Each update is seen at most a poll late: the bracket is at most this long.
-			if w := align.at[i].Sub(u0) + 2*g.poll; first > ceiling*w.Seconds() {
+			w := align.at[i].Sub(u0) + 2*g.poll
+			if first > ceiling*w.Seconds() {
 				return r, fmt.Errorf("gpu %d %s: %w: %.3f J in %v, limit %.0f W", i, g.devs[i].Name(), ErrCounterRate, first, w, limit)
 			}
+			ours := endT.Sub(start)
+			rest := max(align.at[i].Sub(u0)-ours, 0) + 2*g.poll
+			est := g.power(i, start, endT, limit, ceiling) * ours.Seconds()
+			j = clampSplit(est, first, ours, rest, ceiling)
+			r.Low += min(max(first-ceiling*rest.Seconds()-lateE, 0), j)
+			r.High += first + lateB
 		} else {
 			inner := float64(e2-e1) / 1000
 			// End's bracket began with the last update before End: a period before the first
 			// after it, and no earlier than Begin's first.
 			u2 := later(earlier(at[i].Add(-period), end.at), align.at[i])
+			last := float64(e3-e2) / 1000
 			j = inner +
-				splitBracket(first, u0, align.at[i], begin.at, align.at[i], idle, beginQuiet) +
-				splitBracket(float64(e3-e2)/1000, u2, at[i], u2, end.at, idle, endAlone)
-			r.Low += inner
-			r.High += float64(e3-e0) / 1000
+				clampSplit(splitBracket(first, u0, align.at[i], begin.at, align.at[i], idle, beginQuiet), first, align.at[i].Sub(begin.at), begin.at.Sub(u0), ceiling) +
+				clampSplit(splitBracket(last, u2, at[i], u2, end.at, idle, endAlone), last, end.at.Sub(u2), at[i].Sub(end.at), ceiling)
+			r.Low += max(inner-lateE, 0)
+			r.High += float64(e3-e0)/1000 + lateB
 			// Each update is seen at most a poll late: the window is at most this long.
 			w := at[i].Sub(align.at[i]) + 2*g.poll
 			if moved := float64(e3-e1) / 1000; moved > ceiling*w.Seconds() {
@@ -555,6 +835,17 @@ func (g *gpus) joules(begin, end *gpuSnap, align *gpuAlign, used []int) (r gpuRe
 		r.Joules += j
 	}
 	return r, nil
+}
+
+// clampSplit keeps a bracket's part (j of joules, over ours of the bracket, the rest lasting
+// rest) within what the board can draw: no more than its ceiling over ours, no less than what
+// the bracket holds beyond its ceiling over the rest, and within [0, joules]. A split by idle
+// power gives a span everything the bracket moved above idle, however short the span: a
+// 2.4 ms span got 4.6 to 6.7 J (1.9 to 2.8 kW) on an H200 capped at 700 W.
+func clampSplit(j, joules float64, ours, rest time.Duration, ceil float64) float64 {
+	lo := max(joules-ceil*max(rest, 0).Seconds(), 0)
+	hi := min(joules, ceil*max(ours, 0).Seconds())
+	return max(min(j, hi), min(lo, hi))
 }
 
 // splitBracket is the part of a bracket's energy (joules over [from, to], between two counter
@@ -602,7 +893,11 @@ func later(a, b time.Time) time.Time {
 }
 
 func (g *gpus) close() error {
-	if g == nil || g.closeFn == nil {
+	if g == nil {
+		return nil
+	}
+	g.stopSamplers()
+	if g.closeFn == nil {
 		return nil
 	}
 	return g.closeFn()

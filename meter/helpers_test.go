@@ -145,6 +145,12 @@ var fixtureClocks sync.Map // *Meter → *fakeClock
 // the only user, so the figure can be measured.
 func cpuWork(t testing.TB, m *Meter, sec, joules float64) {
 	t.Helper()
+	cpuBurst(t, m, sec, sec, joules)
+}
+
+// cpuBurst is cpuWork where the tree's CPU time (cpuSec) is not the wall time (wallSec).
+func cpuBurst(t testing.TB, m *Meter, wallSec, sec, joules float64) {
+	t.Helper()
 	bump := func(p string, field int, by uint64) {
 		t.Helper()
 		b, err := os.ReadFile(p)
@@ -162,7 +168,7 @@ func cpuWork(t testing.TB, m *Meter, sec, joules float64) {
 		writeFile(t, p, strings.Join(lines, "\n"))
 	}
 	if clk, ok := fixtureClocks.Load(m); ok {
-		clk.(*fakeClock).Advance(time.Duration(sec * float64(time.Second)))
+		clk.(*fakeClock).Advance(time.Duration(wallSec * float64(time.Second)))
 	}
 	bump(filepath.Join(m.opts.ProcRoot, "100", "task", "100", "schedstat"), 0, uint64(sec*1e9))
 	bump(filepath.Join(m.opts.ProcRoot, "stat"), 1, uint64(sec*userHZ))

@@ -59,6 +59,10 @@ type Options struct {
 	// RAPL, 3 s for NVML). Tests on fixture counters that never advance set it.
 	SkipProbe bool
 	Logger    zerolog.Logger
+	// SettleInline makes End wait for NVML's counter to update past the span's end (at most
+	// about two update periods) and return the settled figure, never a provisional one. Off by
+	// default: End returns at once, and Span.Settled gives the settled figure.
+	SettleInline bool
 
 	nvmlWait time.Duration // default defaultNVMLWait; tests shorten it
 	// The liveness probes' clock (both or neither); nil: the real one. Tests give a fake one.
@@ -193,6 +197,9 @@ func newMeter(o Options) (*Meter, error) {
 			return nil, fmt.Errorf("meter: backend %q is listed twice", b.Name)
 		}
 		m.backends[b.Name] = newBackendState(b, o.SysfsRoot)
+	}
+	for _, b := range m.backends {
+		b.cores = m.treeCores(b)
 	}
 	return m, nil
 }

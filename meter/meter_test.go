@@ -3,7 +3,9 @@ package meter
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -30,7 +32,8 @@ func cpuFixtureMeter(t *testing.T, edit func(*Options)) (*Meter, string) {
 		},
 	}
 	clk := newFakeClock()
-	o.now = clk.Now
+	// Each reading of the clock takes a microsecond: a read gap is never 0.
+	o.now = func() time.Time { clk.Advance(time.Microsecond); return clk.Now() }
 	if edit != nil {
 		edit(&o)
 	}
@@ -227,6 +230,7 @@ func TestPIDFileAndCgroup(t *testing.T) {
 	}
 	// The cgroup's usage_usec is the CPU time, exited processes included.
 	s := m.Begin("cgroup")
+	cpuWork(t, m, 2, 0) // the clock: 2 s of a core's CPU time needs a second of wall time at least
 	writeFile(t, filepath.Join(procRoot, "cgroup", "ollama.service", "cpu.stat"), "usage_usec 3234567\n")
 	f := s.End(Work{})
 	if f.Method != MethodCPUTimeModel || f.CPUJoules < 20-1e-9 || f.CPUJoules > 20+1e-9 {
@@ -325,5 +329,53 @@ func TestNoProcessHostJPerToken(t *testing.T) {
 	f = m.Begin("nothing").End(Work{Model: "mistral", CompletionTokens: 5})
 	if f.Method != MethodTokenModel || !near(f.Joules, 5*DefaultLocalJPerCompletion) {
 		t.Fatalf("no process, a model never measured here: %+v", f)
+	}
+}
+
+// TestTreeCores: the cap on a tree's CPU time counts the cores it may run on: this process's,
+// no more than its cgroup's CPU quota, and no more than the backend's own cgroup's.
+func TestTreeCores(t *testing.T) {
+	m, procRoot := cpuFixtureMeter(t, func(o *Options) { o.RAPL = "off" })
+	host := float64(runtime.NumCPU())
+	if c := m.treeCores(m.backends["ollama"]); c != host {
+		t.Fatalf("no quota: %v cores, want %v", c, host)
+	}
+	writeFile(t, filepath.Join(procRoot, "cgroup", "ollama.service", "cpu.max"), "50000 100000\n")
+	if c := m.treeCores(m.backends["cgroup"]); c != 0.5 {
+		t.Fatalf("the backend's cgroup at half a core: %v cores", c)
+	}
+	if err := os.MkdirAll(filepath.Join(procRoot, "self"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(procRoot, "self", "cgroup"), "0::/proxy.slice\n")
+	dir := filepath.Join(m.opts.SysfsRoot, "fs", "cgroup", "proxy.slice")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "cpu.max"), "max 100000\n")
+	if c := m.treeCores(m.backends["ollama"]); c != host {
+		t.Fatalf("a cgroup without a quota: %v cores, want %v", c, host)
+	}
+	writeFile(t, filepath.Join(dir, "cpu.max"), "25000 100000\n")
+	if c := m.treeCores(m.backends["ollama"]); c != 0.25 {
+		t.Fatalf("this process's cgroup at a quarter core: %v cores", c)
+	}
+}
+
+// TestCPUCappedAtCores: a tree whose CPU clocks (read in ticks, at instants that are not the
+// span's edges) came to more than its cores could run over the span is billed the cores × the
+// wall time, its bounds no higher (issue 34).
+func TestCPUCappedAtCores(t *testing.T) {
+	m, _ := cpuFixtureMeter(t, func(o *Options) { o.RAPL = "off" })
+	cores := m.backends["ollama"].cores
+	s := m.Begin("ollama")
+	cpuBurst(t, m, 1, 3*cores, 0)
+	f := s.End(Work{})
+	wall := time.Duration(f.Inputs.All()[0].WallNS).Seconds()
+	if most := cores * wall * DefaultCPUWattsPerCore; f.Method != MethodCPUTimeModel || !near(f.CPUJoules, most) || f.High > most*energy.CPUModelHigh+1e-9 {
+		t.Fatalf("figure %+v; want %v J (%v cores × %v s × 10 W), High no more than ×1.5", f, most, cores, wall)
+	}
+	if d, err := Recompute(f); err != nil || Disagreement(f, d) != "" {
+		t.Fatalf("recompute: %v %s", err, Disagreement(f, d))
 	}
 }

@@ -3,8 +3,10 @@
 package meter
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -86,6 +88,38 @@ func (n nvmlDevice) PowerW() (float64, error) {
 		return 0, errors.New(nvml.ErrorString(ret))
 	}
 	return float64(mw) / 1000, nil
+}
+
+// InstantPowerW reads the NVML_FI_DEV_POWER_INSTANT field (mW): unlike nvmlDeviceGetPowerUsage,
+// a one-second average on recent boards, it follows the load within a counter period.
+func (n nvmlDevice) InstantPowerW() (float64, error) {
+	v := []nvml.FieldValue{{FieldId: nvml.FI_DEV_POWER_INSTANT}}
+	if ret := n.d.GetFieldValues(v); ret != nvml.SUCCESS {
+		return 0, errors.New(nvml.ErrorString(ret))
+	}
+	if r := nvml.Return(v[0].NvmlReturn); r != nvml.SUCCESS {
+		return 0, errors.New(nvml.ErrorString(r))
+	}
+	mw, err := fieldValue(v[0])
+	return mw / 1000, err
+}
+
+// fieldValue decodes an NVML field value by its type.
+func fieldValue(v nvml.FieldValue) (float64, error) {
+	b := v.Value[:]
+	switch nvml.ValueType(v.ValueType) {
+	case nvml.VALUE_TYPE_DOUBLE:
+		return math.Float64frombits(binary.LittleEndian.Uint64(b)), nil
+	case nvml.VALUE_TYPE_UNSIGNED_INT:
+		return float64(binary.LittleEndian.Uint32(b)), nil
+	case nvml.VALUE_TYPE_SIGNED_INT:
+		return float64(int32(binary.LittleEndian.Uint32(b))), nil
+	case nvml.VALUE_TYPE_UNSIGNED_LONG, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG:
+		return float64(binary.LittleEndian.Uint64(b)), nil
+	case nvml.VALUE_TYPE_SIGNED_LONG_LONG:
+		return float64(int64(binary.LittleEndian.Uint64(b))), nil
+	}
+	return 0, fmt.Errorf("nvml: field value of type %d", v.ValueType)
 }
 
 func (n nvmlDevice) PIDs(dst []uint32) ([]uint32, error) {

@@ -4,6 +4,8 @@ package meter
 
 import (
 	"cmp"
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,14 +24,33 @@ import (
 )
 
 // gpuScript drives one mock device: its energy counter, which advances by step on every read,
-// and its process list and utilisation samples, which may change after the span begins.
+// and its process list and utilisation samples, which may change after the span begins: pids
+// gives the list in each phase of the test (0 until the test moves it on: setPhase).
 type gpuScript struct {
 	mu     sync.Mutex
 	energy uint64 // mJ
 	step   uint64
-	pids   func(call int) []uint32
+	pids   func(phase int) []uint32
 	util   []nvml.ProcessUtilizationSample
-	calls  int
+	phase  int
+	gate   chan struct{} // when not nil, energy reads wait for it to close
+	fail   int           // the process list cannot be read in this phase (0: never)
+	watts  uint32        // the instant power field (0: 300 W)
+}
+
+func (s *gpuScript) setPhase(p int) {
+	s.mu.Lock()
+	s.phase = p
+	s.mu.Unlock()
+}
+
+// fieldPower is a field value of instant power, w watts in mW as NVML gives it.
+func fieldPower(v []nvml.FieldValue, w uint32) nvml.Return {
+	for k := range v {
+		v[k].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
+		binary.LittleEndian.PutUint32(v[k].Value[:], w*1000)
+	}
+	return nvml.SUCCESS
 }
 
 // mockNVML builds a DGX H100 whose device 0 follows s; the other seven are idle, their
@@ -39,6 +61,12 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 		dev := d.(*server.Device)
 		dev.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { return 700_000, nvml.SUCCESS } // an H100 SXM's 700 W
 		dev.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 70_000, nvml.SUCCESS }
+		dev.GetFieldValuesFunc = func(v []nvml.FieldValue) nvml.Return {
+			s.mu.Lock()
+			w := cmp.Or(s.watts, 300)
+			s.mu.Unlock()
+			return fieldPower(v, w)
+		}
 		if i > 0 {
 			idle := uint64(0)
 			dev.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) { idle += 70_000; return idle, nvml.SUCCESS }
@@ -49,6 +77,12 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 		}
 		dev.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) {
 			s.mu.Lock()
+			gate := s.gate
+			s.mu.Unlock()
+			if gate != nil {
+				<-gate
+			}
+			s.mu.Lock()
 			defer s.mu.Unlock()
 			v := s.energy
 			s.energy += s.step
@@ -57,9 +91,11 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			s.calls++
+			if s.fail != 0 && s.phase == s.fail {
+				return nil, nvml.ERROR_UNKNOWN
+			}
 			var out []nvml.ProcessInfo
-			for _, p := range s.pids(s.calls) {
+			for _, p := range s.pids(s.phase) {
 				out = append(out, nvml.ProcessInfo{Pid: p, UsedGpuMemory: 4 << 30})
 			}
 			return out, nvml.SUCCESS
@@ -141,11 +177,24 @@ func TestNVMLSpans(t *testing.T) {
 		vanish bool   // the runner's GPU worker (102) exits mid-span
 		noNode bool   // 102 does not hold /dev/nvidia0 open
 		refuse string // a /proc path whose listing is refused
-		want   energy.Figure
+		// between: the test waits for the sampler to read the device in phase 1, then moves
+		// to phase 2 before End
+		between bool
+		prov    bool // End's figure is provisional
+		want    energy.Figure
 	}{
 		{name: "sole user",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }},
+			prov:   true,
 			want:   energy.Figure{Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl+nvml", GPUJoules: counterFigure}},
+		{name: "a process list unreadable mid-span: unknown, not empty, so shared",
+			script:  &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }, fail: 1},
+			between: true,
+			want:    energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
+		{name: "the tree on no GPU, a process list unreadable mid-span: no exact zero",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{200} }, fail: 1},
+			noNode: true, between: true,
+			want: energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUUnattributed}},
 		{name: "shared GPU",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102, 4242} },
 				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 40}, {Pid: 4242, SmUtil: 40}}},
@@ -153,10 +202,29 @@ func TestNVMLSpans(t *testing.T) {
 		{name: "shared GPU, no utilisation samples",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102, 4242} }},
 			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
-		{name: "other process present but idle: ≥ 99% of process time",
+		// A sample of 0 % is no evidence that the other process used no GPU time over the span: NVML
+		// returns at most one sample a process, and often none.
+		{name: "other process present, its one utilisation sample 0 %: still shared",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102, 4242} },
 				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 97}, {Pid: 4242, SmUtil: 0}}},
-			want: energy.Figure{Grade: energy.Measured, Coverage: energy.CoverageWhole, Method: "rapl+nvml", GPUJoules: counterFigure}},
+			want: energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
+		{name: "other process at Begin only, gone before End: shared",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(phase int) []uint32 {
+				if phase == 0 {
+					return []uint32{102, 4242}
+				}
+				return []uint32{102}
+			}},
+			want: energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
+		{name: "other process born and gone inside the span, seen only by the sampler: shared",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(phase int) []uint32 {
+				if phase == 1 {
+					return []uint32{102, 4242}
+				}
+				return []uint32{102}
+			}},
+			between: true,
+			want:    energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
 		{name: "no GPU time: exactly 0 though the rail moves",
 			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{200} }},
 			noNode: true,
@@ -180,8 +248,8 @@ func TestNVMLSpans(t *testing.T) {
 				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 10}, {Pid: 4242, SmUtil: 90}}},
 			want: energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
 		{name: "GPU process vanished mid-span",
-			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(call int) []uint32 {
-				if call == 1 {
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(phase int) []uint32 {
+				if phase == 0 {
 					return []uint32{102}
 				}
 				return nil
@@ -189,13 +257,21 @@ func TestNVMLSpans(t *testing.T) {
 			vanish: true,
 			want:   energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUVanished}},
 		{name: "the tree started on the GPU mid-span: no counter read at Begin, the GPU model",
-			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(call int) []uint32 {
-				if call == 1 {
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(phase int) []uint32 {
+				if phase == 0 {
 					return nil
 				}
 				return []uint32{102}
 			}},
 			want: energy.Figure{Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "rapl+gpu-model", Reason: ReasonGPULate}},
+		{name: "the tree started mid-span on a shared GPU: no GPU figure, not the model's",
+			script: &gpuScript{energy: 5_000_000, step: 50_000, pids: func(phase int) []uint32 {
+				if phase == 0 {
+					return []uint32{4242}
+				}
+				return []uint32{102, 4242}
+			}},
+			want: energy.Figure{Joules: 0, Grade: energy.Measured, Coverage: energy.CoveragePartial, Method: "rapl", Reason: ReasonGPUShared}},
 		{name: "counter did not update after the span",
 			script: &gpuScript{energy: 5_000_000, step: 0, pids: func(int) []uint32 { return []uint32{102} },
 				util: []nvml.ProcessUtilizationSample{{Pid: 102, SmUtil: 50}, {Pid: 102, SmUtil: 50}}},
@@ -214,7 +290,13 @@ func TestNVMLSpans(t *testing.T) {
 				m.proc.fs = m.fs
 			}
 			s := m.Begin("ollama")
-			<-s.c.gpuAlign.done  // Begin's update is seen before the clock moves on
+			<-s.c.gpuAlign.done // Begin's update is seen before the clock moves on
+			tc.script.setPhase(1)
+			waitSampled(t, m.gpu, 0, 2) // the sampler has read the device in phase 1
+			if tc.between {
+				tc.script.setPhase(2)
+				waitSampled(t, m.gpu, 0, 2)
+			}
 			cpuWork(t, m, 1, 10) // the CPU side: 10 J measured, added to every want below
 			tc.want.Joules += 10
 			tc.want.CPUJoules = 10
@@ -225,6 +307,30 @@ func TestNVMLSpans(t *testing.T) {
 				writeFile(t, filepath.Join(procRoot, "101", "task", "101", "children"), "")
 			}
 			got := s.End(Work{Model: "llama3", PromptTokens: 10, CompletionTokens: 20})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			settled, err := s.Settled(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Provisional != tc.prov {
+				t.Fatalf("End = %+v, want provisional %v", got, tc.prov)
+			}
+			if got.Provisional {
+				// End's figure holds the settled one within its bounds.
+				if settled.Provisional || settled.Joules < got.Low-1e-9 || settled.Joules > got.High+1e-9 {
+					t.Fatalf("provisional %+v does not hold the settled %+v", got, settled)
+				}
+				if d, err := Recompute(got); err != nil || Disagreement(got, d) != "" {
+					t.Fatalf("the provisional figure does not recompute: %v %s", err, Disagreement(got, d))
+				}
+			} else if settled != got {
+				t.Fatalf("End's figure was final, yet Settled gave %+v", settled)
+			}
+			got = settled
+			if d, err := Recompute(got); err != nil || Disagreement(got, d) != "" {
+				t.Fatalf("the settled figure does not recompute: %v %s", err, Disagreement(got, d))
+			}
 			if tc.want.Method == "rapl+gpu-model" {
 				// The model prices 300 W × wall × 0.5 GPU busy: only its shape is fixed.
 				if got.GPUJoules <= 0 || got.Grade != tc.want.Grade || got.Method != tc.want.Method || got.Reason != tc.want.Reason {
@@ -245,6 +351,142 @@ func TestNVMLSpans(t *testing.T) {
 				t.Fatalf("End =\n %+v\nwant\n %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// waitSampled waits until device i's sampler has read its process list n more times.
+// Synchronisation, not a timing assertion: it fails only when the sampler stopped.
+func waitSampled(t *testing.T, g *gpus, i, n int) {
+	t.Helper()
+	g.mu.Lock()
+	want := g.logs[i].n + n
+	g.mu.Unlock()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		g.mu.Lock()
+		got := g.logs[i].n
+		g.mu.Unlock()
+		if got >= want {
+			return
+		}
+	}
+	t.Fatalf("the sampler of device %d did not read its processes", i)
+}
+
+// TestNVMLEndDoesNotWait: End returns while NVML's energy reads are held (its snapshot and the
+// wait for the counter run in the background), with a provisional figure; Settled waits for
+// them, or for its context, and then gives the settled figure.
+func TestNVMLEndDoesNotWait(t *testing.T) {
+	// The board reads 30 W now: the provisional figure's High must still hold what the counter
+	// settles to (a step of 50 J a read).
+	script := &gpuScript{energy: 5_000_000, step: 50_000, watts: 30, pids: func(int) []uint32 { return []uint32{102} }}
+	m, _ := fixtureMeter(t, mockNVML(script))
+	s := m.Begin("ollama")
+	<-s.c.gpuAlign.done
+	waitSampled(t, m.gpu, 0, 1) // the board's instant power has been read
+	cpuWork(t, m, 1, 10)
+	gate := make(chan struct{})
+	script.mu.Lock()
+	script.gate = gate
+	script.mu.Unlock()
+	ended := make(chan energy.Figure)
+	go func() { ended <- s.End(Work{CompletionTokens: 5}) }()
+	var got energy.Figure
+	select {
+	case got = <-ended:
+	case <-time.After(time.Minute): // deadlock detection, not a timing assertion
+		close(gate)
+		t.Fatal("End waited for NVML's counter")
+	}
+	if !got.Provisional || got.GPUJoules <= 0 {
+		t.Fatalf("End = %+v, want a provisional GPU figure", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if f, err := s.Settled(ctx); err == nil || f != got {
+		t.Fatalf("Settled before the counter was read: %+v, %v; want End's figure and ctx's error", f, err)
+	}
+	close(gate)
+	f, err := s.Settled(context.Background())
+	if err != nil || f.Provisional || f.Joules < got.Low || f.Joules > got.High || f.Coverage != energy.CoverageWhole {
+		t.Fatalf("settled %+v (%v), not within the provisional %+v", f, err, got)
+	}
+}
+
+// TestNVMLSettleInline: with SettleInline, End waits and returns the settled figure.
+func TestNVMLSettleInline(t *testing.T) {
+	script := &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }}
+	m, _ := fixtureMeter(t, mockNVML(script))
+	m.opts.SettleInline = true
+	s := m.Begin("ollama")
+	<-s.c.gpuAlign.done
+	cpuWork(t, m, 1, 10)
+	f := s.End(Work{})
+	if f.Provisional || f.GPUJoules <= 0 || f.Grade != energy.Measured {
+		t.Fatalf("End = %+v, want the settled, measured figure", f)
+	}
+}
+
+// TestNVMLForeignThroughout: another process on the GPU the whole time: no call of fourteen
+// gets a whole figure, whatever its utilisation samples say (here: none, as NVML often gives).
+func TestNVMLForeignThroughout(t *testing.T) {
+	script := &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102, 4242} }}
+	m, _ := fixtureMeter(t, mockNVML(script))
+	for k := range 14 {
+		s := m.Begin("ollama")
+		<-s.c.gpuAlign.listed // Begin's process lists (9 µs on an H200) are read before the call ends
+		cpuWork(t, m, 0.2, 2)
+		f := s.End(Work{})
+		sf, err := s.Settled(context.Background())
+		if err != nil || f.Coverage != energy.CoveragePartial || sf.Coverage != energy.CoveragePartial || !strings.Contains(sf.Reason, ReasonGPUShared) {
+			t.Fatalf("call %d: End %+v, settled %+v; want gpu-shared", k, f, sf)
+		}
+	}
+}
+
+// slowDevice is a profileDevice whose energy read takes 4 ms (an H200's median is 3.2 ms).
+type slowDevice struct{ profileDevice }
+
+func (d *slowDevice) EnergyMJ() (uint64, error) {
+	d.clk.Advance(4 * time.Millisecond)
+	return d.profileDevice.EnergyMJ()
+}
+
+// TestNVMLEndEdge: End's edge is the span's end, taken before any read, not the middle of a read
+// taken after it.
+func TestNVMLEndEdge(t *testing.T) {
+	clk := newFakeClock()
+	d := &slowDevice{profileDevice{clk: clk, t0: clk.Now(), idleW: 50}}
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}, closed: true}
+	al := g.begin(func(p uint32) bool { return p == 7 })
+	<-al.done
+	end := clk.Now()
+	var b gpuSnap
+	g.end(al, &b, end)
+	if !b.at.Equal(end) || !clk.Now().After(end) {
+		t.Fatalf("End's snapshot at %v, the span ended at %v", b.at.Sub(end), end)
+	}
+}
+
+// TestNVMLEdgeReads: an energy read takes milliseconds (4 ms here), and an update that lands
+// between the span's start and Begin's read puts part of the span before the window's first
+// reading: the bounds still hold what the span drew. The board draws 250 W over the span (from
+// 98 to 400 ms, an update due at 100 ms during Begin's read) and 1 W else.
+func TestNVMLEdgeReads(t *testing.T) {
+	clk := newFakeClock()
+	d := &slowDevice{profileDevice{clk: clk, t0: clk.Now(), idleW: 1, busyW: 250, busyFrom: 98 * time.Millisecond, busyTo: 400 * time.Millisecond}}
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, period: 100 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}, closed: true}
+	clk.Advance(98 * time.Millisecond)
+	tree := func(p uint32) bool { return p == 7 }
+	al := g.begin(tree)
+	<-al.done
+	clk.Advance(al.start.Add(302 * time.Millisecond).Sub(clk.Now()))
+	end := clk.Now()
+	var b gpuSnap
+	g.end(al, &b, end)
+	r := g.attribute(al, &b, tree, al.start, end)
+	truth := d.drawn(400*time.Millisecond) - d.drawn(98*time.Millisecond)
+	if r.Err != nil || truth < r.Low || truth > r.High {
+		t.Fatalf("attribute = %+v; the span drew %v J, outside its bounds", r, truth)
 	}
 }
 
@@ -285,7 +527,7 @@ func TestNVMLWindow(t *testing.T) {
 			d := tc.dev
 			d.clk, d.t0 = clk, clk.Now()
 			clk.Advance(time.Millisecond)
-			g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, period: 100 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{&d}}
+			g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, period: 100 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{&d}, closed: true}
 			var a, b gpuSnap
 			g.snapshot(&a)
 			if tc.endFirst {
@@ -297,7 +539,7 @@ func TestNVMLWindow(t *testing.T) {
 				clk.Advance(tc.span)
 				g.snapshot(&b)
 			}
-			r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, clk.Now())
+			r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, a.at, b.at)
 			switch {
 			case tc.err != nil || tc.errSubstr != "":
 				if r.Err == nil || (tc.err != nil && !errors.Is(r.Err, tc.err)) || !strings.Contains(r.Err.Error(), tc.errSubstr) {
@@ -318,6 +560,7 @@ func (g *gpus) alignBegin(begin *gpuSnap) *gpuAlign {
 	for i := range a.mine {
 		a.mine[i] = true
 	}
+	close(a.listed)
 	close(a.snapped)
 	go g.align(a)
 	return a
@@ -350,7 +593,14 @@ func (d *profileDevice) EnergyMJ() (uint64, error) {
 	}
 	return uint64(e), nil
 }
-func (d *profileDevice) PIDs(dst []uint32) ([]uint32, error)    { return append(dst, 7), nil }
+func (d *profileDevice) PIDs(dst []uint32) ([]uint32, error) { return append(dst, 7), nil }
+func (d *profileDevice) InstantPowerW() (float64, error) {
+	since := d.clk.Now().Sub(d.t0)
+	if since >= d.busyFrom && since < d.busyTo {
+		return d.busyW, nil
+	}
+	return d.idleW, nil
+}
 func (d *profileDevice) Utilization(uint64) ([]procUtil, error) { return nil, nil }
 func (d *profileDevice) PowerLimitW() (float64, error)          { return 700, nil }
 func (d *profileDevice) PowerW() (float64, error) {
@@ -374,6 +624,9 @@ func TestNVMLBrackets(t *testing.T) {
 		busyW     float64       // what it draws over the span (0: 250 W)
 		prevEnd   time.Duration // another span ended this long after t0 (0: none); the idle power is then known, 50 W
 		later     bool          // another span began after this one
+		noPower   bool          // no instant power was read
+		tail      time.Duration // the board draws busyW this long after the span (a power tail)
+		before    time.Duration // and this long before it
 		joules    float64
 		low, high float64
 		sub       bool
@@ -394,8 +647,24 @@ func TestNVMLBrackets(t *testing.T) {
 		// 40 ms inside one bracket (52.5..92.5): 2.625 + 10 + 0.375 J, the span's 10.
 		{name: "no update inside the span: one bracket, split", span: 40 * ms, powerW: 50,
 			joules: 10, low: 0, high: 13, sub: true},
+		// No update inside: the board's instant power over the span (250 W), within the bracket.
 		{name: "no update inside the span, idle power unknown", span: 40 * ms,
-			joules: 13 * 0.4, low: 0, high: 13, sub: true},
+			joules: 10, low: 0, high: 13, sub: true},
+		// No instant power read: the board at its 700 W limit, no more than the bracket.
+		{name: "no update inside the span, no instant power", span: 40 * ms, noPower: true,
+			joules: 13, low: 0, high: 13, sub: true},
+		// A power tail after the span: the idle split would give the span all End's bracket drew
+		// above idle (1288 W over its 52.5 ms); it gets no more than 1.5 × 700 W.
+		{name: "a power tail after the span: End's bracket's part at most the board's ceiling", span: 400 * ms, powerW: 50,
+			busyW: 700, tail: 90 * ms, joules: 210 + 33.25 + 1050*0.0525, low: 210, high: 210 + 35.875 + 70},
+		// 2.4 ms inside a bracket the board drew 700 W through (work before, a tail after): the
+		// idle split gave such spans 1.9 to 2.8 kW on an H200; instant power gives 700 W.
+		{name: "2.4 ms inside a busy bracket: instant power over the span", span: 2400 * time.Microsecond, powerW: 50,
+			busyW: 700, tail: 45 * ms, before: 52500 * time.Microsecond, joules: 700 * 0.0024, low: 0, high: 69.935, sub: true},
+		// The board idled through a long span, and its power read 80 W: neither bracket looks
+		// busy at that idle power, so each is split by time.
+		{name: "idle power read above what the brackets drew: split by time", span: 400 * ms, powerW: 80, busyW: 50,
+			joules: 20, low: 15, high: 25},
 		// The board idled through the span (a call that used no GPU time), and its power read
 		// 80 W: the bracket does not look busy at that idle power, so it is split by time.
 		{name: "idle power read above what the bracket drew: split by time", span: 40 * ms, powerW: 80, busyW: 50,
@@ -406,8 +675,8 @@ func TestNVMLBrackets(t *testing.T) {
 			clk := newFakeClock()
 			t0 := clk.Now()
 			begin := 52500 * time.Microsecond
-			d := &profileDevice{clk: clk, t0: t0, idleW: 50, busyW: cmp.Or(tc.busyW, 250), busyFrom: begin, busyTo: begin + tc.span, powerW: tc.powerW}
-			g := &gpus{wait: 250 * ms, poll: 5 * ms, period: 100 * ms, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}}
+			d := &profileDevice{clk: clk, t0: t0, idleW: 50, busyW: cmp.Or(tc.busyW, 250), busyFrom: begin - tc.before, busyTo: begin + tc.span + tc.tail, powerW: tc.powerW}
+			g := &gpus{wait: 250 * ms, poll: 5 * ms, period: 100 * ms, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}, closed: true}
 			if tc.prevEnd > 0 {
 				g.lastEnd = t0.Add(tc.prevEnd)
 				g.idleW = []float64{50}
@@ -423,18 +692,27 @@ func TestNVMLBrackets(t *testing.T) {
 				g.snapshot(&b)
 				al = g.alignBegin(&a)
 				<-al.done
-				g.spanEnded(&b)
+				g.spanEnded(b.at)
 			} else {
 				al = g.begin(func(p uint32) bool { return p == 7 })
 				<-al.done
 				clk.Advance(al.snap.at.Add(tc.span).Sub(clk.Now()))
-				g.end(al, &b)
+				g.end(al, &b, clk.Now())
+			}
+			// The sampler's instant power reading in the middle of the span.
+			g.logs = make([]devLog, 1)
+			if !tc.noPower {
+				g.logs[0].power = []powerRead{{at: al.snap.at.Add(tc.span / 2), w: d.busyW}}
 			}
 			if tc.later {
 				g.lastBegin = b.at
 			}
-			r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, al.snap.at)
+			r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, al.snap.at, b.at)
 			truth := d.drawn(tc.span+begin) - d.drawn(begin)
+			// No part above what the board can draw over the span: 1.5 × its 700 W limit.
+			if most := 1.5 * 700 * tc.span.Seconds(); r.Joules > most+1e-9 {
+				t.Fatalf("%v J over %v: more than the board can draw (%v J)", r.Joules, tc.span, most)
+			}
 			if r.Err != nil || !near(r.Joules, tc.joules) || !near(r.Low, tc.low) || !near(r.High, tc.high) || r.SubPeriod != tc.sub {
 				t.Fatalf("attribute = %+v, want %v J in [%v, %v] (sub-period %v; the span drew %v J)", r, tc.joules, tc.low, tc.high, tc.sub, truth)
 			}
@@ -451,7 +729,7 @@ func TestNVMLCalibrate(t *testing.T) {
 	clk := newFakeClock()
 	d := &profileDevice{clk: clk, t0: clk.Now(), idleW: 60, busyW: 250}
 	clk.Advance(2500 * time.Microsecond)
-	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}}
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}, closed: true}
 	if err := g.calibrate(); err != nil {
 		t.Fatal(err)
 	}
@@ -483,13 +761,13 @@ func (d *quietDevice) PIDs(dst []uint32) ([]uint32, error) { return dst, nil }
 func TestNVMLReadsNearUpdates(t *testing.T) {
 	clk := newFakeClock()
 	d := &countDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 50}}
-	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, period: 100 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}}
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, period: 100 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}, closed: true}
 	clk.Advance(52500 * time.Microsecond)
 	al := g.begin(func(p uint32) bool { return p == 7 })
 	<-al.done // no update seen yet: every poll, 52.5 to 102.5 ms
 	clk.Advance(50 * time.Millisecond)
 	var b gpuSnap
-	g.end(al, &b)
+	g.end(al, &b, clk.Now())
 	before := d.reads
 	var val [1]uint64
 	var at [1]time.Time
@@ -520,15 +798,46 @@ func TestNVMLReadsOnlyTheTreesGPUs(t *testing.T) {
 	clk := newFakeClock()
 	idle := &quietDevice{countDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 60}}}
 	other := &foreignDevice{countDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 300}}}
-	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{idle, other}}
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{idle, other}, closed: true}
 	tree := func(p uint32) bool { return p == 7 }
 	al := g.begin(tree)
 	<-al.done
 	var b gpuSnap
-	g.end(al, &b)
-	r := g.attribute(al, &b, tree, al.snap.at)
+	g.end(al, &b, clk.Now())
+	r := g.attribute(al, &b, tree, al.snap.at, b.at)
 	if idle.reads+other.reads != 0 || r.Used || r.Joules != 0 || r.Err != nil {
 		t.Fatalf("read the energy %d and %d times (want 0); result %+v", idle.reads, other.reads, r)
+	}
+}
+
+// lateDevice lists the tree's process only once on is set: a model the call loaded.
+type lateDevice struct {
+	profileDevice
+	on atomic.Bool
+}
+
+func (d *lateDevice) PIDs(dst []uint32) ([]uint32, error) {
+	if d.on.Load() {
+		return append(dst, 7), nil
+	}
+	return dst, nil
+}
+
+// TestNVMLStartedMidSpan: a GPU the tree was not on at Begin had no counter read then: its
+// settled GPU part is no counter figure (gpu-started-mid-span), whatever the counter did.
+func TestNVMLStartedMidSpan(t *testing.T) {
+	clk := newFakeClock()
+	d := &lateDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 60}}
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}, closed: true}
+	tree := func(p uint32) bool { return p == 7 }
+	al := g.begin(tree)
+	<-al.done
+	d.on.Store(true)
+	clk.Advance(300 * time.Millisecond)
+	var b gpuSnap
+	g.end(al, &b, clk.Now())
+	if r := g.attribute(al, &b, tree, al.start, b.at); !r.Used || !errors.Is(r.Err, ErrGPULate) {
+		t.Fatalf("attribute = %+v, want the tree used the GPU and %v", r, ErrGPULate)
 	}
 }
 
@@ -555,6 +864,7 @@ func (d *stepDevice) EnergyMJ() (uint64, error) {
 func (d *stepDevice) PowerLimitW() (float64, error)          { return 700, nil }
 func (d *stepDevice) PowerW() (float64, error)               { return 0, errors.New("not supported") }
 func (d *stepDevice) PIDs(dst []uint32) ([]uint32, error)    { return append(dst, 7), nil }
+func (d *stepDevice) InstantPowerW() (float64, error)        { return 0, errors.New("not supported") }
 func (d *stepDevice) Utilization(uint64) ([]procUtil, error) { return nil, nil }
 
 // closerFunc makes a close function an io.Closer.
@@ -590,14 +900,14 @@ func TestNVMLProbeAtStart(t *testing.T) {
 
 // TestNVMLBackwards: a GPU counter that went backwards over a span is an error, not a figure.
 func TestNVMLBackwards(t *testing.T) {
-	g := &gpus{wait: time.Second, poll: time.Millisecond, now: time.Now, sleep: time.Sleep}
+	g := &gpus{wait: time.Second, poll: time.Millisecond, now: time.Now, sleep: time.Sleep, closed: true}
 	g.devs = []gpuDevice{&stepDevice{values: []uint64{5000, 6000, 6000, 4000}}}
 	var a, b gpuSnap
 	g.snapshot(&a)
 	al := g.alignBegin(&a)
 	<-al.done
 	g.snapshot(&b)
-	r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, time.Now())
+	r := g.attribute(al, &b, func(p uint32) bool { return p == 7 }, a.at, b.at)
 	if r.Err == nil || r.Joules != 0 {
 		t.Fatalf("attribute = %+v, want an error", r)
 	}
@@ -611,16 +921,36 @@ type utilDevice struct {
 
 func (d *utilDevice) Utilization(uint64) ([]procUtil, error) { return d.util, nil }
 
-// TestGPUBusy: the GPU power model's GPUs-busy is the tree's SM utilisation per sample instant,
-// in GPUs: 50% then 30% over two instants is 0.4 of a GPU; another process's samples are not
-// the tree's.
+// TestGPUBusy: the GPU power model's GPUs-busy is the tree's SM utilisation per sample instant
+// over the span, in GPUs: 50% then 30% over two instants is 0.4 of a GPU; another process's
+// sample is not the tree's, and makes the tree no sole user (share 0).
 func TestGPUBusy(t *testing.T) {
-	d := &utilDevice{stepDevice: stepDevice{values: []uint64{1}},
-		util: []procUtil{{PID: 7, TimeStamp: 1, SM: 50}, {PID: 9, TimeStamp: 1, SM: 20}, {PID: 7, TimeStamp: 2, SM: 30}}}
-	g := &gpus{devs: []gpuDevice{d}, now: time.Now}
-	snap := gpuSnap{pids: [][]uint32{{7}}}
-	share, busy := g.shares(&snap, &snap, []int{0}, func(p uint32) bool { return p == 7 }, time.Now())
-	if !near(busy, 0.4) || !near(share, 0.8) {
-		t.Fatalf("shares = %v, busy = %v; want 0.8 of the SM time, 0.4 GPUs busy", share, busy)
+	d := &stepDevice{values: []uint64{1}}
+	t0 := time.Unix(1_700_000_000, 0)
+	g := &gpus{devs: []gpuDevice{d}, now: time.Now, closed: true, logs: []devLog{{util: []utilRead{
+		{procUtil: procUtil{PID: 7, TimeStamp: uint64(t0.UnixMicro()) + 1, SM: 50}}, {procUtil: procUtil{PID: 9, TimeStamp: uint64(t0.UnixMicro()) + 1, SM: 20}},
+		{procUtil: procUtil{PID: 7, TimeStamp: uint64(t0.UnixMicro()) + 2, SM: 30}}}}}}
+	a := &gpuAlign{snap: gpuSnap{pids: [][]uint32{{7}}, perr: []error{nil}, at: t0}}
+	share, busy := g.shares(a, nil, []int{0}, func(p uint32) bool { return p == 7 }, t0, t0.Add(time.Second))
+	if !near(busy, 0.4) || share != 0 {
+		t.Fatalf("shares = %v, busy = %v; want share 0 (another process's sample), 0.4 GPUs busy", share, busy)
+	}
+}
+
+// TestNVMLOverlapNoSettle: overlapping spans have no GPU figure (span-overlap), so neither is
+// provisional and neither reads the counter at its end.
+func TestNVMLOverlapNoSettle(t *testing.T) {
+	script := &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }}
+	m, _ := fixtureMeter(t, mockNVML(script))
+	a := m.Begin("ollama")
+	b := m.Begin("ollama")
+	<-a.c.gpuAlign.done
+	<-b.c.gpuAlign.done
+	cpuWork(t, m, 0.5, 5)
+	for _, s := range []*Span{a, b} {
+		f := s.End(Work{})
+		if f.Provisional || s.settle != nil || !strings.Contains(f.Reason, ReasonSpanOverlap) || f.Coverage != energy.CoveragePartial {
+			t.Fatalf("End = %+v (settling %v); want a final figure without a GPU part", f, s.settle != nil)
+		}
 	}
 }

@@ -42,7 +42,7 @@ func (s *Span) Mark() {
 	if err != nil {
 		return // no mark: End splits by token weight
 	}
-	s.m.bookMark(s.b, procs, cg, time.Now())
+	s.m.bookMark(s.b, procs, cg, s.m.opts.now())
 	s.markCPU, s.markOK = s.share.cpu, true
 }
 

@@ -29,14 +29,23 @@ func finish(s spanSample) energy.Figure {
 func spanFigure(in energy.Inputs) (energy.Figure, error) {
 	// meter-2 added the NVML counters' bounds and sub-period spans, each keyed on inputs that
 	// meter-1 did not record: meter-1's figures come out as they did.
-	if in.Version != ConstantsVersion && in.Version != "meter-1" {
+	// meter-3 caps the CPU time at the cores' and every GPU part at the boards' ceiling, widens
+	// the CPU bounds by the clocks' ticks, and makes provisional GPU figures: meter-2's figures,
+	// which recorded none of that, come out as they did.
+	legacy, ok := legacyOf[in.Version]
+	if !ok {
 		return energy.Figure{}, fmt.Errorf("inputs made under constants %q; this build has %q", in.Version, ConstantsVersion)
 	}
-	f := attribute(fromInputs(in))
+	s := fromInputs(in)
+	s.Legacy = legacy
+	f := attribute(s)
 	f = splitParts(f, in)
 	f.Inputs = energy.One(in)
 	return f, nil
 }
+
+// legacyOf maps each constants version this build recomputes to its rules' generation.
+var legacyOf = map[string]int{ConstantsVersion: 0, "meter-1": 1, "meter-2": 2}
 
 // cpuNoData names a missing CPU counter's reason.
 func cpuNoData(perProcess bool) string {
@@ -64,6 +73,7 @@ func toInputs(s spanSample) energy.Inputs {
 		GPUErr:    reasonFor(s.GPUErr, cmp.Or(s.GPUNoData, ReasonNoNVML)),
 		GPUJoules: s.GPUJoules, GPUShare: s.GPUShare, GPUVanished: s.GPUVanished, GPUBusy: s.GPUBusy,
 		GPUWatts: s.GPUWatts, GPULimitW: s.GPULimitW, GPULow: s.GPULow, GPUHigh: s.GPUHigh, GPUSubPeriod: s.GPUSubPeriod,
+		GPUProvisional: s.GPUProvisional, Cores: s.Cores, CPUSlackNS: int64(s.CPUSlack),
 	}
 }
 
@@ -96,6 +106,7 @@ func fromInputs(in energy.Inputs) spanSample {
 		GPUErr: errOf(in.GPUErr), GPUJoules: in.GPUJoules, GPUShare: in.GPUShare, GPUVanished: in.GPUVanished,
 		GPUBusy: in.GPUBusy, GPUWatts: in.GPUWatts, GPULimitW: in.GPULimitW,
 		GPULow: in.GPULow, GPUHigh: in.GPUHigh, GPUSubPeriod: in.GPUSubPeriod,
+		GPUProvisional: in.GPUProvisional, Cores: in.Cores, CPUSlack: time.Duration(in.CPUSlackNS),
 	}
 }
 

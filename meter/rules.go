@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"strings"
 	"time"
 
@@ -111,7 +112,7 @@ const (
 // ConstantsVersion names the rules and constants above (and the token prices' defaults) as a
 // whole. Every figure's inputs record it; change it whenever a rule or a constant changes, so
 // that Recompute can tell a receipt made under other rules from one that disagrees.
-const ConstantsVersion = "meter-2"
+const ConstantsVersion = "meter-3"
 
 // treeTTL is how long Begin trusts the tree last known complete (walked, or confirmed by an
 // End) without reading the last PID: a child born just before Begin and missed then is found
@@ -200,6 +201,20 @@ type spanSample struct {
 	// updated inside the span, so GPUJoules is an estimate (gpus.joules).
 	GPULow, GPUHigh float64
 	GPUSubPeriod    bool
+	// GPUProvisional: NVML's counter had not updated past the span's end when the figure was
+	// made: its GPU part since the last update is instant power × time, and its bounds hold the
+	// settled figure (Span.Settled).
+	GPUProvisional bool
+
+	// Cores is how many cores the tree may run on: its CPU time over the span is at most Cores ×
+	// Wall (0: not recorded, no cap). CPUSlack is what the CPU clocks' tick quantisation can move
+	// the tree's CPU time: a tick per process read, at each end.
+	Cores    float64
+	CPUSlack time.Duration
+
+	// Legacy is the rules' generation a recorded sample was made under: 0 this build's
+	// (ConstantsVersion), 1 meter-1, 2 meter-2. Older records recompute as they were made.
+	Legacy int
 }
 
 // attribute applies the rules:
@@ -278,15 +293,20 @@ func attribute(s spanSample) energy.Figure {
 		rs.add(ReasonProcessVanished)
 		return tokenFigure(s, rs)
 	default:
-		f.CPUJoules = s.TreeCPU.Seconds() * s.CPUWatts
+		// No tree can run longer than its cores over the span: a CPU time read in clock ticks
+		// at two instants that are not the span's edges can come to more.
+		cpu := capCPU(s.TreeCPU, s)
+		f.CPUJoules = cpu.Seconds() * s.CPUWatts
 		cpuMethod = MethodCPUTimeModel
-		low, high := s.TreeCPU, s.TreeCPU
+		low, high := cpu, cpu
 		if s.Split {
 			cpuMethod = MethodCPUTimeShare
 			// The equal share is a model: the call used at least the tree's time while it was
 			// alone, at most all of it while it was open.
-			low, high = min(s.TreeAlone, s.TreeCPU), max(s.TreeUnion, s.TreeCPU)
+			low, high = min(s.TreeAlone, cpu), max(s.TreeUnion, cpu)
 		}
+		// Each process read may be a tick off at each end.
+		low, high = max(low-s.CPUSlack, 0), capCPU(high+s.CPUSlack, s)
 		f.Low = low.Seconds() * s.CPUWatts * energy.CPUModelLow
 		f.High = high.Seconds() * s.CPUWatts * energy.CPUModelHigh
 	}
@@ -312,8 +332,14 @@ func attribute(s spanSample) energy.Figure {
 			wall = s.WallShare // overlapping calls share the GPU's time as they share the tree's
 		}
 		f.GPUJoules = s.GPUWatts * wall.Seconds() * busy
-		f.Low += f.GPUJoules * gpuModelLow
-		f.High += f.GPUJoules * gpuModelHigh
+		low, high := f.GPUJoules*gpuModelLow, f.GPUJoules*gpuModelHigh
+		if s.Legacy == 0 {
+			// No board draws above its ceiling, the model's High included.
+			ceil := gpuCeiling(s)
+			f.GPUJoules, low, high = min(f.GPUJoules, ceil), min(low, ceil), min(high, ceil)
+		}
+		f.Low += low
+		f.High += high
 		rs.add(reasonFor(s.GPUErr, cmp.Or(s.GPUNoData, ReasonNoNVML)))
 	case s.Overlap || s.GPUShare < dominantShare:
 		f.Coverage = energy.CoveragePartial
@@ -321,11 +347,23 @@ func attribute(s spanSample) energy.Figure {
 	default:
 		f.GPUJoules = s.GPUJoules
 		gpuMethod = cmp.Or(s.GPUMethod, MethodNVML)
-		if s.GPUHigh > 0 {
+		switch {
+		case s.Legacy == 0:
+			// The counters' own bounds (what they moved inside the span and around it, or for a
+			// provisional figure what the settled one can come to), none above what the boards
+			// can draw over the span.
+			ceil := gpuCeiling(s)
+			f.GPUJoules = min(f.GPUJoules, ceil)
+			f.Low += min(s.GPULow, f.GPUJoules)
+			f.High += min(max(s.GPUHigh, f.GPUJoules), ceil)
+			if s.GPUProvisional {
+				f.Provisional = true
+			}
+		case s.GPUHigh > 0:
 			// NVML: the counters' own bounds, what they moved inside the span and around it.
 			f.Low += min(s.GPULow, f.GPUJoules)
 			f.High += max(s.GPUHigh, f.GPUJoules)
-		} else {
+		default:
 			// A window on counter updates: each end may be a period off the span's edge.
 			slack := nvmlPeriod.Seconds() * cmp.Or(s.GPULimitW, s.GPUWatts)
 			f.Low += max(f.GPUJoules-slack, 0)
@@ -348,6 +386,25 @@ func attribute(s spanSample) energy.Figure {
 	}
 	f.Reason = rs.String()
 	return f
+}
+
+// capCPU caps a CPU time at what the tree's cores can run over the span (no cap when the
+// cores were not recorded).
+func capCPU(d time.Duration, s spanSample) time.Duration {
+	if s.Cores <= 0 || s.Legacy != 0 {
+		return d
+	}
+	return min(d, time.Duration(s.Cores*float64(s.Wall)))
+}
+
+// gpuCeiling is the most the used GPUs can draw over the span: 1.5 × their enforced power limits
+// (GPULimitW, summed) × its wall time; with no limit recorded (no NVML), gpuMaxWatts for each
+// GPU the model has busy.
+func gpuCeiling(s spanSample) float64 {
+	if s.GPULimitW > 0 {
+		return gpuExcursion * s.GPULimitW * s.Wall.Seconds()
+	}
+	return gpuMaxWatts * max(1, math.Ceil(s.GPUBusy)) * s.Wall.Seconds()
 }
 
 // raplBounds is the measured CPU part's range: the counter's window ran RAPLGap past the span

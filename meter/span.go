@@ -38,6 +38,11 @@ type Span struct {
 	marked  bool          // Mark was called
 	markOK  bool          // Mark read the tree: markCPU is its share up to the first chunk
 	markCPU float64
+
+	// A provisional figure's settlement (see Settled): settle is closed once settledFig holds
+	// the final figure; nil when End's figure is final.
+	settle     chan struct{}
+	settledFig energy.Figure
 }
 
 // spanShare is what the edge book (see edgeBook) billed a span: its share of the tree's CPU
@@ -67,6 +72,8 @@ type spanCounters struct {
 	cgA      uint64
 	gpuB     gpuSnap
 	gpuAlign *gpuAlign // Begin's end of the GPU window: its snapshot, and the counter update after it
+	gpuStart time.Time // the span's edges on the GPU side's clock
+	gpuEnd   time.Time
 
 	// Room for the samples of a small tree (Ollama and a runner or two) without allocating.
 	bufA, bufB [8]procSample
@@ -94,6 +101,9 @@ type procSample struct {
 // splits it among overlapping calls.
 func (m *Meter) Begin(backend string) *Span {
 	s := &Span{m: m, start: time.Now()}
+	if m != nil {
+		s.start = m.opts.now()
+	}
 	if m == nil {
 		return s
 	}
@@ -110,7 +120,7 @@ func (m *Meter) Begin(backend string) *Span {
 
 	if m.mac != nil {
 		s.mac = m.mac.begin(m, s)
-		s.start = time.Now()
+		s.start = m.opts.now()
 		return s
 	}
 	if s.treeErr = s.b.noProcess(); s.treeErr != nil {
@@ -120,7 +130,7 @@ func (m *Meter) Begin(backend string) *Span {
 	s.b.edges.mu.Lock()
 	c.procsA, c.cgA, s.treeErr = m.sampleTree(s.b, c.bufA[:0], false)
 	if s.treeErr == nil {
-		m.book(s.b, s, true, c.procsA, c.cgA, time.Now())
+		m.book(s.b, s, true, c.procsA, c.cgA, m.opts.now())
 	}
 	s.b.edges.mu.Unlock()
 	if s.treeErr != nil {
@@ -139,16 +149,21 @@ func (m *Meter) Begin(backend string) *Span {
 		c.hostA, c.hostErr = m.proc.hostTimes()
 		c.raplA, c.raplErr = m.rapl.read()
 	}
-	s.start = time.Now()
+	s.start = m.opts.now()
+	if c.gpuAlign != nil {
+		c.gpuStart = c.gpuAlign.start // its own clock's, taken before its snapshot began
+	}
 	return s
 }
 
 // End closes the span after the last byte of the response and returns its Figure. It costs a
 // few system calls for a local backend whose process tree did not change (more when it did:
-// the tree is walked again) and no I/O for a remote one, except that when the backend used a
-// GPU it waits, at most defaultNVMLWait (250 ms), for NVML's counter to update
-// after the span, so a non-streaming response's headers or a stream's trailers carry a figure
-// that is not short.
+// the tree is walked again) and no I/O for a remote one. It reads no NVML counter and never
+// waits for one: when the backend used a GPU whose counter has not updated past the span's end,
+// its figure is provisional (the counter up to its last update seen, instant power since, with
+// bounds that hold the settled figure), and Settled gives the settled one once the counter
+// updates, read in the background. Options.SettleInline makes End wait for it instead (at most
+// defaultNVMLWait, 250 ms, after the span).
 func (s *Span) End(w Work) energy.Figure {
 	if s.ended {
 		return s.fig
@@ -163,8 +178,16 @@ func (s *Span) End(w Work) energy.Figure {
 		return s.fig
 	}
 	in.Local = true
-	end := time.Now()
+	end := m.opts.now()
+	if s.c != nil && s.c.gpuAlign != nil {
+		s.c.gpuEnd = m.gpu.now() // the span's end, before any read
+	}
 	in.Wall = end.Sub(s.start)
+	if s.c != nil && s.c.gpuAlign != nil {
+		// The GPU side's window began when its snapshot was booked, a moment before the span's
+		// start: the wall time that bounds the GPU part is that window's.
+		in.Wall = max(in.Wall, s.c.gpuEnd.Sub(s.c.gpuStart))
+	}
 	in.CPUWatts, in.GPUWatts = m.opts.CPUWattsPerCore, m.opts.GPUWatts
 	if s.treeErr != nil {
 		m.closeSpan(s)
@@ -185,11 +208,45 @@ func (s *Span) End(w Work) energy.Figure {
 	in.Overlap = m.closeSpan(s)
 	s.addCPU(&in, &e)
 	s.addTree(&in, &e)
-	s.addGPU(&in, &e)
+	gpu := s.addGPU(&in, &e)
 	s.fig = finish(in)
-	m.learn(w, s.fig)
 	s.logSpan(&in)
+	if s.c.gpuAlign == nil {
+		m.learn(w, s.fig)
+		return s.fig
+	}
+	if !in.GPUProvisional {
+		// Final as it stands: End's snapshot is not needed. Book the end; read nothing.
+		m.gpu.spanEnded(s.c.gpuEnd)
+		m.gpu.done(s.c.gpuAlign)
+		m.learn(w, s.fig)
+		return s.fig
+	}
+	// The counter has not updated past the span's end: settle in the background, off the
+	// request path, unless the configuration wants the final figure inline.
+	s.settle = make(chan struct{})
+	go s.settleGPU(in, e.procs, gpu, w)
+	if m.opts.SettleInline {
+		s.fig, _ = s.Settled(context.Background())
+	}
 	return s.fig
+}
+
+// settleGPU makes the settled figure of a span whose End figure was provisional: End's
+// snapshot (every device's processes, the used devices' energy), then the wait for the counter's
+// next update, and the GPU part again from them (gpus.attribute). in is End's sample; ev is the
+// evidence an exact zero needs, as End read it.
+func (s *Span) settleGPU(in spanSample, endProcs []procSample, ev gpuEvidence, w Work) {
+	m, c := s.m, s.c
+	defer close(s.settle)
+	defer m.gpu.done(c.gpuAlign)
+	m.gpu.end(c.gpuAlign, &c.gpuB, c.gpuEnd)
+	inTree := treeOf(c.procsA, endProcs)
+	r := m.gpu.attribute(c.gpuAlign, &c.gpuB, inTree, c.gpuStart, c.gpuEnd)
+	in.GPUProvisional = false
+	s.putGPU(&in, r, ev, &c.gpuB)
+	s.settledFig = finish(in)
+	m.learn(w, s.settledFig)
 }
 
 // Settled returns the span's final figure: the one End returned when it was not provisional,
@@ -197,7 +254,29 @@ func (s *Span) End(w Work) energy.Figure {
 // a few update periods) or for ctx. Call it after End, from any goroutine, any number of times;
 // on ctx's end it returns End's figure with ctx's error.
 func (s *Span) Settled(ctx context.Context) (energy.Figure, error) {
-	return s.fig, nil
+	if s.settle == nil {
+		return s.fig, nil
+	}
+	select {
+	case <-s.settle:
+		return s.settledFig, nil
+	case <-ctx.Done():
+		return s.fig, ctx.Err()
+	}
+}
+
+// treeOf reports whether a PID is one of the tree's, as read at Begin or at End.
+func treeOf(a, b []procSample) func(uint32) bool {
+	return func(pid uint32) bool {
+		for _, ps := range [2][]procSample{a, b} {
+			for _, p := range ps {
+				if uint32(p.pid) == pid {
+					return true
+				}
+			}
+		}
+		return false
+	}
 }
 
 // hostTokens is what this host measured for one model: joules and tokens (in output tokens).
@@ -258,13 +337,10 @@ func (s *Span) readEnd(e *endReadings) {
 		e.host, e.hostErr = m.proc.hostTimes()
 		e.self, e.selfErr = m.selfCPU()
 	}
-	if m.gpu != nil {
-		m.gpu.end(c.gpuAlign, &c.gpuB)
-	}
 	s.b.edges.mu.Lock()
 	e.procs, e.cg, e.treeErr = m.sampleTree(s.b, c.bufB[:0], true)
 	if e.treeErr == nil {
-		m.book(s.b, s, false, e.procs, e.cg, time.Now())
+		m.book(s.b, s, false, e.procs, e.cg, m.opts.now())
 	} else {
 		s.b.edges.leave(s)
 	}
@@ -312,6 +388,15 @@ func (s *Span) addTree(in *spanSample, e *endReadings) {
 	}
 	in.TreeFound = true
 	in.TreeCPU, in.TreeShort = time.Duration(s.share.cpu), s.share.short
+	if s.b != nil && s.c != nil {
+		in.Cores = s.b.cores
+		// A tick per process read at each end (a cgroup's usage_usec: a microsecond).
+		if s.b.cgroup != "" {
+			in.CPUSlack = 2 * time.Microsecond
+		} else {
+			in.CPUSlack = time.Duration(len(s.c.procsA)+len(e.procs)) * time.Duration(tickNs)
+		}
+	}
 	if s.marked && s.markOK {
 		in.Marked, in.MarkCPU = true, time.Duration(s.markCPU)
 	} else if s.marked {
@@ -323,34 +408,23 @@ func (s *Span) addTree(in *spanSample, e *endReadings) {
 	}
 }
 
-// addGPU puts the GPU side into in: NVML's attribution when live, else whether a process of
-// the tree holds a GPU device open.
-func (s *Span) addGPU(in *spanSample, e *endReadings) {
+// gpuEvidence is what End read for an exact GPU zero: whether a process of the tree holds a GPU
+// device node, and whether every process's descriptors could be read.
+type gpuEvidence struct{ held, known bool }
+
+// addGPU puts the GPU side into in: NVML's attribution when live (as End knows it at once: a
+// provisional figure when its counter has not updated past the span's end), else whether a
+// process of the tree holds a GPU device open. It reads no NVML counter.
+func (s *Span) addGPU(in *spanSample, e *endReadings) (ev gpuEvidence) {
 	m, c := s.m, s.c
 	switch {
 	case !in.TreeFound:
 	case m.gpu != nil:
-		inTree := func(pid uint32) bool {
-			for _, ps := range [2][]procSample{c.procsA, e.procs} {
-				for _, p := range ps {
-					if uint32(p.pid) == pid {
-						return true
-					}
-				}
-			}
-			return false
-		}
-		r := m.gpu.attribute(c.gpuAlign, &c.gpuB, inTree, s.start)
-		in.GPUUsed, in.GPUErr, in.GPUJoules, in.GPUShare = r.Used, r.Err, r.Joules, r.Share
-		in.GPUVanished, in.GPUBusy = r.Vanished, r.Busy
-		in.GPULow, in.GPUHigh, in.GPUSubPeriod = r.Low, r.High, r.SubPeriod
+		r := m.gpu.provisional(c.gpuAlign, treeOf(c.procsA, e.procs), c.gpuStart, c.gpuEnd)
 		if !r.Used {
-			// In no NVML list. Exact zero needs evidence as well: no process of the tree holds
-			// a GPU device node, and every PID NVML lists is a process of our /proc (NVML lists
-			// host PIDs, which a container's /proc does not show).
-			held, known := s.treeHoldsGPU(e.procs)
-			in.GPUUnknown = held || !known || m.foreignGPUPIDs(&c.gpuAlign.snap, &c.gpuB)
+			ev.held, ev.known = s.treeHoldsGPU(e.procs)
 		}
+		s.putGPU(in, r, ev, nil)
 	case m.hostGPU:
 		// No NVML: a process that holds no GPU device open had no GPU time.
 		held, known := s.treeHoldsGPU(e.procs)
@@ -361,6 +435,30 @@ func (s *Span) addGPU(in *spanSample, e *endReadings) {
 		case !known:
 			in.GPUUnknown = true
 		}
+	}
+	return ev
+}
+
+// putGPU puts NVML's attribution r into in. A tree in no NVML list gets an exact zero only with
+// evidence as well: no process of the tree holds a GPU device node, every descriptor could be
+// read, every process list could be read, and every PID NVML listed (at Begin, by the samplers,
+// at End when end is not nil) is a process of our /proc (NVML lists host PIDs, which a
+// container's /proc does not show).
+func (s *Span) putGPU(in *spanSample, r gpuResult, ev gpuEvidence, end *gpuSnap) {
+	c := s.c
+	in.GPUUsed, in.GPUErr, in.GPUJoules, in.GPUShare = r.Used, r.Err, r.Joules, r.Share
+	if r.Used && r.Share < dominantShare {
+		// Another user of the device: no GPU figure, not even the power model's in place of a
+		// counter that failed (gpu-shared).
+		in.GPUErr = nil
+	}
+	in.GPUVanished, in.GPUBusy = r.Vanished, r.Busy
+	in.GPULow, in.GPUHigh, in.GPUSubPeriod = r.Low, r.High, r.SubPeriod
+	// An overlapped span has no GPU figure whatever the counter says: nothing to settle, so
+	// its End reads no counter.
+	in.GPULimitW, in.GPUProvisional = r.LimitW, r.Provisional && !in.Overlap
+	if !r.Used {
+		in.GPUUnknown = ev.held || !ev.known || r.Unknown || s.m.foreignGPUPIDs(s.m.gpu.seenPIDs(c.gpuAlign, end, c.gpuStart, c.gpuEnd))
 	}
 }
 
@@ -380,16 +478,12 @@ func (s *Span) treeHoldsGPU(procs []procSample) (held, known bool) {
 	return false, known
 }
 
-// foreignGPUPIDs reports whether NVML listed, at either end of the span, a PID that is no
+// foreignGPUPIDs reports whether NVML listed, at some moment of the span, a PID that is no
 // process of our /proc: one of another PID namespace, which may be ours under another number.
-func (m *Meter) foreignGPUPIDs(snaps ...*gpuSnap) bool {
-	for _, sn := range snaps {
-		for _, ps := range sn.pids {
-			for _, p := range ps {
-				if _, err := m.proc.stat(int(p)); err != nil {
-					return true
-				}
-			}
+func (m *Meter) foreignGPUPIDs(pids []uint32) bool {
+	for _, p := range pids {
+		if _, err := m.proc.stat(int(p)); err != nil {
+			return true
 		}
 	}
 	return false
