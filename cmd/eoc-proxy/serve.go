@@ -310,7 +310,7 @@ func meterOptions(cfg *config.Config, log zerolog.Logger) meter.Options {
 		CPUWattsPerCore: cfg.Meter.CPUWattsPerCore,
 		GPUWatts:        cfg.Meter.GPUWatts,
 		Logger:          log,
-		// TODO(settle): SettleInline: cfg.Meter.NVML.SettleInline, once meter.Options has the field (branch gpu).
+		SettleInline:    cfg.Meter.NVML.SettleInline,
 	}
 	for _, tm := range cfg.Meter.TokenModels {
 		o.TokenModels = append(o.TokenModels, meter.TokenModel{Patterns: tm.Models, JPerPrompt: tm.JoulesPerPromptToken, JPerCompletion: tm.JoulesPerCompletionToken})
