@@ -14,7 +14,9 @@
 //   - load: -n requests (default 100,000) over -c connections (default 256) mixing cache hits,
 //     seeded kv answers, neural calls, streams, upstream 500s, refused connections and clients
 //     that leave mid-stream; RSS (/proc) and goroutines (/metrics go_goroutines) sampled at the
-//     start, middle and end;
+//     start, middle and end; with -load-rounds N, N rounds back to back (prompts new to each),
+//     and after each RSS, goroutines, the live heap after a GC forced through the proxy's
+//     debug.pprof listener, and the cache's and kv's entry and byte gauges;
 //   - invented: n/5 requests, each naming a new model (the backend routes "[^od]*"); RSS,
 //     goroutines, /metrics size and its model label values after, and /ui/data's size after
 //     the first n/50 names and after all;
@@ -25,7 +27,8 @@
 //     then the fault is removed, the same request sent again, and it must be a neural answer
 //     with one more upstream call (nothing failed was cached);
 //   - store (store.go): issue 32's rows on what the proxy keeps: three streamed answers of
-//     200 MB (RSS before and after, nothing cached), an answer with choice index -1 whole and
+//     200 MB (RSS idle, after a first such answer, after three more, 10 s later and after a
+//     forced GC; again with GOGC=100, serve's GC tuner off; nothing cached), an answer with choice index -1 whole and
 //     streamed (502 both ways, nothing cached), and Redis stopped 10 s under two replicas with
 //     a budgeted key (the longest call against redis.op_timeout, reservations left after);
 //   - kill: -kills rounds of load with the ledger at fsync: every, a kill -9 mid-load, then
