@@ -11,8 +11,9 @@
 #   (400s); the default max_duration; the fault matrix (each fault's status, and
 #   nothing failed cached); kill -9 rounds with the ledger at fsync: every. It prints a table and
 #   fails on any outcome beyond the injected faults.
-#   Flags (go run ./scripts/reliability -h): -n requests, -c connections, -slow clients,
-#   -kills rounds, -skip phases, -timeout bound (default 9m).
+#   Flags (go run ./scripts/reliability -h): -n requests, -c connections, -load-rounds rounds of
+#   the load phase (memory and store gauges after each), -heap-dir (a heap profile per round),
+#   -slow clients, -kills rounds, -skip phases, -timeout bound (default 9m).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(mktemp -d)

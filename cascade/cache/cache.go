@@ -5,11 +5,12 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/energy"
 
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/expirable"
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 )
@@ -58,10 +59,17 @@ func MaxEntryBytes(n int) Option {
 // answer-changing field) was answered completely before, and an embeddings call whose key
 // (tenant, model, dimensions, texts) was embedded before. Both share one LRU; their keys are
 // hashed with different prefixes. It is safe for concurrent use.
+//
+// An entry expires nearTTL after it was stored: a read of an expired entry removes it and
+// misses, and each add first removes expired entries at the old end of the LRU. An expired
+// entry nobody reads stays until then, within the count and byte bounds. (The LRU with expiry
+// buckets that golang-lru offers keeps each of its 100 buckets' maps at the largest count it
+// ever held, bookkeeping that grew under churn to tens of MB that no bound counted.)
 type Stage struct {
-	lru    *expirable.LRU[string, entry]
-	remote Remote        // nil: the LRU is the whole cache
-	ttl    time.Duration // the remote tier's TTL
+	lru     *lru.Cache[string, entry]
+	remote  Remote        // nil: the LRU is the whole cache
+	ttl     time.Duration // the remote tier's TTL
+	nearTTL time.Duration // the LRU's
 
 	maxBytes int64
 	maxEntry int
@@ -70,11 +78,12 @@ type Stage struct {
 	tooLarge atomic.Int64
 }
 
-// entry is one stored answer or one stored set of vectors, with its size.
+// entry is one stored answer or one stored set of vectors, with its size and expiry.
 type entry struct {
-	ans  *cascade.Answer
-	emb  *cascade.Embeddings
-	size int
+	ans     *cascade.Answer
+	emb     *cascade.Embeddings
+	size    int
+	expires time.Time
 }
 
 // New returns a cache of at most maxEntries answers and vector sets, each kept for ttl, within
@@ -90,11 +99,14 @@ func NewShared(maxEntries int, ttl time.Duration, remote Remote, opts ...Option)
 }
 
 func newStage(maxEntries int, nearTTL, ttl time.Duration, remote Remote, opts []Option) *Stage {
-	s := &Stage{remote: remote, ttl: ttl, maxBytes: DefaultMaxBytes, maxEntry: DefaultMaxEntryBytes}
+	s := &Stage{remote: remote, ttl: ttl, nearTTL: nearTTL, maxBytes: DefaultMaxBytes, maxEntry: DefaultMaxEntryBytes}
 	for _, o := range opts {
 		o(s)
 	}
-	s.lru = expirable.NewLRU[string, entry](maxEntries, s.evicted, nearTTL)
+	if maxEntries <= 0 { // as the expiring LRU took it: no bound on the count
+		maxEntries = math.MaxInt
+	}
+	s.lru, _ = lru.NewWithEvict[string, entry](maxEntries, s.evicted) // errs only for a size ≤ 0
 	return s
 }
 
@@ -111,7 +123,16 @@ func (s *Stage) add(key string, e entry) bool {
 	}
 	s.addMu.Lock()
 	defer s.addMu.Unlock()
-	s.lru.Remove(key) // expirable.LRU replaces a value without telling evicted
+	now := time.Now()
+	for {
+		_, old, ok := s.lru.GetOldest()
+		if !ok || now.Before(old.expires) {
+			break
+		}
+		s.lru.RemoveOldest()
+	}
+	e.expires = now.Add(s.nearTTL)
+	s.lru.Remove(key) // the LRU replaces a value without telling evicted
 	s.bytes.Add(int64(e.size))
 	s.lru.Add(key, e)
 	for s.bytes.Load() > s.maxBytes {
@@ -122,11 +143,26 @@ func (s *Stage) add(key string, e entry) bool {
 	return true
 }
 
+// get returns the entry under key unless it has expired; an expired one is removed.
+func (s *Stage) get(key string) (entry, bool) {
+	e, ok := s.lru.Get(key)
+	if !ok || time.Now().Before(e.expires) {
+		return e, ok
+	}
+	s.addMu.Lock()
+	defer s.addMu.Unlock()
+	if cur, ok := s.lru.Peek(key); ok && !time.Now().Before(cur.expires) { // not replaced meanwhile
+		s.lru.Remove(key)
+	}
+	return entry{}, false
+}
+
 // MaxEntryBytes is the largest answer the stage stores (cascade.EntryBounder).
 func (s *Stage) MaxEntryBytes() int { return s.maxEntry }
 
 // Stats are the stage's figures: Entries and Bytes now, TooLarge since New.
 type Stats struct {
+	// Entries counts the LRU's entries, expired ones not yet removed included.
 	Entries int
 	// Bytes is the in-process LRU's entries' sizes, at most MaxBytes.
 	Bytes int64
@@ -147,7 +183,7 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	if req.NoCache {
 		return nil, cascade.ErrMiss
 	}
-	ent, ok := s.lru.Get(req.Key())
+	ent, ok := s.get(req.Key())
 	if !ok {
 		ent, ok = s.remoteGet(ctx, req.Tenant, req.Key())
 	}
@@ -196,7 +232,7 @@ func (s *Stage) ServeEmbed(ctx context.Context, call *cascade.EmbedCall) (*casca
 	if call.NoCache {
 		return nil, cascade.ErrMiss
 	}
-	ent, ok := s.lru.Get(call.Key())
+	ent, ok := s.get(call.Key())
 	if !ok {
 		ent, ok = s.remoteGet(ctx, call.Tenant, call.Key())
 	}

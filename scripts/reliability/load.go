@@ -170,7 +170,9 @@ func neuralPrompt(i int) string {
 // after the first), 1 seeded question worded anew and 1 earlier neural prompt in capitals (kv),
 // 3 new prompts (neural), 3 new streamed prompts, 1
 // graph question, 1 upstream 500, 1 client that leaves a slow stream after its first bytes, 1
-// call to a backend that refuses connections.
+// call to a backend that refuses connections. With -load-rounds above 1 it runs that many
+// rounds back to back, each with prompts new to it (the repeated 200 aside), so that the cache
+// and kv keep learning until their bounds, and prints the proxy's memory after each.
 func (r *run) load() {
 	faq := r.faqQuestions()
 	var mu sync.Mutex
@@ -186,55 +188,64 @@ func (r *run) load() {
 	// A warm-up fills the repeated prompts, so the start sample is of a running proxy.
 	pool(200, 16, func(i int) { r.chat(context.Background(), "m", fmt.Sprintf("cache question %d", i), false, 0) })
 	s0 := r.sample()
+	m0 := r.memStats(0)
 	var mid sample
 	var midOnce sync.Once
 	n := r.o.n
-	took := pool(n, r.o.c, func(i int) {
-		if i == n/2 {
-			midOnce.Do(func() { go func() { mid = r.sample() }() })
-		}
-		ctx := context.Background()
-		ok := func(kind string, res result, stream bool) {
-			kinds[kind].Add(1)
-			if res.err != nil || res.status != http.StatusOK || (stream && (!res.done || res.errEvent)) {
-				r.unexpectedf(&mu, "%s %d: status %d, err %v, done %v, error event %v", kind, i, res.status, res.err, res.done, res.errEvent)
-				return
+	rounds := max(r.o.rounds, 1)
+	var took time.Duration
+	mems := []roundMem{m0}
+	for round := range rounds {
+		off := round * n // each round's new prompts are new to it
+		took += pool(n, r.o.c, func(i int) {
+			if round == 0 && i == n/2 {
+				midOnce.Do(func() { go func() { mid = r.sample() }() })
 			}
-			count(res.stage)
-		}
-		failed := func(kind string, res result) {
-			kinds[kind].Add(1)
-			if res.err != nil || (res.status != http.StatusBadGateway && res.status != http.StatusServiceUnavailable && res.status != http.StatusGatewayTimeout) {
-				r.unexpectedf(&mu, "%s %d: status %d, err %v", kind, i, res.status, res.err)
+			j := i + off
+			ctx := context.Background()
+			ok := func(kind string, res result, stream bool) {
+				kinds[kind].Add(1)
+				if res.err != nil || res.status != http.StatusOK || (stream && (!res.done || res.errEvent)) {
+					r.unexpectedf(&mu, "%s %d: status %d, err %v, done %v, error event %v", kind, j, res.status, res.err, res.done, res.errEvent)
+					return
+				}
+				count(res.stage)
 			}
-		}
-		switch k := i % 20; {
-		case k < 8:
-			ok("cache", r.chat(ctx, "m", fmt.Sprintf("cache question %d", i%200), false, 0), false)
-		case k == 8: // a seeded question, worded anew each time (the cache misses, kv's seeds answer)
-			ok("kv", r.chat(ctx, "m", faq[i/20%len(faq)]+strings.Repeat("!", i/20/len(faq)%200), false, 0), false)
-		case k == 9: // the neural question 19 calls back, in capitals (kv's learned answers)
-			ok("kv", r.chat(ctx, "m", strings.ToUpper(neuralPrompt(i-19)), false, 0), false)
-		case k < 13:
-			ok("neural", r.chat(ctx, "m", neuralPrompt(i), false, 0), false)
-		case k < 16:
-			ok("stream", r.chat(ctx, "m", fmt.Sprintf("streamed question %d, about load %d", i, i*7919%100003), true, 0), true)
-		case k == 16:
-			ok("graph", r.chat(ctx, "m", "What is the capital of France?", false, 0), false)
-		case k == 17:
-			failed("upstream 500", r.chat(ctx, "m", fmt.Sprintf("fail500 %d", i), false, 0))
-		case k == 18:
-			res := r.chat(ctx, "m", fmt.Sprintf("slowstream %d", i), true, 16)
-			kinds["client gone"].Add(1)
-			if res.err != nil || res.status != http.StatusOK {
-				r.unexpectedf(&mu, "client gone %d: status %d, err %v", i, res.status, res.err)
+			failed := func(kind string, res result) {
+				kinds[kind].Add(1)
+				if res.err != nil || (res.status != http.StatusBadGateway && res.status != http.StatusServiceUnavailable && res.status != http.StatusGatewayTimeout) {
+					r.unexpectedf(&mu, "%s %d: status %d, err %v", kind, j, res.status, res.err)
+				}
 			}
-		default:
-			failed("refused", r.chat(ctx, "dead-m", fmt.Sprintf("refused %d", i), false, 0))
-		}
-	})
-	time.Sleep(2 * time.Second) // let cancelled upstream calls and learning settle
-	s1 := r.sample()
+			switch k := i % 20; {
+			case k < 8:
+				ok("cache", r.chat(ctx, "m", fmt.Sprintf("cache question %d", i%200), false, 0), false)
+			case k == 8: // a seeded question, worded anew each time (the cache misses, kv's seeds answer)
+				ok("kv", r.chat(ctx, "m", faq[j/20%len(faq)]+strings.Repeat("!", j/20/len(faq)%200)+strings.Repeat("?", round), false, 0), false)
+			case k == 9: // the neural question 19 calls back, in capitals (kv's learned answers)
+				ok("kv", r.chat(ctx, "m", strings.ToUpper(neuralPrompt(j-19)), false, 0), false)
+			case k < 13:
+				ok("neural", r.chat(ctx, "m", neuralPrompt(j), false, 0), false)
+			case k < 16:
+				ok("stream", r.chat(ctx, "m", fmt.Sprintf("streamed question %d, about load %d", j, j*7919%100003), true, 0), true)
+			case k == 16:
+				ok("graph", r.chat(ctx, "m", "What is the capital of France?", false, 0), false)
+			case k == 17:
+				failed("upstream 500", r.chat(ctx, "m", fmt.Sprintf("fail500 %d", j), false, 0))
+			case k == 18:
+				res := r.chat(ctx, "m", fmt.Sprintf("slowstream %d", j), true, 16)
+				kinds["client gone"].Add(1)
+				if res.err != nil || res.status != http.StatusOK {
+					r.unexpectedf(&mu, "client gone %d: status %d, err %v", j, res.status, res.err)
+				}
+			default:
+				failed("refused", r.chat(ctx, "dead-m", fmt.Sprintf("refused %d", j), false, 0))
+			}
+		})
+		time.Sleep(2 * time.Second) // let cancelled upstream calls and learning settle
+		mems = append(mems, r.memStats(round+1))
+	}
+	s1 := mems[len(mems)-1].sample
 	r.client.CloseIdleConnections() // each keep-alive connection holds a goroutine in the proxy
 	time.Sleep(time.Second)
 	s2 := r.sample()
@@ -246,10 +257,62 @@ func (r *run) load() {
 		ss = append(ss, fmt.Sprintf("%s %d", k, v.(*atomic.Int64).Load()))
 		return true
 	})
-	r.line("load: %d requests in %s (%.0f req/s) at %d connections: %s", n, took.Round(time.Millisecond), float64(n)/took.Seconds(), r.o.c, strings.Join(ks, ", "))
+	total := n * rounds
+	r.line("load: %d requests (%d round(s) of %d) in %s (%.0f req/s) at %d connections: %s", total, rounds, n, took.Round(time.Millisecond), float64(total)/took.Seconds(), r.o.c, strings.Join(ks, ", "))
 	r.line("load: answered by stage: %s", strings.Join(ss, ", "))
-	r.line("load: start %s; middle %s; end %s; the clients' idle connections closed: %s", s0, mid, s1, s2)
+	r.line("load: start %s; middle of round 1 %s; end %s; the clients' idle connections closed: %s", s0, mid, s1, s2)
 	r.line("load: upstream calls the proxy cancelled (clients gone): %s", r.upGet("/control/cancels"))
+	r.line("load: memory after each round (RSS sampled first; then a GC forced through pprof, the live heap and the Go runtime's figures read after it):")
+	r.line("| after round | RSS MB | goroutines | live heap MB | heap in use / idle / released MB | GC goal MB | cache entries | cache MB | kv entries | kv MB |")
+	r.line("|---|---|---|---|---|---|---|---|---|---|")
+	for _, m := range mems {
+		r.line("%s", m)
+	}
+}
+
+// roundMem is the proxy's RSS, goroutines, Go heap and store gauges after a load round.
+type roundMem struct {
+	round int
+	sample
+	heapLive, heapInuse, heapIdle, heapReleased, gcGoal float64 // bytes
+	cacheEntries, cacheBytes, kvEntries, kvBytes        float64
+}
+
+func (m roundMem) String() string {
+	mb := func(b float64) string { return fmt.Sprintf("%.1f", b/(1<<20)) }
+	return fmt.Sprintf("| %d | %.0f | %d | %s | %s / %s / %s | %s | %.0f | %s | %.0f | %s |", m.round, m.rssMB, m.goroutines,
+		mb(m.heapLive), mb(m.heapInuse), mb(m.heapIdle), mb(m.heapReleased), mb(m.gcGoal), m.cacheEntries, mb(m.cacheBytes), m.kvEntries, mb(m.kvBytes))
+}
+
+// memStats samples RSS and goroutines, forces a GC (a heap profile with gc=1 through the pprof
+// listener; kept under -heap-dir when set), then reads the runtime's and the stores' gauges.
+func (r *run) memStats(round int) roundMem {
+	m := roundMem{round: round, sample: r.sample()}
+	c := &http.Client{Timeout: 30 * time.Second}
+	if resp, err := c.Get(r.pprofURL + "/debug/pprof/heap?gc=1"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if r.o.heapDir != "" {
+			_ = os.WriteFile(filepath.Join(r.o.heapDir, fmt.Sprintf("heap-round%d.pb.gz", round)), b, 0o644)
+		}
+	}
+	b, err := r.metrics()
+	if err != nil {
+		procs.Fatalf("metrics: %v", err)
+	}
+	get := func(name string) float64 {
+		mm := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(b)
+		if mm == nil {
+			return -1
+		}
+		f, _ := strconv.ParseFloat(string(mm[1]), 64)
+		return f
+	}
+	m.heapLive, m.heapInuse, m.heapIdle = get("go_memstats_heap_alloc_bytes"), get("go_memstats_heap_inuse_bytes"), get("go_memstats_heap_idle_bytes")
+	m.heapReleased, m.gcGoal = get("go_memstats_heap_released_bytes"), get("go_memstats_next_gc_bytes")
+	m.cacheEntries, m.cacheBytes = get("eoc_cache_entries"), get("eoc_cache_bytes")
+	m.kvEntries, m.kvBytes = get("eoc_kv_entries"), get("eoc_kv_bytes")
+	return m
 }
 
 func (r *run) upGet(path string) string {

@@ -61,12 +61,14 @@ func (u *upstream) storeFault(w http.ResponseWriter, r *http.Request, d dialect,
 
 // storeProxy is one eoc-proxy started for this phase.
 type storeProxy struct {
-	p   *procs.Proc
-	url string
+	p     *procs.Proc
+	url   string
+	pprof string // its debug.pprof listener, when cfg asked for one ("http://" + pprofAddr)
 }
 
-// startStoreProxy starts eoc-proxy with cfg (its listen line added) in a directory of its own.
-func (r *run) startStoreProxy(name, cfg string) storeProxy {
+// startStoreProxy starts eoc-proxy with cfg (its listen line added) in a directory of its own,
+// with env added to the suite's environment.
+func (r *run) startStoreProxy(name, cfg string, env ...string) storeProxy {
 	listen, err := procs.FreePort()
 	if err != nil {
 		procs.Fatalf("%v", err)
@@ -87,6 +89,7 @@ func (r *run) startStoreProxy(name, cfg string) storeProxy {
 	defer func() { _ = logf.Close() }()
 	cmd := exec.Command(r.o.eocBin, "serve", "-config", cfgPath)
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	p, err := procs.Start("eoc-proxy "+name, cmd)
 	if err != nil {
@@ -163,9 +166,23 @@ func (r *run) storeRows() {
 cascade: {stages: [cache, kv, neural]}
 backends: [{name: oa, type: openai, url: %s/v1, models: ["oa-*"], timeout: 10s}]
 `, r.up)
-	s := r.startStoreProxy("store", cfg)
-	r.hugeAnswers(&mu, s)
+	withPprof := func(name string, env ...string) storeProxy {
+		addr, err := procs.FreePort()
+		if err != nil {
+			procs.Fatalf("%v", err)
+		}
+		s := r.startStoreProxy(name, cfg+fmt.Sprintf("debug: {pprof: %s}\n", addr), env...)
+		s.pprof = "http://" + addr
+		return s
+	}
+	s := withPprof("store")
+	r.hugeAnswers(&mu, s, false)
 	r.malformed(&mu, s)
+	s.p.Stop()
+	// The same row with GOGC set, which turns serve's GC tuner off (gctune.go): what is left
+	// over idle is then not the tuner's headroom.
+	s = withPprof("store-gogc100", "GOGC=100")
+	r.hugeAnswers(&mu, s, true)
 	s.p.Stop()
 	r.redisHang(&mu)
 	r.line("")
@@ -173,19 +190,28 @@ backends: [{name: oa, type: openai, url: %s/v1, models: ["oa-*"], timeout: 10s}]
 
 // hugeAnswers is row 2: three streamed answers of 200 MB, then the proxy's RSS, its cache's
 // bytes and what it counted as too large to store; a repeat must go upstream again. RSS is
-// compared with its figure after a first answer of the same size: streaming leaves the Go
-// runtime's heap at its working size (the collector's headroom, pages kept for reuse), which
-// is not what the answers left behind.
-func (r *run) hugeAnswers(mu *sync.Mutex, s storeProxy) {
+// shown against both baselines: the idle process, and the process after a first answer of the
+// same size (streaming leaves the Go heap at its working size: the collector's headroom and
+// freed pages kept for reuse, not what the answers left behind). It is sampled 2 s after the
+// third answer, again 10 s later (the runtime's background scavenger returns freed pages
+// slowly), and once more 5 s after a GC forced through pprof (the heap goal then follows the
+// live heap, and the scavenger returns what lies above it). Each sample has the runtime's
+// figures beside it, read from /metrics after RSS.
+//
+// With gogc100 the proxy runs with GOGC=100 in its environment (the tuner off), and the row
+// must end within 50 MB of the idle process; with the tuner, within 50 MB of the process after
+// its first answer (the tuner lets the heap grow 32 MiB past its live part before a GC, and
+// the runtime keeps what it freed up to about the heap goal).
+func (r *run) hugeAnswers(mu *sync.Mutex, s storeProxy, gogc100 bool) {
 	ctx := context.Background()
-	idle := rssMB(s.p)
+	idle := s.memSample()
 	r.upDo(http.MethodPost, "/control/fault?f=huge&p="+urlQuery("a first huge answer"))
 	if st, _, _, err := s.call(ctx, "", "oa-m", "a first huge answer", true); st != http.StatusOK {
 		r.unexpectedf(mu, "huge answers: the first call got %d (%v)", st, err)
 	}
 	time.Sleep(2 * time.Second)
-	before := rssMB(s.p)
-	peak := before
+	warm := s.memSample()
+	peak := warm.rssMB
 	for i := range 3 {
 		prompt := fmt.Sprintf("huge answer %d", i)
 		r.upDo(http.MethodPost, "/control/fault?f=huge&p="+urlQuery(prompt))
@@ -196,17 +222,57 @@ func (r *run) hugeAnswers(mu *sync.Mutex, s storeProxy) {
 		peak = max(peak, rssMB(s.p))
 	}
 	time.Sleep(2 * time.Second)
-	after := rssMB(s.p)
+	after := s.memSample()
+	time.Sleep(10 * time.Second)
+	later := s.memSample()
+	gcd := later
+	if s.pprof != "" {
+		c := &http.Client{Timeout: 30 * time.Second}
+		if resp, err := c.Get(s.pprof + "/debug/pprof/heap?gc=1"); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+		time.Sleep(5 * time.Second)
+		gcd = s.memSample()
+	}
 	prompt := "huge answer 0"
 	calls := r.upCount(prompt)
 	st, stage, _, _ := s.call(ctx, "", "oa-m", prompt, true)
 	repeatUp := r.upCount(prompt) == calls+1
 	tooLarge, cacheBytes, kvTooLarge := s.metric("eoc_cache_too_large_total"), s.metric("eoc_cache_bytes"), s.metric("eoc_kv_too_large_total")
-	r.line("| 2 | three streamed answers of %d MB | RSS %.0f MB idle, %.0f MB after a first such answer, %.0f MB after three more (%+.0f MB; highest seen between answers %.0f MB); eoc_cache_bytes %.0f, eoc_cache_too_large_total %.0f, eoc_kv_too_large_total %.0f; a repeat went upstream: %v (status %d, stage %s) |",
-		hugeAnswerBytes>>20, idle, before, after, after-before, peak, cacheBytes, tooLarge, kvTooLarge, repeatUp, st, stage)
-	if after-before > 50 || tooLarge < 4 || !repeatUp {
-		r.unexpectedf(mu, "huge answers: RSS %+.0f MB, %.0f counted too large, repeat upstream %v", after-before, tooLarge, repeatUp)
+	row, base, baseName := "2", warm.rssMB, "the first answer"
+	if gogc100 {
+		row, base, baseName = "2, GOGC=100 (tuner off)", idle.rssMB, "idle"
 	}
+	r.line("| %s | three streamed answers of %d MB | RSS %.0f MB idle, %.0f MB after a first such answer, %.0f MB 2 s after three more (%+.0f MB over idle, %+.0f MB over the first answer), %.0f MB 10 s later, %.0f MB 5 s after a forced GC (%+.0f MB over idle); highest seen between answers %.0f MB; eoc_cache_bytes %.0f, eoc_cache_too_large_total %.0f, eoc_kv_too_large_total %.0f; a repeat went upstream: %v (status %d, stage %s) |",
+		row, hugeAnswerBytes>>20, idle.rssMB, warm.rssMB, after.rssMB, after.rssMB-idle.rssMB, after.rssMB-warm.rssMB, later.rssMB, gcd.rssMB, gcd.rssMB-idle.rssMB,
+		peak, cacheBytes, tooLarge, kvTooLarge, repeatUp, st, stage)
+	r.line("row %s, the Go runtime at each sample (MB; heap alloc is live plus garbage not yet collected; idle is freed spans the runtime keeps, released the part of it returned to the OS): idle %s; after a first answer %s; 2 s after three more %s; 10 s later %s; 5 s after a forced GC %s",
+		row, idle, warm, after, later, gcd)
+	if after.rssMB-base > 50 || tooLarge < 4 || !repeatUp {
+		r.unexpectedf(mu, "huge answers (row %s): RSS %+.0f MB over %s, %.0f counted too large, repeat upstream %v", row, after.rssMB-base, baseName, tooLarge, repeatUp)
+	}
+}
+
+// storeMem is one sample of a store proxy's RSS and its Go runtime's heap figures.
+type storeMem struct {
+	rssMB                                                float64
+	heapAlloc, heapInuse, heapIdle, heapReleased, gcGoal float64 // bytes
+}
+
+func (m storeMem) String() string {
+	mb := func(b float64) float64 { return b / (1 << 20) }
+	return fmt.Sprintf("RSS %.0f, heap alloc %.1f, in use %.1f, idle %.1f, released %.1f, GC goal %.1f",
+		m.rssMB, mb(m.heapAlloc), mb(m.heapInuse), mb(m.heapIdle), mb(m.heapReleased), mb(m.gcGoal))
+}
+
+// memSample reads RSS first, then the runtime's figures from /metrics.
+func (s storeProxy) memSample() storeMem {
+	m := storeMem{rssMB: rssMB(s.p)}
+	m.heapAlloc, m.heapInuse = s.metric("go_memstats_heap_alloc_bytes"), s.metric("go_memstats_heap_inuse_bytes")
+	m.heapIdle, m.heapReleased = s.metric("go_memstats_heap_idle_bytes"), s.metric("go_memstats_heap_released_bytes")
+	m.gcGoal = s.metric("go_memstats_next_gc_bytes")
+	return m
 }
 
 // malformed is row 6: an answer with choices[0].index -1, whole and streamed, gets a 502 both
