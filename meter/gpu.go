@@ -632,8 +632,11 @@ func (g *gpus) limitOf(i int) float64 {
 // readLimit reads device i's enforced power limit and keeps it for limitOf.
 func (g *gpus) readLimit(i int) (limit float64, err error) {
 	limit, err = g.devs[i].PowerLimitW()
-	if err != nil || limit <= 0 {
-		return gpuMaxWatts / gpuExcursion, fmt.Errorf("power limit: %v", err)
+	if err == nil && limit <= 0 {
+		err = errors.New("not positive")
+	}
+	if err != nil {
+		return gpuMaxWatts / gpuExcursion, fmt.Errorf("power limit: %w", err)
 	}
 	g.mu.Lock()
 	if len(g.limits) != len(g.devs) {

@@ -913,14 +913,6 @@ func TestNVMLBackwards(t *testing.T) {
 	}
 }
 
-// utilDevice is a stepDevice with utilisation samples.
-type utilDevice struct {
-	stepDevice
-	util []procUtil
-}
-
-func (d *utilDevice) Utilization(uint64) ([]procUtil, error) { return d.util, nil }
-
 // TestGPUBusy: the GPU power model's GPUs-busy is the tree's SM utilisation per sample instant
 // over the span, in GPUs: 50% then 30% over two instants is 0.4 of a GPU; another process's
 // sample is not the tree's, and makes the tree no sole user (share 0).

@@ -176,7 +176,7 @@ muts = [
  ("Settled gives End's figure", "span.go", "\tcase <-s.settle:\n\t\treturn s.settledFig, nil", "\tcase <-s.settle:\n\t\treturn s.fig, nil"),
  ("sub-period span split at idle power, not instant power", "gpu.go", "est := g.power(i, start, endT, limit, ceiling) * ours.Seconds()", "est := splitBracket(first, u0, align.at[i], begin.at, endT, idle, true)"),
  ("bracket splits not clamped to the board's ceiling", "gpu.go", "\treturn max(min(j, hi), min(lo, hi))", "\t_, _ = lo, hi\n\treturn j"),
- ("End's edge the end of a read after it", "gpu.go", "\ts.at = at\n}", "\ts.at = g.now()\n}"),
+ ("End's edge the end of a read after it", "gpu.go", "\ts.at, s.readDone = at, g.now()\n}", "\ts.at, s.readDone = g.now(), g.now()\n}"),
  ("an update during Begin's energy read not in High", "gpu.go", "r.High += float64(e3-e0)/1000 + lateB", "r.High += float64(e3-e0) / 1000"),
  ("overlapped spans settled (their End reads the counter)", "span.go", "r.Provisional && !in.Overlap", "r.Provisional"),
  ("split: prompt tokens weigh as completion tokens", "phase.go", "f = energy.SplitTokens(f, in.PromptTokens, in.CompletionTokens, in.PromptRatio)", "f = energy.SplitTokens(f, in.PromptTokens, in.CompletionTokens, 1)"),
