@@ -106,7 +106,7 @@ func (o *Ollama) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	conv := &ollamaConv{backend: o.name, id: newID("chatcmpl-"), model: req.Chat.Model}
+	conv := &ollamaConv{backend: o.name, id: newID("chatcmpl-"), model: req.Chat.Model, asm: cascade.Assembler{MaxBytes: req.RecordBytes}}
 	if !stream {
 		return o.whole(ctx, resp.Body, conv)
 	}

@@ -109,12 +109,16 @@ func (o *OpenAI) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
+	n := 0
+	if req.Chat.N != nil {
+		n = *req.Chat.N
+	}
 	if sink == nil {
-		return o.whole(ctx, resp.Body)
+		return o.whole(ctx, resp.Body, n)
 	}
 	if isJSON(resp.Header.Get("Content-Type")) {
 		// The upstream answered whole although asked to stream: replay it.
-		ans, err := o.whole(ctx, resp.Body)
+		ans, err := o.whole(ctx, resp.Body, n)
 		if err != nil {
 			return ans, err
 		}
@@ -124,15 +128,17 @@ func (o *OpenAI) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 		ans.Streamed = true
 		return ans, nil
 	}
-	return o.stream(ctx, cancel, resp.Body, req.Chat.N, sink)
+	return o.stream(ctx, cancel, resp.Body, req.Chat.N, req.RecordBytes, sink)
 }
 
 func isJSON(ct string) bool {
 	return len(ct) >= len("application/json") && strings.EqualFold(ct[:len("application/json")], "application/json")
 }
 
-// whole reads a non-stream completion.
-func (o *OpenAI) whole(ctx context.Context, body io.Reader) (*cascade.Answer, error) {
+// whole reads a non-stream completion for a request that asked for n choices. An answer that
+// breaks the bounds a stream's chunks are held to (cascade.CheckAnswer) is a backend error, as
+// it is streamed.
+func (o *OpenAI) whole(ctx context.Context, body io.Reader, n int) (*cascade.Answer, error) {
 	buf, err := readBody(body)
 	defer putBuf(buf)
 	if err != nil {
@@ -143,6 +149,9 @@ func (o *OpenAI) whole(ctx context.Context, body io.Reader) (*cascade.Answer, er
 		return nil, &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("decoding response: %w", err)}
 	}
 	ans := &w.Answer
+	if err := cascade.CheckAnswer(ans, n); err != nil {
+		return nil, &cascade.BackendError{Backend: o.name, Err: err}
+	}
 	ans.Backend = o.name
 	if ans.Usage == nil {
 		ans.Usage = &cascade.Usage{}
@@ -155,10 +164,10 @@ func (o *OpenAI) whole(ctx context.Context, body io.Reader) (*cascade.Answer, er
 }
 
 // stream reads SSE until [DONE], pushing each chunk to sink.
-func (o *OpenAI) stream(ctx context.Context, cancel context.CancelFunc, body io.Reader, n *int, sink cascade.Sink) (*cascade.Answer, error) {
+func (o *OpenAI) stream(ctx context.Context, cancel context.CancelFunc, body io.Reader, n *int, maxBytes int, sink cascade.Sink) (*cascade.Answer, error) {
 	sr := newSSEReader(body)
 	defer sr.release()
-	var asm cascade.Assembler
+	asm := cascade.Assembler{MaxBytes: maxBytes}
 	if n != nil {
 		asm.Choices = *n
 	}

@@ -445,3 +445,47 @@ func TestOpenAIStreamIndexOutOfBounds(t *testing.T) {
 		})
 	}
 }
+
+// A whole answer is held to the bounds a stream's chunks are: a choice index outside the
+// request's n fails the call as a backend error (502 at the edge, nothing learned), asked whole
+// or answered whole to a stream, as the streamed answer with the same index does.
+func TestOpenAIWholeIndexOutOfBounds(t *testing.T) {
+	whole := func(choices string) string {
+		return `{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[` + choices + `],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+	}
+	msg := `"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"`
+	calls := strings.Repeat(`{"id":"x","type":"function","function":{"name":"f","arguments":"{}"}},`, cascade.MaxToolCalls+1)
+	for name, body := range map[string]string{
+		"negative choice": whole(`{"index":-1,` + msg + `}`),
+		"huge choice":     whole(`{"index":1000000,` + msg + `}`),
+		"second choice":   whole(`{"index":0,` + msg + `},{"index":1,` + msg + `}`),
+		"too many tools":  whole(`{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[` + strings.TrimSuffix(calls, ",") + `]},"finish_reason":"tool_calls"}`),
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := serve(t, "application/json", body)
+			b, err := New(Options{Name: "up", Type: "openai", URL: srv.URL, Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, streamed := range []bool{false, true} {
+				var c collector
+				var sink cascade.Sink
+				req := helloBody
+				if streamed {
+					sink, req = c.sink, helloStreamBody
+				}
+				ans, err := b.Chat(context.Background(), chatRequest(t, req), sink)
+				var be *cascade.BackendError
+				if !errors.As(err, &be) || be.Backend != "up" {
+					t.Fatalf("streamed=%v: err = %v, want a BackendError", streamed, err)
+				}
+				if ans != nil && ans.Complete {
+					t.Fatalf("streamed=%v: a complete answer came back beside the error: %+v", streamed, ans)
+				}
+				if c.text() != "" {
+					t.Fatalf("the malformed answer reached the client: %q", c.text())
+				}
+			}
+		})
+	}
+}

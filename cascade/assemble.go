@@ -19,10 +19,17 @@ const MaxToolCalls = 128
 type Assembler struct {
 	// Choices is the number of choices the request asked for (its n); 0 means 1.
 	Choices int
+	// MaxBytes bounds the text recorded (content, reasoning, refusal, tool-call arguments, all
+	// choices together); 0 means no bound. Past it the text recorded so far is dropped and no
+	// more is kept: the chunks still go to the client, and Answer returns an Oversize answer
+	// (finish reasons, usage, no text), so a huge stream is served without being held whole.
+	MaxBytes int
 
 	ans     Answer
 	choices []*assembling
 	err     error
+	bytes   int  // text recorded so far
+	over    bool // MaxBytes was passed
 }
 
 type assembling struct {
@@ -59,6 +66,31 @@ func (a *Assembler) Add(ch *Chunk) {
 			a.choices = append(a.choices, &assembling{})
 		}
 		s := a.choices[c.Index]
+		if a.MaxBytes > 0 && !a.over {
+			a.bytes += chunkBytes(&c.Delta)
+			if a.bytes > a.MaxBytes {
+				a.drop()
+			}
+		}
+		if a.over {
+			if c.Delta.Content != nil {
+				s.hasText = true
+			}
+			for j, tc := range c.Delta.ToolCalls {
+				idx := j
+				if tc.Index != nil {
+					idx = *tc.Index
+				}
+				for len(s.calls) <= idx {
+					s.calls = append(s.calls, ToolCall{Type: "function"})
+					s.args = append(s.args, strings.Builder{})
+				}
+			}
+			if c.FinishReason != nil && *c.FinishReason != "" {
+				s.finish = *c.FinishReason
+			}
+			continue
+		}
 		if c.Delta.Content != nil {
 			s.content.WriteString(*c.Delta.Content)
 			s.hasText = true
@@ -91,6 +123,30 @@ func (a *Assembler) Add(ch *Chunk) {
 	}
 }
 
+// chunkBytes is the text a delta adds to a recording.
+func chunkBytes(d *Delta) int {
+	n := len(d.ReasoningContent) + len(d.Refusal)
+	if d.Content != nil {
+		n += len(*d.Content)
+	}
+	for _, tc := range d.ToolCalls {
+		n += len(tc.ID) + len(tc.Function.Name) + len(tc.Function.Arguments)
+	}
+	return n
+}
+
+// drop lets go of the text recorded so far, once MaxBytes is passed.
+func (a *Assembler) drop() {
+	a.over = true
+	for _, s := range a.choices {
+		s.content, s.reasoning, s.refusal = strings.Builder{}, strings.Builder{}, strings.Builder{}
+		for j := range s.args {
+			s.args[j] = strings.Builder{}
+			s.calls[j].ID, s.calls[j].Function.Name = "", ""
+		}
+	}
+}
+
 // Err returns the first out-of-bounds index Add met, or nil.
 func (a *Assembler) Err() error { return a.err }
 
@@ -108,6 +164,36 @@ func (a *Assembler) check(ch *Chunk) error {
 		}
 		if len(c.Delta.ToolCalls) > MaxToolCalls {
 			return fmt.Errorf("stream chunk: %d tool calls, more than %d", len(c.Delta.ToolCalls), MaxToolCalls)
+		}
+	}
+	return nil
+}
+
+// CheckAnswer applies to a whole answer the bounds Add applies to stream chunks, so that an
+// upstream's answer gets one verdict whether it came whole or streamed: each choice's index in
+// [0, n) (n is the request's n; 0 means 1) and named once, and each choice's tool calls at most
+// MaxToolCalls.
+func CheckAnswer(ans *Answer, n int) error {
+	n = max(n, 1)
+	if len(ans.Choices) > n {
+		return fmt.Errorf("answer: %d choices, more than the %d asked", len(ans.Choices), n)
+	}
+	var seen map[int]bool // only for more than one choice
+	if len(ans.Choices) > 1 {
+		seen = make(map[int]bool, len(ans.Choices))
+	}
+	for _, c := range ans.Choices {
+		if c.Index < 0 || c.Index >= n {
+			return fmt.Errorf("answer: choice index %d is outside [0, %d)", c.Index, n)
+		}
+		if seen != nil {
+			if seen[c.Index] {
+				return fmt.Errorf("answer: choice index %d named twice", c.Index)
+			}
+			seen[c.Index] = true
+		}
+		if k := len(c.Message.ToolCalls); k > MaxToolCalls {
+			return fmt.Errorf("answer: %d tool calls, more than %d", k, MaxToolCalls)
 		}
 	}
 	return nil
@@ -135,5 +221,6 @@ func (a *Assembler) Answer() *Answer {
 		}
 	}
 	ans.Streamed = true
+	ans.Oversize = a.over
 	return &ans
 }

@@ -52,3 +52,61 @@ func TestAssemblerBoundsIndexes(t *testing.T) {
 		})
 	}
 }
+
+// A recording bounded by MaxBytes keeps no text past it: the answer comes back Oversize, with
+// its finish reason and usage but none of the text, and the assembler holds no more than the
+// bound however long the stream goes on.
+func TestAssemblerMaxBytes(t *testing.T) {
+	a := Assembler{MaxBytes: 1000}
+	piece := strings.Repeat("z", 100)
+	for range 50 {
+		a.Add(&Chunk{ID: "c", Choices: []ChunkChoice{{Delta: Delta{Content: &piece}}}})
+	}
+	if n := a.choices[0].content.Len(); n != 0 {
+		t.Fatalf("the assembler still holds %d bytes of text past its bound", n)
+	}
+	stop := "stop"
+	a.Add(&Chunk{ID: "c", Choices: []ChunkChoice{{FinishReason: &stop}}, Usage: &Usage{CompletionTokens: 7}})
+	ans := a.Answer()
+	if !ans.Oversize || !ans.Complete || ans.Choices[0].FinishReason != "stop" || ans.Usage.CompletionTokens != 7 || ans.Text() != "" {
+		t.Fatalf("answer %+v", ans)
+	}
+
+	b := Assembler{MaxBytes: 1000}
+	b.Add(&Chunk{ID: "c", Choices: []ChunkChoice{{Delta: Delta{Content: &piece}, FinishReason: &stop}}})
+	if ans := b.Answer(); ans.Oversize || ans.Text() != piece {
+		t.Fatalf("an answer within the bound: %+v", ans)
+	}
+}
+
+type bounded struct {
+	fixedStage
+	max int
+}
+
+func (bounded) Learn(*Request, *Answer) {}
+func (b bounded) MaxEntryBytes() int    { return b.max }
+
+type learnsAll struct{ fixedStage }
+
+func (learnsAll) Learn(*Request, *Answer) {}
+
+// A stream is recorded as far as the learner with the largest bound stores; all of it when a
+// learner has no bound; next to nothing when no stage learns.
+func TestRecordBound(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		stages []Stage
+		want   int
+	}{
+		{"no learner", []Stage{fixedStage{}}, 1},
+		{"largest bound", []Stage{bounded{max: 10}, bounded{max: 30}, fixedStage{}}, 30},
+		{"one unbounded", []Stage{bounded{max: 10}, learnsAll{}, fixedStage{}}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := recordBound(tc.stages); got != tc.want {
+				t.Fatalf("recordBound = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

@@ -32,6 +32,9 @@ type Embeddings struct {
 	Backend string
 	// Energy is what making them cost.
 	Energy energy.Figure
+	// Settle is Answer.Settle's counterpart: how to get Energy's final figure, nil when it is
+	// final. The walk moves it to EmbedResult.Settle.
+	Settle SettleFunc
 	// Attempts are the backend calls made for them, in order, the answering one last; nil for
 	// the cheap stages.
 	Attempts []BackendAttempt
@@ -101,6 +104,8 @@ type EmbedResult struct {
 	Embeddings *Embeddings
 	Stage      string
 	Attempts   []Attempt
+	// Settle is how to get Embeddings.Energy's final figure, nil when it is final.
+	Settle SettleFunc
 }
 
 // Embed walks an embeddings call through the stages that can answer one (EmbedStage), like Walk:
@@ -139,12 +144,16 @@ func (c *Cascade) Embed(ctx context.Context, call *EmbedCall, res *EmbedResult) 
 		if err != nil {
 			if i == len(stages)-1 || ctx.Err() != nil {
 				res.Embeddings = e
+				if e != nil {
+					res.Settle, e.Settle = e.Settle, nil
+				}
 				return err
 			}
 			c.opts.Logger.Warn().Str("request_id", call.ID).Str("stage", st.Name()).Err(err).Msg("stage failed; skipped")
 			continue
 		}
 		res.Embeddings = e
+		res.Settle, e.Settle = e.Settle, nil
 		if !call.NoStore {
 			for _, prev := range stages[:i] {
 				if l, ok := prev.(EmbedLearner); ok {

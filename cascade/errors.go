@@ -43,6 +43,8 @@ func (e *BackendError) Unwrap() error { return e.Err }
 type SpentError struct {
 	Err    error
 	Energy energy.Figure
+	// Settle is how to get Energy's final figure, nil when it is final or has no settlement.
+	Settle SettleFunc
 }
 
 func (e *SpentError) Error() string { return e.Err.Error() }
@@ -54,4 +56,12 @@ func Spent(err error, f energy.Figure) error {
 		return err
 	}
 	return &SpentError{Err: err, Energy: f}
+}
+
+// SpentSettle is Spent with settle, how to get f's final figure (nil when f is final).
+func SpentSettle(err error, f energy.Figure, settle SettleFunc) error {
+	if err == nil || f.IsZero() {
+		return err
+	}
+	return &SpentError{Err: err, Energy: f, Settle: settle}
 }

@@ -29,6 +29,10 @@ type Request struct {
 	NoStore bool
 	// ID is the request id, for logs.
 	ID string
+	// RecordBytes bounds the text a streaming backend records of the answer it streams, for the
+	// learners (Assembler.MaxBytes): past it the answer is served but not recorded, and comes
+	// back Oversize. The walk sets it from its learners' bounds; 0 records everything.
+	RecordBytes int
 
 	key string
 }
@@ -209,9 +213,17 @@ type Answer struct {
 	Timings *Timings `json:"-"`
 	// Energy is what producing this answer cost.
 	Energy energy.Figure `json:"-"`
+	// Settle, when set, returns Energy's final figure once the counters behind its provisional
+	// parts have settled (energy.Figure.Provisional), waiting at most as long as ctx; on ctx's
+	// end it returns the figure it could make with ctx's error. nil when Energy is final. A stage
+	// sets it; the walk moves it to Result.Settle, so that no answer a learner keeps holds one.
+	Settle SettleFunc `json:"-"`
 	// Spent is energy an in-process stage spent outside this process to find the answer (an
 	// embedding call). The walk adds it to Energy, after the stage's own estimate, and clears it.
 	Spent energy.Figure `json:"-"`
+	// SpentSettle is how to get Spent's final figure, nil when it is final; the walk composes it
+	// into Settle.
+	SpentSettle SettleFunc `json:"-"`
 	// SpentTime is how long the stage waited for what Spent measures: the walk leaves it out of
 	// the stage's own wall-time estimate, so that wait is not billed twice.
 	SpentTime time.Duration `json:"-"`
@@ -223,7 +235,35 @@ type Answer struct {
 	// Complete is true when the answer ended normally (finish_reason stop/length/tool_calls and
 	// no error). Only complete answers are stored.
 	Complete bool `json:"-"`
+	// Oversize is true when the answer's text outgrew what its stream's recording keeps
+	// (Request.RecordBytes): it was served whole, but its choices hold none of its text, and no
+	// stage stores it.
+	Oversize bool `json:"-"`
 }
+
+// Size is about how many bytes the answer holds: its texts, tool calls and logprobs, and a
+// fixed allowance for the rest. Stages bound what they store by it.
+func (a *Answer) Size() int {
+	n := answerOverhead + len(a.ID) + len(a.Model) + len(a.SystemFingerprint)
+	for i := range a.Choices {
+		c := &a.Choices[i]
+		m := &c.Message
+		n += choiceOverhead + len(m.ReasoningContent) + len(m.Refusal) + len(c.Logprobs) + len(c.FinishReason)
+		if m.Content != nil {
+			n += len(*m.Content)
+		}
+		for _, tc := range m.ToolCalls {
+			n += choiceOverhead + len(tc.ID) + len(tc.Type) + len(tc.Function.Name) + len(tc.Function.Arguments)
+		}
+	}
+	return n
+}
+
+// What an Answer and each of its choices cost beyond their texts: headers, pointers, usage.
+const (
+	answerOverhead = 256
+	choiceOverhead = 64
+)
 
 // BackendAttempt is one call of one backend within a neural call: who, how it ended, and what
 // it cost.

@@ -24,6 +24,36 @@ type Result struct {
 	Attempts []Attempt
 	// Wrote is true once any chunk reached the sink; after that an error cannot become a status.
 	Wrote bool
+	// Settle is how to get Answer.Energy's final figure once its counters settle, nil when it is
+	// final: the answering stage's Answer.Settle, with what the walk added to the figure.
+	Settle SettleFunc
+}
+
+// SettleFunc returns a figure's final form once the counters behind its provisional parts have
+// settled, waiting at most as long as ctx; on ctx's end it returns the figure it could make,
+// still provisional, with ctx's error. It is safe to call from any goroutine, more than once.
+type SettleFunc func(ctx context.Context) (energy.Figure, error)
+
+// join returns the settle function of the figure made of ffig, which f settles, plus gfig,
+// which g settles; a nil function means its figure is final (or has no settlement of its own)
+// and is taken as it is. Both nil gives nil: the sum has nothing to settle.
+func join(f SettleFunc, ffig energy.Figure, g SettleFunc, gfig energy.Figure) SettleFunc {
+	switch {
+	case g == nil && (f == nil || gfig.IsZero()):
+		return f
+	case f == nil && ffig.IsZero():
+		return g
+	}
+	return func(ctx context.Context) (energy.Figure, error) {
+		a, b, aerr, berr := ffig, gfig, error(nil), error(nil)
+		if f != nil {
+			a, aerr = f(ctx)
+		}
+		if g != nil {
+			b, berr = g(ctx)
+		}
+		return a.Plus(b), errors.Join(aerr, berr)
+	}
 }
 
 // Options configure a Cascade.
@@ -38,11 +68,35 @@ type Cascade struct {
 	stages []Stage
 	router *Router
 	opts   Options
+	record int // Request.RecordBytes for a request that leaves it 0
+}
+
+// EntryBounder is a Learner that stores no answer larger than MaxEntryBytes (Answer.Size).
+type EntryBounder interface {
+	MaxEntryBytes() int
 }
 
 // New returns a Cascade over stages in order. The router decides which models exist.
 func New(router *Router, stages []Stage, opts Options) *Cascade {
-	return &Cascade{stages: stages, router: router, opts: opts}
+	return &Cascade{stages: stages, router: router, opts: opts, record: recordBound(stages)}
+}
+
+// recordBound is how much of a streamed answer's text is worth recording: as much as the
+// learner with the largest bound stores; all of it when a learner has no bound; next to
+// nothing when no stage learns.
+func recordBound(stages []Stage) int {
+	bound := 1
+	for _, st := range stages {
+		if _, ok := st.(Learner); !ok {
+			continue
+		}
+		b, ok := st.(EntryBounder)
+		if !ok || b.MaxEntryBytes() <= 0 {
+			return 0
+		}
+		bound = max(bound, b.MaxEntryBytes())
+	}
+	return bound
 }
 
 // Router returns the cascade's router.
@@ -66,6 +120,14 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 		return err
 	}
 	req.Key() // computed once, before any stage or learner reads it concurrently
+	if req.RecordBytes == 0 {
+		// A stream is recorded only as far as a learner could store it: a huge answer is served
+		// without being held whole.
+		req.RecordBytes = c.record
+		if req.NoStore {
+			req.RecordBytes = 1
+		}
+	}
 	var tracked Sink
 	var ts *trackedSink // nil without a sink: a walk that streams nothing allocates nothing for it
 	if bs, ok := sink.(BackendSink); ok {
@@ -76,6 +138,7 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 		tracked = ts.chunk
 	}
 	var spent energy.Figure // what stages that did not answer spent outside this process
+	var spentSettle SettleFunc
 	if res.Attempts == nil {
 		res.Attempts = make([]Attempt, 0, len(c.stages))
 	}
@@ -91,6 +154,7 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 		res.Attempts = append(res.Attempts, Attempt{Stage: st.Name(), Duration: took, Err: err})
 		if err != nil && err != ErrMiss { //nolint:errorlint // a plain miss spent nothing: spared errors.As's reflection
 			if se := (*SpentError)(nil); errors.As(err, &se) {
+				spentSettle = join(spentSettle, spent, se.Settle, se.Energy)
 				spent = spent.Plus(se.Energy)
 			}
 		}
@@ -102,24 +166,26 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 			if ans.Energy.Grade == "" {
 				ans.Energy = c.stageEstimate(max(took-ans.SpentTime, 0), ans.Energy)
 			}
-			ans.Energy, ans.Spent, ans.SpentTime = ans.Energy.Plus(ans.Spent), energy.Figure{}, 0
+			ans.Settle = join(ans.Settle, ans.Energy, ans.SpentSettle, ans.Spent)
+			ans.Energy, ans.Spent, ans.SpentSettle, ans.SpentTime = ans.Energy.Plus(ans.Spent), energy.Figure{}, nil, 0
 		}
 		span.endStage(req.Chat.Model, ans, err)
 		if err != nil {
 			if i == len(c.stages)-1 || res.Wrote || ctx.Err() != nil {
-				res.Answer = withSpent(ans, spent)
+				res.take(withSpent(ans, spent, spentSettle))
 				return err
 			}
 			c.opts.Logger.Warn().Str("request_id", req.ID).Str("stage", st.Name()).Err(err).Msg("stage failed; skipped")
 			continue
 		}
-		res.Answer = withSpent(ans, spent)
+		res.take(withSpent(ans, spent, spentSettle))
 		if tracked != nil && !ans.Streamed {
 			if err := Replay(ans, req.IncludeUsage(), tracked); err != nil {
 				return err
 			}
 		}
 		if ans.Complete && !req.NoStore {
+			// Learners see an Oversize answer too, to count it as not stored.
 			for _, prev := range c.stages[:i] {
 				if l, ok := prev.(Learner); ok {
 					l.Learn(req, ans)
@@ -130,7 +196,7 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 	}
 	res.Stage = ""
 	if !spent.IsZero() {
-		res.Answer = &Answer{Energy: spent}
+		res.take(&Answer{Energy: spent, Settle: spentSettle})
 	}
 	return ErrMiss
 }
@@ -150,17 +216,28 @@ func (t *trackedSink) chunk(ch *Chunk) error {
 	return t.sink.Chunk(ch)
 }
 
-// withSpent adds what earlier stages spent to the figure of the answer that ends the walk; with
-// no answer, an empty one carries it, for the ledger.
-func withSpent(ans *Answer, spent energy.Figure) *Answer {
+// withSpent adds what earlier stages spent, which settle settles, to the figure of the answer
+// that ends the walk; with no answer, an empty one carries it, for the ledger.
+func withSpent(ans *Answer, spent energy.Figure, settle SettleFunc) *Answer {
 	switch {
 	case spent.IsZero():
 	case ans == nil:
-		ans = &Answer{Energy: spent}
+		ans = &Answer{Energy: spent, Settle: settle}
 	default:
+		ans.Settle = join(ans.Settle, ans.Energy, settle, spent)
 		ans.Energy = ans.Energy.Plus(spent)
 	}
 	return ans
+}
+
+// take makes ans the walk's answer and moves its settle function to the result, before any
+// learner copies the answer: a kept answer must not hold the meter's spans, nor hand a later
+// call a figure to settle that is not its own.
+func (res *Result) take(ans *Answer) {
+	res.Answer = ans
+	if ans != nil {
+		res.Settle, ans.Settle = ans.Settle, nil
+	}
 }
 
 // stageEstimate is the stated model for in-process stages: wall time × StageWatts. It keeps what

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -18,7 +19,8 @@ import (
 // run with maxmemory-policy volatile-lru never evicts them (only the cache's entries, which all
 // expire); the scripts trim the sets' members by score instead. The admission rule runs in one Lua
 // script, so replicas cannot both take the last room; it is proxy.decide's rule, and Redis's
-// clock times the reservations.
+// clock times the reservations. An admission that gets no answer (a hung Redis, which may run it
+// when it resumes) is released once Redis answers again, so it holds no room until its hold.
 type Budgets struct{ c *Client }
 
 // Budgets returns the shared budget figures.
@@ -40,7 +42,8 @@ if not p or p < ARGV[1] then
 end
 `
 
-// ARGV: period, limit, headroom, hold (ms), id. Returns verdict, spent, reserved.
+// ARGV: period, limit, headroom, hold (ms), id. Returns verdict, spent, reserved. An id already
+// settled or released (an admission that ran after its caller gave up on it) reserves nothing.
 var admitScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -58,6 +61,9 @@ elseif max <= 0 and n > 0 then
   verdict = 1
 elseif n == 0 or spent + (n + 1) * r <= limit then
   verdict = 0
+end
+if verdict == 0 and redis.call('ZSCORE', KEYS[3], ARGV[5]) then
+  verdict = 1
 end
 if verdict == 0 then
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[5])
@@ -113,6 +119,16 @@ local max = tonumber(redis.call('HGET', KEYS[1], 'max') or '0')
 return {spent, tostring(redis.call('ZCARD', KEYS[2]) * max * tonumber(ARGV[2])), partial}
 `)
 
+// ARGV: id. Ends a reservation whose admission got no answer, and remembers its id as settled,
+// so an admission that Redis runs later still reserves nothing (admitScript).
+var releaseScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZADD', KEYS[3], 'NX', now + ` + settledForMs + `, ARGV[1])
+return 1
+`)
+
 // settledForMs is how long (ms) a settled reservation's id is remembered: an hour.
 const settledForMs = "3600000"
 
@@ -125,14 +141,23 @@ func fmtF(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 func (b *Budgets) Admit(ctx context.Context, key, period string, limit, headroom float64, hold time.Duration) (id string, verdict int, spent, reserved float64, err error) {
 	id = newID()
 	var res []any
-	err = b.c.doPatient(ctx, func(ctx context.Context, rdb *redis.Client) error {
+	sent := false
+	err = b.c.do(ctx, func(ctx context.Context, rdb *redis.Client) error {
+		sent = true
 		var err error
 		res, err = admitScript.Run(ctx, rdb, budgetKeys(key), period, fmtF(limit), fmtF(headroom), hold.Milliseconds(), id).Slice()
 		return err
 	})
 	if err != nil {
+		var re redis.Error
+		if sent && !errors.As(err, &re) {
+			// No answer: Redis may hold the script and run it later, reserving for a call that
+			// by then runs on local figures. Release the id once Redis answers again.
+			b.c.addOrphan(key, id)
+		}
 		return "", 0, 0, 0, err
 	}
+	b.c.kickOrphans()
 	v, _ := res[0].(int64)
 	spent, reserved = parseF(res[1]), parseF(res[2])
 	if v != 0 {
@@ -161,7 +186,7 @@ func (b *Budgets) Usage(ctx context.Context, key, period string, headroom float6
 // usage runs a script that returns spent, reserved and partial joules.
 func (b *Budgets) usage(ctx context.Context, s *redis.Script, key string, args ...any) (spent, reserved, partial float64, err error) {
 	var res []any
-	err = b.c.doPatient(ctx, func(ctx context.Context, rdb *redis.Client) error {
+	err = b.c.do(ctx, func(ctx context.Context, rdb *redis.Client) error {
 		var err error
 		res, err = s.Run(ctx, rdb, budgetKeys(key), args...).Slice()
 		return err
@@ -179,4 +204,62 @@ func parseF(v any) float64 {
 	s, _ := v.(string)
 	f, _ := strconv.ParseFloat(s, 64)
 	return f
+}
+
+// orphan is a reservation whose admission got no answer.
+type orphan struct{ key, id string }
+
+// maxOrphans bounds the reservations kept for release; past it they expire with their hold.
+const maxOrphans = 10000
+
+func (c *Client) addOrphan(key, id string) {
+	c.mu.Lock()
+	if len(c.orphans) < maxOrphans {
+		c.orphans = append(c.orphans, orphan{key, id})
+	}
+	c.mu.Unlock()
+}
+
+// kickOrphans starts releaseOrphans in the background when reservations wait for release and
+// none runs; it never blocks.
+func (c *Client) kickOrphans() {
+	c.mu.Lock()
+	start := len(c.orphans) > 0 && !c.releasing
+	if start {
+		c.releasing = true
+	}
+	c.mu.Unlock()
+	if start {
+		go c.releaseOrphans()
+	}
+}
+
+// releaseOrphans ends, off every call's path, the reservations whose admission got no answer. It
+// stops at the first failure and keeps the rest for the next time Redis answers.
+func (c *Client) releaseOrphans() {
+	for {
+		c.mu.Lock()
+		if len(c.orphans) == 0 {
+			c.releasing = false
+			c.mu.Unlock()
+			return
+		}
+		o := c.orphans[0]
+		c.mu.Unlock()
+		err := c.do(context.Background(), func(ctx context.Context, rdb *redis.Client) error {
+			return releaseScript.Run(ctx, rdb, budgetKeys(o.key), o.id).Err()
+		})
+		var re redis.Error
+		if errors.As(err, &re) {
+			err = nil // Redis answered, with an error: retrying would get the same one
+		}
+		c.mu.Lock()
+		if err != nil {
+			c.releasing = false
+			c.mu.Unlock()
+			return
+		}
+		c.orphans = c.orphans[1:]
+		c.mu.Unlock()
+	}
 }

@@ -5,7 +5,10 @@
 //
 // Redis going away degrades, never fails: every operation returns ErrDown (or the cache a miss)
 // at once while Redis is unreachable, the callers fall back to their local state, the outage is
-// logged once and eoc_redis_up reads 0; a background ping notices when Redis is back.
+// logged once and eoc_redis_up reads 0; a background ping notices when Redis is back. A Redis
+// that hangs rather than goes away is the same outage: an operation is tried once, within its
+// own deadline (Options.OpTimeout), and one that gets no answer in it marks Redis down, so a
+// hung Redis holds a call no longer than that deadline.
 package cluster
 
 import (
@@ -39,11 +42,16 @@ type Options struct {
 	Logger    zerolog.Logger
 	// Registry, when set, gets the eoc_redis_up gauge.
 	Registry prometheus.Registerer
-	// OpTimeout bounds one operation (default 2s): past it, Redis counts as down.
+	// OpTimeout bounds one operation (DefaultOpTimeout when not positive): past it, Redis
+	// counts as down until a ping answers.
 	OpTimeout time.Duration
 	// Probe is how often a down Redis is pinged, and an up one checked (default 500ms).
 	Probe time.Duration
 }
+
+// DefaultOpTimeout bounds one operation when Options.OpTimeout is not set: Redis on a LAN
+// answers in well under a millisecond, so one that takes half a second is hung or overloaded.
+const DefaultOpTimeout = 500 * time.Millisecond
 
 // Client is one replica's connection to the shared store. It is safe for concurrent use.
 type Client struct {
@@ -60,6 +68,10 @@ type Client struct {
 	once    sync.Once
 	backFns []func() // run when Redis comes back (after an outage)
 	mu      sync.Mutex
+	// orphans are reservations whose admission got no answer: Redis may still run it once it
+	// answers again, so each is released then (releaseOrphans).
+	orphans   []orphan
+	releasing bool // a releaseOrphans goroutine is running
 }
 
 // Open parses the URL and starts watching Redis. An unreachable Redis is not an error: the
@@ -73,7 +85,7 @@ func Open(o Options) (*Client, error) {
 		ro.Password = o.Password
 	}
 	if o.OpTimeout <= 0 {
-		o.OpTimeout = 2 * time.Second
+		o.OpTimeout = DefaultOpTimeout
 	}
 	if o.Probe <= 0 {
 		o.Probe = 500 * time.Millisecond
@@ -81,11 +93,11 @@ func Open(o Options) (*Client, error) {
 	ro.DialTimeout = o.OpTimeout
 	ro.ReadTimeout = o.OpTimeout
 	ro.WriteTimeout = o.OpTimeout
-	ro.PoolTimeout = 2 * o.OpTimeout
+	ro.PoolTimeout = o.OpTimeout
 	// An operation also ends at its caller's deadline (the cache's lookup waits 500 ms, not
 	// OpTimeout): go-redis ignores context deadlines on the socket unless told otherwise.
 	ro.ContextTimeoutEnabled = true
-	ro.MaxRetries = 1 // one retry on a fresh connection after a restart, no more
+	ro.MaxRetries = 1 // one retry on a fresh connection after a restart, within the same deadline
 	ro.DialerRetries = 1
 	ro.DisableIdentity = true
 	ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
@@ -146,7 +158,6 @@ func (c *Client) watch() {
 	po.PoolSize, po.MinIdleConns, po.MaxRetries = 1, 0, -1
 	ping := redis.NewClient(&po)
 	defer func() { _ = ping.Close() }()
-	slow := 0
 	for {
 		select {
 		case <-c.stop:
@@ -156,23 +167,15 @@ func (c *Client) watch() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opTO)
 		err := ping.Ping(ctx).Err()
 		cancel()
-		switch {
-		case err == nil:
-			slow = 0
-			c.markUp()
-		case isTimeout(err):
-			// A Redis that stops answering is down after pingsToDown pings in a row.
-			if slow++; slow >= pingsToDown {
-				c.markDown(err)
-			}
-		default:
+		if err != nil {
+			// A ping that gets no answer within an operation's deadline is an outage, as an
+			// operation's would be: a hung Redis is noticed within one deadline.
 			c.markDown(err)
+			continue
 		}
+		c.markUp()
 	}
 }
-
-// pingsToDown timed-out pings in a row mark a Redis that hangs down.
-const pingsToDown = 3
 
 // isTimeout tells a slow answer (a deadline, a busy pool) from a refused or broken connection.
 func isTimeout(err error) bool {
@@ -208,46 +211,35 @@ func (c *Client) markUp() {
 	for _, f := range fns {
 		go f()
 	}
+	c.kickOrphans()
 }
 
-// do runs one operation under the op timeout, unless Redis is down. A connection failure marks
-// Redis down; a reply error (a script's) or a cancelled caller does not.
+// errOpDeadline is the cause of an operation's own deadline, told apart from its caller's.
+var errOpDeadline = errors.New("redis operation deadline")
+
+// do runs one operation, once, within the op timeout, unless Redis is down. A connection
+// failure or an operation that gets no answer within its own deadline marks Redis down; a reply
+// error (a script's), or a caller that went away or whose shorter deadline passed, does not.
+// No operation is retried past its deadline: a call waits for Redis no longer than that.
 func (c *Client) do(ctx context.Context, op func(ctx context.Context, rdb *redis.Client) error) error {
 	if !c.up.Load() {
 		return ErrDown
 	}
-	opCtx, cancel := context.WithTimeout(ctx, c.opTO)
+	opCtx, cancel := context.WithTimeoutCause(ctx, c.opTO, errOpDeadline)
 	defer cancel()
 	err := op(opCtx, c.rdb.Load())
 	if err == nil || errors.Is(err, redis.Nil) {
 		return err
 	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		return err // Redis answered, with an error
+	}
 	if ctx.Err() != nil {
 		return err // the caller went away, or its own deadline passed first
 	}
-	var re redis.Error
-	if errors.As(err, &re) || isTimeout(err) {
-		return err // Redis answered, with an error; or it is slow, which the pings judge
-	}
 	c.markDown(err)
 	return fmt.Errorf("%w: %w", ErrDown, err)
-}
-
-// doPatient is do for the operations that must not fall back while Redis is merely slow (a
-// budget's admission, a rate limit): it retries until the op succeeds, Redis is down, or ctx
-// ends.
-func (c *Client) doPatient(ctx context.Context, op func(ctx context.Context, rdb *redis.Client) error) error {
-	for {
-		err := c.do(ctx, op)
-		if err == nil || !isTimeout(err) || ctx.Err() != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }
 
 // newID names one reservation or published entry: random, unique across replicas.

@@ -70,7 +70,7 @@ return 1
 // limit), or says how long to wait.
 func (l *Limits) Take(ctx context.Context, key string, rpm, tpm int) (bool, time.Duration, error) {
 	var res []any
-	err := l.c.doPatient(ctx, func(ctx context.Context, rdb *redis.Client) error {
+	err := l.c.do(ctx, func(ctx context.Context, rdb *redis.Client) error {
 		var err error
 		res, err = takeScript.Run(ctx, rdb, limitKeys(key), rpm, tpm, newID()).Slice()
 		return err
@@ -85,7 +85,7 @@ func (l *Limits) Take(ctx context.Context, key string, rpm, tpm int) (bool, time
 
 // AddTokens books a call's completion tokens against key.
 func (l *Limits) AddTokens(ctx context.Context, key string, tokens int) error {
-	return l.c.doPatient(ctx, func(ctx context.Context, rdb *redis.Client) error {
+	return l.c.do(ctx, func(ctx context.Context, rdb *redis.Client) error {
 		return tokensScript.Run(ctx, rdb, limitKeys(key), tokens).Err()
 	})
 }

@@ -49,7 +49,14 @@ type Redis struct {
 	// Password, when set, overrides the URL's: write it as ${REDIS_PASSWORD}, a whole value,
 	// so ${ENV} expansion quotes it whatever it holds.
 	Password Secret `yaml:"password"`
+	// OpTimeout bounds one Redis operation on a call's path; past it Redis counts as down until
+	// a ping answers. 0 is cluster.DefaultOpTimeout.
+	OpTimeout Duration `yaml:"op_timeout"`
 }
+
+// DefaultMaxDuration is backends[].max_duration when a config leaves it out: no call, stream
+// included, runs longer unless the config says so.
+const DefaultMaxDuration = Duration(30 * time.Minute)
 
 // Limits bound each request.
 type Limits struct {
@@ -70,17 +77,26 @@ type Cascade struct {
 type Cache struct {
 	MaxEntries int      `yaml:"max_entries"`
 	TTL        Duration `yaml:"ttl"`
+	// MaxBytes bounds the stored answers' bytes together; 0 is cache.DefaultMaxBytes.
+	MaxBytes int64 `yaml:"max_bytes"`
+	// MaxEntryBytes bounds one stored answer (larger ones are served, not stored); 0 is
+	// cache.DefaultMaxEntryBytes.
+	MaxEntryBytes int `yaml:"max_entry_bytes"`
 }
 
 // KV is the semantic key-value stage.
 type KV struct {
-	Embedder              Embedder `yaml:"embedder"`
-	Threshold             float64  `yaml:"threshold"`
-	SeedFiles             []string `yaml:"seed_files"`
-	DataDir               string   `yaml:"data_dir"`
-	MaxEntries            int      `yaml:"max_entries"`
-	MaxTotalEntries       int      `yaml:"max_total_entries"`
-	MaxCollections        int      `yaml:"max_collections"`
+	Embedder        Embedder `yaml:"embedder"`
+	Threshold       float64  `yaml:"threshold"`
+	SeedFiles       []string `yaml:"seed_files"`
+	DataDir         string   `yaml:"data_dir"`
+	MaxEntries      int      `yaml:"max_entries"`
+	MaxTotalEntries int      `yaml:"max_total_entries"`
+	MaxCollections  int      `yaml:"max_collections"`
+	// MaxBytes and MaxEntryBytes bound the learned entries' bytes, together and each (kv.Options);
+	// 0 is kv's default.
+	MaxBytes              int64    `yaml:"max_bytes"`
+	MaxEntryBytes         int      `yaml:"max_entry_bytes"`
 	MaxSimilarTemperature *float64 `yaml:"max_similar_temperature"`
 	LearnQueue            int      `yaml:"learn_queue"`
 }
@@ -108,7 +124,9 @@ type Backend struct {
 	// Timeout bounds each silence of the upstream: the wait for the first byte and each gap
 	// between chunks, never a stream that keeps flowing.
 	Timeout Duration `yaml:"timeout"`
-	// MaxDuration, when set, bounds one whole call, stream included.
+	// MaxDuration bounds one whole call, stream included (default DefaultMaxDuration, or Timeout
+	// when that is longer): a stream that flows, or only sends keep-alive comments, forever is
+	// cut there. A config raises it for longer calls.
 	MaxDuration Duration `yaml:"max_duration"`
 	Process     Process  `yaml:"process"`
 	// JoulesPerToken is the token model's default for this backend when no meter.token_models
@@ -166,6 +184,10 @@ type RAPL struct {
 // NVML switches the NVIDIA GPU counter.
 type NVML struct {
 	Enabled string `yaml:"enabled"` // auto | on | off
+	// SettleInline makes a call's response wait for NVML's counter to settle its GPU figure, so
+	// that it never carries a provisional one (meter.Options.SettleInline). Off by default: the
+	// response goes out at once and the settled figure follows.
+	SettleInline bool `yaml:"settle_inline"`
 }
 
 // TokenModel prices tokens for models matching the patterns.
@@ -332,6 +354,9 @@ func (c *Config) fillDefaults(reg Registry) {
 		}
 		if b.Timeout == 0 {
 			b.Timeout = Duration(120 * time.Second)
+		}
+		if b.MaxDuration == 0 {
+			b.MaxDuration = max(DefaultMaxDuration, b.Timeout)
 		}
 	}
 	if c.Routing.EjectAfter == 0 {

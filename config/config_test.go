@@ -201,3 +201,19 @@ auth: {keys: [{id: a, key: k, limits: {rpm: 10, tpm: 1000}}]}
 		}
 	}
 }
+
+// A backend without max_duration gets the default bound on a whole call (no call runs forever,
+// a stream of keep-alive comments included), or its timeout when that is longer; a config
+// raises it.
+func TestMaxDurationDefault(t *testing.T) {
+	c, err := Parse([]byte("backends: [{name: a, type: openai, url: 'http://x'}, {name: b, type: openai, url: 'http://x', max_duration: 4h},\n"+
+		"  {name: c, type: openai, url: 'http://x', timeout: 2h}]\n"), testRegistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []time.Duration{30 * time.Minute, 4 * time.Hour, 2 * time.Hour} {
+		if got := c.Backends[i].MaxDuration.D(); got != want {
+			t.Errorf("backend %s: max_duration %v, want %v", c.Backends[i].Name, got, want)
+		}
+	}
+}

@@ -22,6 +22,9 @@ func (c *Config) validateReplicas(p *problems) {
 			p.add("redis.url", "no host")
 		}
 	}
+	if c.Redis.OpTimeout < 0 {
+		p.add("redis.op_timeout", "must not be negative")
+	}
 	if c.ReplicaID != "" && !replicaIDs.MatchString(c.ReplicaID) {
 		p.add("replica_id", "%q: letters, digits, '.', '_' and '-' only, at most 63", c.ReplicaID)
 	}

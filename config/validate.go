@@ -74,6 +74,17 @@ func (c *Config) validateStages(p *problems, reg Registry) {
 	if c.Cascade.Cache.MaxEntries < 0 {
 		p.add("cascade.cache.max_entries", "must be positive")
 	}
+	for _, b := range []struct {
+		field string
+		v     int64
+	}{
+		{"cascade.cache.max_bytes", c.Cascade.Cache.MaxBytes}, {"cascade.cache.max_entry_bytes", int64(c.Cascade.Cache.MaxEntryBytes)},
+		{"cascade.kv.max_bytes", c.Cascade.KV.MaxBytes}, {"cascade.kv.max_entry_bytes", int64(c.Cascade.KV.MaxEntryBytes)},
+	} {
+		if b.v < 0 {
+			p.add(b.field, "must not be negative")
+		}
+	}
 }
 
 // validateKV checks the kv stage's embedder and threshold.

@@ -9,7 +9,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -18,32 +17,16 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-)
 
-// chromium finds the browser for TestUIPage: $EOC_CHROMIUM, else Debian's chromium on PATH.
-func chromium(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("EOC_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("EOC_E2E") == "1" || os.Getenv("CI") == "true" {
-		t.Fatal("no chromium on PATH (Debian: apt-get install chromium; .ci/run installs it)")
-	}
-	t.Skip("no chromium on PATH")
-	return ""
-}
+	"github.com/eoc-proxy/eoc-proxy/internal/browsertest"
+)
 
 // TestUIPage: after a neural call, a cache hit and a graph hit on a proxy of its own, headless
 // Chromium loads /ui, and each stage's joules as the page shows them equal /metrics's
 // eoc_joules_total summed by stage, to the rounding the page shows. It saves a screenshot
 // ($EOC_UI_SCREENSHOT, relative to the repository, else in the suite's temp dir).
 func TestUIPage(t *testing.T) {
-	browser := chromium(t)
+	browser := browsertest.Chromium(t)
 	facts := filepath.Join(env.tmp, "ui-facts.tsv")
 	if err := os.WriteFile(facts, []byte("Night Ferry\tdirector\tTomas Vell\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -159,3 +159,21 @@ func (f Figure) Rounded() Figure {
 
 // RoundNano rounds joules to nanojoules.
 func RoundNano(j float64) float64 { return math.Round(j*1e9) / 1e9 }
+
+// View is a figure's fields as the JSON bodies that show one carry them (the calls endpoint,
+// `eoc-proxy query -json`, the browser build's results): the same names as the X-EOC headers'.
+type View struct {
+	Joules     float64 `json:"joules"`
+	JoulesLow  float64 `json:"joules_low"`
+	JoulesHigh float64 `json:"joules_high"`
+	Grade      string  `json:"grade"`
+	Coverage   string  `json:"coverage"`
+	Method     string  `json:"method"`
+	Reason     string  `json:"reason"`
+}
+
+// View returns f's JSON view.
+func (f Figure) View() View {
+	return View{Joules: f.Joules, JoulesLow: f.Low, JoulesHigh: f.High, Grade: string(f.Grade), Coverage: f.Coverage,
+		Method: f.Method, Reason: f.Reason}
+}

@@ -1,6 +1,7 @@
 package energy
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 )
@@ -63,5 +64,19 @@ func TestReceiptHash(t *testing.T) {
 	}
 	if (Receipt{Key: "k", Stage: "neural", Model: "m", Joules: 0.3, Grade: Measured, Time: at.In(time.FixedZone("x", 3600))}).Hash() != h {
 		t.Error("the same instant in another zone hashes differently")
+	}
+}
+
+// TestViewJSON: the view every JSON body embeds carries the headers' names, with the figure's
+// values.
+func TestViewJSON(t *testing.T) {
+	f := Figure{Joules: 2, Low: 1, High: 3, Grade: Measured, Coverage: CoverageWhole, Method: "rapl", Reason: "why"}
+	b, err := json.Marshal(f.View())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"joules":2,"joules_low":1,"joules_high":3,"grade":"measured","coverage":"whole","method":"rapl","reason":"why"}`
+	if string(b) != want {
+		t.Fatalf("%s\nwant %s", b, want)
 	}
 }

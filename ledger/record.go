@@ -20,7 +20,10 @@ import (
 const ZeroHash = "0000000000000000000000000000000000000000000000000000000000000000"
 
 // Record is one line of the ledger: what one call cost, the receipt that vouches for it, and the
-// links that chain it to the record before. The caller fills the call's fields; Append fills
+// links that chain it to the record before. A call whose figure was provisional (its GPU part
+// made before NVML's counter updated) is followed, once it settles, by a settlement record
+// (Settles set) that carries the settled figure; the call's own record stays as the client's
+// receipt vouches for it. The caller fills the call's fields; Append fills
 // Seq, Receipt, Prev and Hash (and Time when it is zero).
 //
 // The JSON encoding is the file format: one record a line, the fields in this order, none
@@ -50,6 +53,11 @@ type Record struct {
 	// Replica names the replica that served the call, when several share a Redis (config
 	// replica_id); absent for a lone proxy.
 	Replica string `json:"replica,omitempty"`
+	// Settles, on a settlement record, is the Receipt of the call record it settles, which
+	// came before it in the chain with the same RequestID and a provisional Figure: this
+	// record's Figure is that call's settled figure (its receipt, in Receipt, is of this
+	// record's fields). Absent on a call's record.
+	Settles string `json:"settles,omitempty"`
 	// Receipt is Receipt{Key, Stage, Model, Joules, Grade, Time}.Hash(): the X-EOC-Receipt the
 	// client was sent.
 	Receipt string `json:"receipt"`
@@ -89,7 +97,7 @@ func normalize(r *Record, now func() time.Time) error {
 		return fmt.Errorf("%w: time %v is outside years 1-9999", ErrInvalid, r.Time)
 	}
 	for _, s := range []*string{&r.RequestID, &r.KeyID, &r.Key, &r.Model, &r.Stage, &r.Backend,
-		&r.Coverage, &r.Method, &r.Reason, &r.Replica} {
+		&r.Coverage, &r.Method, &r.Reason, &r.Replica, &r.Settles} {
 		if !utf8.ValidString(*s) {
 			*s = strings.ToValidUTF8(*s, "\uFFFD")
 		}
@@ -163,6 +171,12 @@ func (r *Record) canonical(b []byte) []byte {
 	if r.Replica != "" {
 		b = append(b, "replica "...)
 		b = strconv.AppendQuote(b, r.Replica)
+		b = append(b, '\n')
+	}
+	// And a call's record has the form it had before settlements were recorded.
+	if r.Settles != "" {
+		b = append(b, "settles "...)
+		b = strconv.AppendQuote(b, r.Settles)
 		b = append(b, '\n')
 	}
 	b = append(b, r.Receipt...)

@@ -66,6 +66,12 @@ type Report struct {
 	SetAside []string `json:"set_aside,omitempty"`
 	// Broken is the first record that fails, nil when the chain verifies.
 	Broken *Break `json:"broken,omitempty"`
+	// Settlements counts the settlement records among Records; Unsettled the calls whose
+	// figure is provisional and that no settlement follows (the proxy stopped, or the counter's
+	// wait failed, before it settled): their provisional figure, whose bounds hold the settled
+	// one, stands.
+	Settlements int `json:"settlements,omitempty"`
+	Unsettled   int `json:"unsettled,omitempty"`
 }
 
 // OK reports whether the chain verified.
@@ -89,8 +95,10 @@ func Verify(files ...string) (Report, error) { return Verifier{}.Verify(files...
 // Verify checks every record of the files, in chain order (see Order): that each line is the
 // canonical encoding of a record, that its hash (or HMAC) covers its fields, that its receipt
 // matches its fields, that seqs follow without gaps and that each prev is the hash of the
-// record before. It stops at the first failure, which it names in Report.Broken and returns as
-// a *Break error (wrapping ErrBroken). Other errors are I/O errors.
+// record before, and that a settlement record settles, once, a provisional call record before it
+// of the same request (in a chain that starts after genesis, a call not found may be in the
+// files archived away, and is not checked). It stops at the first failure, which it names in
+// Report.Broken and returns as a *Break error (wrapping ErrBroken). Other errors are I/O errors.
 func (v Verifier) Verify(files ...string) (Report, error) {
 	rep := Report{HMAC: len(v.HMACKey) > 0}
 	if len(files) == 0 {
@@ -99,6 +107,8 @@ func (v Verifier) Verify(files ...string) (Report, error) {
 	rep.Files, rep.SetAside = Order(files)
 	seal := newSealer(v.HMACKey)
 	var last *Record
+	unsettled := map[string]string{} // provisional calls' receipts → their request ids
+	settled := map[string]bool{}     // the receipts settlements named: each is settled once
 	for i, name := range rep.Files {
 		lastFile := i == len(rep.Files)-1
 		err := scanFile(name, func(line []byte, n int, off int64, whole bool) error {
@@ -138,6 +148,22 @@ func (v Verifier) Verify(files ...string) (Report, error) {
 			if last == nil {
 				rep.FirstSeq, rep.Genesis = r.Seq, r.Prev == ZeroHash
 			}
+			if r.Settles != "" {
+				id, ok := unsettled[r.Settles]
+				switch {
+				case settled[r.Settles]:
+					return bad("settles receipt %s, settled already", r.Settles)
+				case ok && id != r.RequestID:
+					return bad("settles receipt %s, which is request %s's, not request %s's", r.Settles, id, r.RequestID)
+				case !ok && rep.Genesis:
+					return bad("settles receipt %s, which is no provisional call before it in the chain, or one settled already", r.Settles)
+				}
+				delete(unsettled, r.Settles)
+				settled[r.Settles] = true
+				rep.Settlements++
+			} else if r.Provisional {
+				unsettled[r.Receipt] = r.RequestID
+			}
 			last = &r
 			rep.Records++
 			rep.LastSeq, rep.LastHash = r.Seq, r.Hash
@@ -152,6 +178,7 @@ func (v Verifier) Verify(files ...string) (Report, error) {
 			return rep, err
 		}
 	}
+	rep.Unsettled = len(unsettled)
 	return rep, nil
 }
 

@@ -317,15 +317,21 @@ func (b *budgetBook) admitLocal(ctx context.Context, key string, k *keyBook) (re
 // what remains; ok is false for keys without a budget. A partial figure is charged its joules
 // like a whole one, and counted in the period's partial joules.
 func (b *budgetBook) settle(r reservation, fig energy.Figure) (left budgetLeft, ok bool) {
+	left, _, ok = b.settleIn(r, fig)
+	return left, ok
+}
+
+// settleIn is settle, also saying which period it booked the cost to.
+func (b *budgetBook) settleIn(r reservation, fig energy.Figure) (left budgetLeft, period string, ok bool) {
 	joules, partial := fig.Joules, fig.Coverage == energy.CoveragePartial
 	b.mu.Lock()
 	k, ok := b.books[r.key]
 	if !ok {
 		b.mu.Unlock()
-		return budgetLeft{}, false
+		return budgetLeft{}, "", false
 	}
 	k.roll(b.now())
-	period := k.period
+	period = k.period
 	if r.shared == "" {
 		k.inFlight--
 	}
@@ -346,7 +352,7 @@ func (b *budgetBook) settle(r reservation, fig energy.Figure) (left budgetLeft, 
 		if err == nil {
 			b.mirrorPartial(k, period, spent, partialSpent)
 			b.kickLate()
-			return budgetLeft{joules: k.budget.Joules - spent - reserved, partial: partialSpent}, true
+			return budgetLeft{joules: k.budget.Joules - spent - reserved, partial: partialSpent}, period, true
 		}
 		b.mu.Lock()
 		if len(b.unsettled) < maxUnsettled {
@@ -354,7 +360,74 @@ func (b *budgetBook) settle(r reservation, fig energy.Figure) (left budgetLeft, 
 		}
 		b.mu.Unlock()
 	}
-	return left, true
+	return left, period, true
+}
+
+// heldCost is what settleHigh booked for a call whose figure was still provisional: its High,
+// in the period of the call's response. adjust books the settled figure's difference to it.
+type heldCost struct {
+	key, period, id string
+	joules          float64
+	partial         bool
+}
+
+// settleHigh settles r at once with fig's High, which holds the settled figure, so the call's
+// reservation is released when its response goes out and the key's next call need not wait for
+// the settlement; adjust later books what the settled figure costs less. ok is false for keys
+// without a budget.
+func (b *budgetBook) settleHigh(r reservation, fig energy.Figure) (left budgetLeft, h heldCost, ok bool) {
+	high := fig
+	high.Joules = max(fig.High, fig.Joules)
+	left, period, ok := b.settleIn(r, high)
+	if !ok {
+		return left, heldCost{}, false
+	}
+	return left, heldCost{key: r.key, period: period, id: r.settleID(), joules: high.Joules,
+		partial: high.Coverage == energy.CoveragePartial}, true
+}
+
+// adjust books a settled figure against what settleHigh booked for its call: fig's joules less
+// the held High (never more than it), in the held period, leaving the calls in flight alone. In
+// the shared store it is a settle under an id of its own (the reservation's plus "/settled"), so
+// a retried one books once.
+func (b *budgetBook) adjust(h heldCost, fig energy.Figure) {
+	delta := min(0, fig.Joules-h.joules)
+	if h.key == "" || delta == 0 {
+		return
+	}
+	b.mu.Lock()
+	k, ok := b.books[h.key]
+	if !ok {
+		b.mu.Unlock()
+		return
+	}
+	k.roll(b.now())
+	if k.period == h.period {
+		k.spent += delta
+		if h.partial {
+			k.partial = max(0, k.partial+delta)
+		}
+	}
+	close(k.changed)
+	k.changed = make(chan struct{})
+	b.mu.Unlock()
+	if b.shared == nil {
+		return
+	}
+	id := h.id + "/settled"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	spent, _, partialSpent, err := b.shared.Settle(ctx, h.key, h.period, id, delta, h.partial, budgetHeadroom)
+	cancel()
+	if err == nil {
+		b.mirrorPartial(k, h.period, spent, partialSpent)
+		b.kickLate()
+		return
+	}
+	b.mu.Lock()
+	if len(b.unsettled) < maxUnsettled {
+		b.unsettled = append(b.unsettled, unsettled{key: h.key, period: h.period, id: id, joules: delta, partial: h.partial})
+	}
+	b.mu.Unlock()
 }
 
 // maxUnsettled bounds the settles kept for the store's return; past it they expire there.

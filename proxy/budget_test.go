@@ -428,3 +428,56 @@ func TestBudgetReplayedLocalSettleBookedOnce(t *testing.T) {
 		t.Fatalf("the store booked %v J for a 2 J call", sh.spent)
 	}
 }
+
+// A provisional figure books its High at the response, in the response's period, and ends the
+// reservation then; its settlement books the difference to that period, in the store under an
+// id of its own, even when it comes after the period ended.
+func TestBudgetSettleHighThenAdjust(t *testing.T) {
+	now := time.Date(2026, 12, 2, 23, 59, 59, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	b := newBudgetBook(map[string]Budget{"k": {Joules: 100, Per: "day"}}, clock)
+	r, err := b.admit(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fig := energy.Figure{Joules: 10, Low: 8, High: 14, Grade: energy.Measured, Coverage: energy.CoverageWhole, Provisional: true}
+	left, h, ok := b.settleHigh(r, fig)
+	if !ok || left.joules != 100-14-0 || b.books["k"].inFlight != 0 || h.period != "2026-12-02" {
+		t.Fatalf("settleHigh: left %+v, held %+v, in flight %d", left, h, b.books["k"].inFlight)
+	}
+	// The next call is admitted at once (the rule would make it wait while one is in flight).
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := b.admit(ctx, "k"); err != nil {
+		t.Fatalf("next call: %v", err)
+	}
+	b.books["k"].inFlight = 0
+	b.adjust(h, whole(12))
+	if left, _ := b.remaining("k"); left.joules != 88 {
+		t.Fatalf("after the settlement: %+v, want 88", left)
+	}
+	// A settlement after midnight books to the call's day, not the next one.
+	r, _ = b.admit(context.Background(), "k")
+	_, h, _ = b.settleHigh(r, fig)
+	mu.Lock()
+	now = now.Add(2 * time.Second)
+	mu.Unlock()
+	b.adjust(h, whole(12))
+	if left, _ := b.remaining("k"); left.joules != 100 {
+		t.Fatalf("the next day: %+v, want 100 untouched", left)
+	}
+
+	sh := newFlakyShared()
+	b = newBudgetBook(map[string]Budget{"k": {Joules: 100, Per: "day"}}, clock)
+	b.setShared(sh)
+	r, _ = b.admit(context.Background(), "k")
+	_, h, _ = b.settleHigh(r, fig)
+	b.adjust(h, whole(12))
+	b.adjust(h, whole(12)) // retried: booked once
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.spent != 12 || len(sh.inFlight) != 0 || len(sh.ids) != 3 || sh.ids[1] != r.shared+"/settled" {
+		t.Fatalf("store: spent %v, in flight %v, ids %v", sh.spent, sh.inFlight, sh.ids)
+	}
+}

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -102,20 +101,8 @@ func TestBudgetCoverageHeader(t *testing.T) {
 	if got := resp.Trailer.Get(HeaderBudgetCoverage); got != energy.CoveragePartial {
 		t.Errorf("stream trailer %s %q (trailers %v)", HeaderBudgetCoverage, got, resp.Trailer)
 	}
-	var eoc eocFigures
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok || !strings.Contains(line, `"eoc"`) {
-			continue
-		}
-		var ch eocChunk
-		if err := json.Unmarshal([]byte(line), &ch); err != nil {
-			t.Fatal(err)
-		}
-		eoc = ch.EOC
-	}
-	if eoc.BudgetRemaining == nil || *eoc.BudgetRemaining != 3 || eoc.BudgetCoverage != energy.CoveragePartial {
+	eoc := lastEOC(t, body)
+	if eoc == nil || eoc.BudgetRemaining == nil || *eoc.BudgetRemaining != 3 || eoc.BudgetCoverage != energy.CoveragePartial {
 		t.Errorf("stream eoc chunk: %+v", eoc)
 	}
 

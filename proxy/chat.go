@@ -76,7 +76,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	err := s.guard(req.ID, func() error { return s.cascade.Walk(ctx, req, &res, sink) })
 	st := settlement{id: req.ID, tenant: req.Tenant, key: req.Key(), model: req.Chat.Model,
-		stage: res.Stage, attempts: res.Attempts, wrote: res.Wrote, span: trace.SpanFromContext(ctx)}
+		stage: res.Stage, attempts: res.Attempts, wrote: res.Wrote, span: trace.SpanFromContext(ctx), settle: res.Settle}
 	if res.Answer != nil {
 		st.answered, st.fig, st.backend = true, res.Answer.Energy, res.Answer.Backend
 		st.backendAttempts = res.Answer.Attempts
@@ -206,12 +206,15 @@ type settlement struct {
 	wrote                  bool // bytes went out before an error
 	tokens                 int  // the answer's completion tokens, for the page's J per token
 	promptTokens           int
-	span                   trace.Span // the call's span: a no-op one when untraced
+	span                   trace.Span         // the call's span: a no-op one when untraced
+	settle                 cascade.SettleFunc // how to get fig's final figure; nil when it is final
 }
 
 // settle runs once per call that reached the cascade, success or not: it computes the receipt,
 // books the cost against the budget, writes the ledger record and the metrics, and fills the
-// access log's fields.
+// access log's fields. When the figure is provisional and can settle, the response does not wait
+// for it: the call's record is written now, with the figure the client gets, and the budget,
+// the metrics and the page take the settled figure when it comes (settleLater).
 func (s *Server) settle(st settlement, resv reservation, err error, start time.Time, lf *logFields) outcome {
 	o := outcome{stage: st.stage}
 	status := http.StatusOK
@@ -235,7 +238,18 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 	o.receipt = energy.Receipt{Key: st.key, Stage: o.stage, Model: st.model, Joules: o.fig.Joules,
 		Grade: o.fig.Grade, Time: now}.Hash()
 	o.receiptTime = now
-	if left, ok := s.budgets.settle(resv, o.fig); ok {
+	later := st.settle != nil && o.fig.Provisional
+	var left budgetLeft
+	var ok bool
+	var held heldCost
+	if later {
+		// The budget takes the figure's High now, which holds the settled figure, and the
+		// reservation ends with the response; the settlement books the difference (adjust).
+		left, held, ok = s.budgets.settleHigh(resv, o.fig)
+	} else {
+		left, ok = s.budgets.settle(resv, o.fig)
+	}
+	if ok {
 		joules := left.joules // allocated only for a key with a budget
 		o.remaining, o.budgetCoverage = &joules, left.coverage()
 	}
@@ -243,20 +257,30 @@ func (s *Server) settle(st settlement, resv reservation, err error, start time.T
 	if errors.Is(err, cascade.ErrModelNotFound) {
 		model = "" // not a model any backend serves: keep it out of metric labels
 	}
+	call := Call{Time: now, RequestID: st.id, KeyID: st.tenant, Key: st.key, Model: st.model, Stage: o.stage,
+		Backend: lf.backend, Status: status, Energy: o.fig, Receipt: o.receipt, Attempts: st.backendAttempts,
+		Disconnected: gone}
+	recorded := false
 	if s.opts.Record != nil {
-		call := Call{Time: now, RequestID: st.id, KeyID: st.tenant, Key: st.key, Model: st.model, Stage: o.stage,
-			Backend: lf.backend, Status: status, Energy: o.fig, Receipt: o.receipt, Attempts: st.backendAttempts,
-			Disconnected: gone}
 		if rerr := s.opts.Record(call); rerr != nil {
 			s.log.Error().Err(rerr).Str("request_id", st.id).Msg("ledger: record not written")
+		} else {
+			recorded = true
 		}
 	}
-	s.metrics.observe(st.stage, st.attempts, st.answered, o.fig, model, status, time.Since(start))
-	s.observe(&st, o, model, status, now)
+	if later {
+		endCall(st.span, &st, o, status)
+		s.settleLater(st, held, o, call, recorded, model, status, time.Since(start))
+	} else {
+		s.calls.put(st.tenant, st.id, o, nil)
+		s.metrics.observe(st.stage, st.attempts, st.answered, o.fig, model, status, time.Since(start))
+		s.observe(&st, o, model, status, now)
+	}
 	if n := len(st.attempts); n > 0 {
 		lf.upstream = st.attempts[n-1].Duration
 	}
 	lf.stage, lf.joules, lf.grade, lf.method, lf.saved = o.stage, o.fig.Joules, string(o.fig.Grade), o.fig.Method, o.fig.Saved
+	lf.provisional = o.fig.Provisional
 	return o
 }
 
@@ -326,7 +350,7 @@ func (hv *headerVals) energy(o outcome) {
 }
 
 // energyHeaders is the most X-EOC headers one outcome sets.
-const energyHeaders = 14
+const energyHeaders = 15
 
 // setEnergyHeaders sets the X-EOC headers of o.
 func setEnergyHeaders(h http.Header, o outcome) {
@@ -358,10 +382,16 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, tenant string) (
 	if known != nil {
 		req.Chat = *known
 	} else {
+		if e := scanBody(body, scanChat); e != nil {
+			return nil, e
+		}
 		if e := unmarshal(body, &req.Chat); e != nil {
 			return nil, e
 		}
 		if e := validate(&req.Chat); e != nil {
+			return nil, e
+		}
+		if e := validateThink(body); e != nil {
 			return nil, e
 		}
 		s.decoded.put(h, tenant, body, &req.Chat)
@@ -371,36 +401,68 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, tenant string) (
 }
 
 // readJSON reads the body up to MaxBodyBytes within BodyTimeout. A declared Content-Length
-// beyond the limit is refused before anything is read.
+// beyond the limit is refused before anything is read. A body that is refused leaves the read
+// deadline in place (passed, for a body that stays unread), so that the server's drain of the
+// rest of the body after the answer ends at once and the connection is closed (Connection:
+// close) instead of waiting on a client that stalls.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, *APIError) {
 	tooLarge := func(limit int64) *APIError {
 		return &APIError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
 			Message: fmt.Sprintf("request body is larger than %d bytes", limit)}
 	}
+	rc := http.NewResponseController(w)
 	if r.ContentLength > s.opts.MaxBodyBytes {
 		w.Header().Set("Connection", "close") // the body stays unread
+		_ = rc.SetReadDeadline(time.Now())
 		return nil, tooLarge(s.opts.MaxBodyBytes)
 	}
-	rc := http.NewResponseController(w)
-	if err := rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)); err == nil {
-		// Cleared once the body is in: the connection's later reads (the next request, the
-		// close watch during a stream) are not bounded by it.
-		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	deadline := rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)) == nil
+	body, err := readBody(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes), r.ContentLength)
 	if err != nil {
+		w.Header().Set("Connection", "close")
+		_ = rc.SetReadDeadline(time.Now())
 		var tooBig *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooBig):
 			return nil, tooLarge(tooBig.Limit)
 		case isTimeout(err):
-			w.Header().Set("Connection", "close")
 			return nil, &APIError{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout",
 				Message: fmt.Sprintf("request body not received within %s", s.opts.BodyTimeout)}
 		}
 		return nil, badRequest("", "reading request body: %v", err)
 	}
+	if deadline {
+		// Cleared once the body is in: the connection's later reads (the next request, the
+		// close watch during a stream) are not bounded by it.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	return body, nil
+}
+
+// readBody reads r to its end. With a declared length (the limit is checked before), its buffer
+// grows fourfold at a step as bytes arrive, up to that length and no further: fewer and smaller
+// copies than io.ReadAll's growth (about 1.5 times the body allocated, against up to 3), while
+// a client that declares much and sends little holds little.
+func readBody(r io.Reader, declared int64) ([]byte, error) {
+	if declared <= 0 {
+		return io.ReadAll(r)
+	}
+	buf := make([]byte, 0, min(declared+1, 64<<10))
+	for {
+		if len(buf) == cap(buf) {
+			next := make([]byte, len(buf), max(min(int64(cap(buf))*4, declared+1), int64(cap(buf))+bytes.MinRead))
+			copy(next, buf)
+			buf = next
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
 }
 
 // unmarshal decodes a request body into v (internal/jsonx: encoding/json's semantics and errors,
@@ -473,7 +535,11 @@ func validate(c *cascade.ChatRequest) *APIError {
 		null := len(m.Content) == 0 || string(m.Content) == "null"
 		if !null {
 			switch m.Content[0] {
-			case '"', '[':
+			case '"':
+			case '[':
+				if e := validateParts(m.Content, i); e != nil {
+					return e
+				}
 			default:
 				return badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content: must be a string or an array of content parts", i)
 			}
@@ -505,6 +571,65 @@ func validate(c *cascade.ChatRequest) *APIError {
 		if t.Type != "function" || t.Function.Name == "" {
 			return badRequest(fmt.Sprintf("tools[%d]", i), "tools[%d]: type must be function and function.name is required", i)
 		}
+	}
+	return nil
+}
+
+// validateParts checks an array content: every part an object whose type is a string, and a
+// text part's text a string. Types it does not know pass: a backend that knows them may take
+// them.
+func validateParts(content json.RawMessage, msg int) *APIError {
+	var parts []json.RawMessage
+	if json.Unmarshal(content, &parts) != nil {
+		return badRequest(fmt.Sprintf("messages[%d].content", msg), "messages[%d].content: must be a string or an array of content parts", msg)
+	}
+	for j, raw := range parts {
+		param := fmt.Sprintf("messages[%d].content[%d]", msg, j)
+		var p struct {
+			Type *string         `json:"type"`
+			Text json.RawMessage `json:"text"`
+		}
+		if raw[0] != '{' || json.Unmarshal(raw, &p) != nil || p.Type == nil || *p.Type == "" {
+			return badRequest(param, "%s: must be a content part, an object with a type", param)
+		}
+		if *p.Type == "text" && (len(p.Text) == 0 || p.Text[0] != '"') {
+			return badRequest(param+".text", "%s.text: must be a string", param)
+		}
+	}
+	return nil
+}
+
+// thinkFields are the request's reasoning switches, which the proxy passes on but does not
+// otherwise read: Ollama's think and OpenAI's reasoning_effort.
+type thinkFields struct {
+	Think           json.RawMessage `json:"think"`
+	ReasoningEffort json.RawMessage `json:"reasoning_effort"`
+}
+
+var (
+	thinkKey           = []byte(`"think"`)
+	reasoningEffortKey = []byte(`"reasoning_effort"`)
+)
+
+// validateThink refuses a think that is not true, false, "low", "medium" or "high" (Ollama's
+// values) and a reasoning_effort that is not a string, whichever backend the call goes to: an
+// earlier stage (the cache) may answer without a backend ever reading them. Which efforts a
+// backend takes is the backend's to say.
+func validateThink(body []byte) *APIError {
+	if !bytes.Contains(body, thinkKey) && !bytes.Contains(body, reasoningEffortKey) {
+		return nil // the names as a client spells them; the backends look for the same
+	}
+	var f thinkFields
+	if jsonx.Unmarshal(body, &f) != nil {
+		return nil // decoded before: unreachable
+	}
+	switch string(bytes.TrimSpace(f.Think)) {
+	case "", "null", "true", "false", `"low"`, `"medium"`, `"high"`:
+	default:
+		return badRequest("think", `think: must be true, false, "low", "medium" or "high"`)
+	}
+	if e := bytes.TrimSpace(f.ReasoningEffort); len(e) > 0 && e[0] != '"' && string(e) != "null" {
+		return badRequest("reasoning_effort", "reasoning_effort: must be a string")
 	}
 	return nil
 }

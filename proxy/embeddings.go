@@ -48,7 +48,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	var res cascade.EmbedResult
 	err := s.guard(call.ID, func() error { return s.cascade.Embed(ctx, call, &res) })
 	st := settlement{id: call.ID, tenant: call.Tenant, key: call.Key(), model: call.Req.Model,
-		stage: res.Stage, attempts: res.Attempts, span: trace.SpanFromContext(ctx)}
+		stage: res.Stage, attempts: res.Attempts, span: trace.SpanFromContext(ctx), settle: res.Settle}
 	if res.Embeddings != nil {
 		st.answered, st.fig, st.backend = true, res.Embeddings.Energy, res.Embeddings.Backend
 		st.backendAttempts = res.Embeddings.Attempts
@@ -74,6 +74,9 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 func (s *Server) decodeEmbeddings(w http.ResponseWriter, r *http.Request) (*cascade.EmbedCall, bool, *APIError) {
 	body, e := s.readJSON(w, r)
 	if e != nil {
+		return nil, false, e
+	}
+	if e := scanBody(body, scanEmbeddings); e != nil {
 		return nil, false, e
 	}
 	var in embeddingsRequest

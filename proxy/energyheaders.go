@@ -18,15 +18,36 @@ const (
 	// HeaderJoulesSavedGrade is the grade of X-EOC-Joules-Saved: always estimated (a saving is
 	// what a call that was not made would have cost); its basis is in X-EOC-Energy-Reason.
 	HeaderJoulesSavedGrade = "X-Eoc-Joules-Saved-Grade"
+	// HeaderJoulesState says whether X-EOC-Joules is final: "settled", or "provisional" when its
+	// GPU part was made before NVML's counter updated past the call (Low and High then hold the
+	// settled figure, which GET /v1/eoc/calls/{request_id} gives once known).
+	HeaderJoulesState = "X-Eoc-Joules-State"
 )
 
-// boundsTrailerNames are the trailers a stream adds for them.
-var boundsTrailerNames = strings.Join([]string{HeaderJoulesLow, HeaderJoulesHigh, HeaderReceiptTime, HeaderJoulesSavedGrade}, ", ")
+// The states of a figure (X-EOC-Joules-State).
+const (
+	StateProvisional = "provisional"
+	StateSettled     = "settled"
+)
 
-// setBoundsHeaders sets the bounds, the receipt time and the saving's grade of o through set.
+// stateOf is fig's X-EOC-Joules-State.
+func stateOf(fig energy.Figure) string {
+	if fig.Provisional {
+		return StateProvisional
+	}
+	return StateSettled
+}
+
+// boundsTrailerNames are the trailers a stream adds for them.
+var boundsTrailerNames = strings.Join([]string{HeaderJoulesLow, HeaderJoulesHigh, HeaderReceiptTime, HeaderJoulesSavedGrade,
+	HeaderJoulesState}, ", ")
+
+// setBoundsHeaders sets the bounds, the figure's state, the receipt time and the saving's grade
+// of o through set.
 func setBoundsHeaders(set func(k, v string), o outcome) {
 	set(HeaderJoulesLow, formatJoules(o.fig.Low))
 	set(HeaderJoulesHigh, formatJoules(o.fig.High))
+	set(HeaderJoulesState, stateOf(o.fig))
 	if !o.receiptTime.IsZero() {
 		set(HeaderReceiptTime, o.receiptTime.UTC().Format(time.RFC3339Nano))
 	}
@@ -35,11 +56,13 @@ func setBoundsHeaders(set func(k, v string), o outcome) {
 	}
 }
 
-// eocBounds are the final eoc chunk's bounds, receipt time, saving's grade and joules per
+// eocBounds are the final eoc chunk's bounds, state, receipt time, saving's grade and joules per
 // token (the figure's prompt and completion parts over the tokens its work processed).
 type eocBounds struct {
-	JoulesLow                float64 `json:"joules_low"`
-	JoulesHigh               float64 `json:"joules_high"`
+	JoulesLow  float64 `json:"joules_low"`
+	JoulesHigh float64 `json:"joules_high"`
+	// State is X-EOC-Joules-State: provisional or settled.
+	State                    string  `json:"state"`
 	ReceiptTime              string  `json:"receipt_time,omitempty"`
 	JoulesSavedGrade         string  `json:"joules_saved_grade,omitempty"`
 	JoulesPerPromptToken     float64 `json:"joules_per_prompt_token,omitempty"`
@@ -49,7 +72,7 @@ type eocBounds struct {
 }
 
 func boundsOf(o outcome) eocBounds {
-	b := eocBounds{JoulesLow: o.fig.Low, JoulesHigh: o.fig.High, TokenSplit: o.fig.Split}
+	b := eocBounds{JoulesLow: o.fig.Low, JoulesHigh: o.fig.High, State: stateOf(o.fig), TokenSplit: o.fig.Split}
 	if !o.receiptTime.IsZero() {
 		b.ReceiptTime = o.receiptTime.UTC().Format(time.RFC3339Nano)
 	}

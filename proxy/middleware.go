@@ -26,6 +26,7 @@ type requestInfo struct {
 type logFields struct {
 	stage, model, backend, grade, method, tenant string
 	joules, saved                                float64
+	provisional                                  bool          // joules is provisional (X-EOC-Joules-State)
 	upstream                                     time.Duration // time spent in the answering stage
 	err                                          error
 }
@@ -147,6 +148,9 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 				}
 				if f.saved > 0 {
 					ev = ev.Float64("joules_saved", f.saved)
+				}
+				if f.provisional {
+					ev = ev.Str("joules_state", StateProvisional)
 				}
 				ev = ev.Dur("overhead_ms", took-f.upstream)
 			}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -38,7 +39,9 @@ type Options struct {
 	MetricsNeedKey bool
 	// Record, when set, is called once for every call that reached the cascade (streams and
 	// client disconnects included) before its response or trailers are written: the ledger.
-	// An error is logged; the call goes on.
+	// A call whose figure was provisional is recorded so, and once it settles, Record is called
+	// again with its settlement (Call.Settles set), after the response. An error is logged; the
+	// call goes on.
 	Record func(Call) error
 	// SharedBudgets, when set, holds the budgets' figures for every replica (Redis); the
 	// edge falls back to its own while it cannot answer.
@@ -73,6 +76,9 @@ type Call struct {
 	// Attempts are the backend calls the neural stage made, in order, the answering one last
 	// (nil when no backend was called).
 	Attempts []cascade.BackendAttempt
+	// Settles, on a settlement, is the Receipt of the call it settles: Energy is that call's
+	// settled figure, Receipt and Time this settlement's own, Attempts nil. "" on a call.
+	Settles string
 }
 
 // Server serves the OpenAI-compatible API. It is safe for concurrent use.
@@ -88,6 +94,12 @@ type Server struct {
 	ui      *uiStats
 	tracer  trace.Tracer // nil: no spans
 	decoded *decodedChats
+	calls   *callsTable
+	// settling counts the calls whose figures are settling after their responses (Close).
+	settling sync.WaitGroup
+	// settleMu guards settleClosed, set by Close, and every settling.Add, made only before it.
+	settleMu     sync.Mutex
+	settleClosed bool
 }
 
 // New builds the handler tree.
@@ -102,7 +114,7 @@ func New(o Options) *Server {
 		o.BodyTimeout = 30 * time.Second
 	}
 	s := &Server{opts: o, cascade: o.Cascade, log: o.Logger, keys: newKeyring(o.Keys), ui: newUIStats(time.Now()),
-		decoded: newDecodedChats()}
+		decoded: newDecodedChats(), calls: newCallsTable()}
 	budgets := map[string]Budget{}
 	for _, k := range o.Keys {
 		if k.Budget != nil {
@@ -122,6 +134,7 @@ func New(o Options) *Server {
 		r.Post("/v1/chat/completions", s.chat)
 		r.Post("/v1/embeddings", s.embeddings)
 		r.Get("/v1/models", s.models)
+		r.Get("/v1/eoc/calls/{request_id}", s.callFigure)
 	})
 	s.uiRoutes(r)
 	r.Get("/healthz", s.healthz)

@@ -27,6 +27,8 @@ const (
 	attrInTokens   = attribute.Key("gen_ai.usage.input_tokens")
 	attrOutTokens  = attribute.Key("gen_ai.usage.output_tokens")
 	attrStatusCode = attribute.Key("http.response.status_code")
+	// attrJoulesState is the call's X-EOC-Joules-State.
+	attrJoulesState = attribute.Key("eoc.energy.state")
 )
 
 // figureKeys name an energy figure's attributes under one prefix. The billed figure is on the
@@ -84,7 +86,10 @@ func endCall(span trace.Span, st *settlement, o outcome, status int) {
 		attrStatusCode.Int(status), attrReceipt.String(o.receipt), attrInTokens.Int(st.promptTokens), attrOutTokens.Int(st.tokens),
 		attribute.Int("eoc.attempts", len(st.backendAttempts)))
 	if st.answered {
+		// The span ends with the response: a provisional figure is marked so (its settled
+		// figure goes to the ledger, the metrics and the page, not to the trace).
 		span.SetAttributes(callFigure.attrs(o.fig)...)
+		span.SetAttributes(attrJoulesState.String(stateOf(o.fig)))
 	}
 	if o.apiErr != nil {
 		span.SetStatus(codes.Error, o.apiErr.Message)

@@ -3,6 +3,7 @@ package proxy
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,15 @@ const uiMinutes = 15
 
 // uiRecent is how many calls the page lists.
 const uiRecent = 50
+
+// uiModels bounds the models the page keeps figures for, as maxModelLabels bounds the metrics'
+// labels: the page takes the metrics' label of a model (a model no backend lists is "other"),
+// and without metrics, a model beyond the first uiModels, or with a name longer than
+// uiModelName bytes, is "other" too. The list of calls keeps at most uiModelName bytes of a name.
+const (
+	uiModels    = maxModelLabels
+	uiModelName = 128
+)
 
 // uiStats aggregates the settled calls for GET /ui. It is fed by settle, the same path that feeds
 // /metrics and the ledger, with the same rounded figure and the same labels, so the page's totals
@@ -73,13 +83,19 @@ type UICall struct {
 	Status  int       `json:"status"`
 	Tokens  int       `json:"completion_tokens"`
 	Receipt string    `json:"receipt"`
+	// SettledReceipt is the settlement record's receipt, of the settled figure shown, when the
+	// call's figure settled after its response (Receipt, the client's, is of the provisional one).
+	SettledReceipt string `json:"settled_receipt,omitempty"`
 	energy.Figure
 }
 
 // observe hands one settled call to the page's figures and to the call's span: settle's one call
 // for both.
 func (s *Server) observe(st *settlement, o outcome, model string, status int, now time.Time) {
-	s.ui.observe(st, o.stage, model, o.fig, status, o.receipt, now)
+	if s.metrics != nil {
+		model = s.metrics.labels.label(model)
+	}
+	s.ui.observe(st, o.stage, model, o.fig, status, o.receipt, "", now)
 	endCall(st.span, st, o, status)
 }
 
@@ -89,14 +105,21 @@ func newUIStats(now time.Time) *uiStats {
 
 // observe counts one settled call. stage and model are the labels /metrics used; fig is the
 // rounded figure the headers, receipt, ledger and metrics carry.
-func (u *uiStats) observe(st *settlement, stage, model string, fig energy.Figure, status int, receipt string, now time.Time) {
+func (u *uiStats) observe(st *settlement, stage, model string, fig energy.Figure, status int, receipt, settledReceipt string, now time.Time) {
 	if u == nil {
 		return
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.recent[u.next] = UICall{Time: now, Stage: stage, Model: st.model, Backend: st.backend, Status: status,
-		Tokens: st.tokens, Receipt: receipt, Figure: fig}
+	if _, ok := u.models[model]; !ok && (len(u.models) >= uiModels || len(model) > uiModelName) {
+		model = otherModel
+	}
+	asked := st.model
+	if len(asked) > uiModelName {
+		asked = strings.Clone(strings.ToValidUTF8(asked[:uiModelName], ""))
+	}
+	u.recent[u.next] = UICall{Time: now, Stage: stage, Model: asked, Backend: st.backend, Status: status,
+		Tokens: st.tokens, Receipt: receipt, SettledReceipt: settledReceipt, Figure: fig}
 	u.next = (u.next + 1) % uiRecent
 	u.filled = min(u.filled+1, uiRecent)
 	if !st.answered {

@@ -16,7 +16,7 @@ func TestUIPerTokenIsTheChunks(t *testing.T) {
 	estimated := energy.Figure{Joules: 9, Grade: energy.Estimated, PromptJoules: 3, CompletionJoules: 6, PromptTokens: 5, CompletionTokens: 3}
 	for _, fig := range []energy.Figure{measured, estimated} {
 		st := &settlement{model: "m", backend: "b", answered: true, tokens: fig.CompletionTokens}
-		u.observe(st, "neural", "m", fig, 200, "", now)
+		u.observe(st, "neural", "m", fig, 200, "", "", now)
 	}
 	d := u.snapshot(now)
 	if len(d.Backends) != 1 {

@@ -5,23 +5,41 @@
 #                                bin/eoc-proxy-linux-amd64 with cgo (NVML through go-nvml) and says
 #                                which glibc it needs
 #   scripts/gpu-check.sh [run]   on the GPU host: needs only that binary, nvidia-smi, python3 with
-#                                torch and nvidia-ml-py (pynvml); no network, no Go, no pip
+#                                torch, nvidia-ml-py (pynvml) and transformers (the model case);
+#                                no network, no Go, no pip
 #
 # It starts two stand-in OpenAI backends on loopback (scripts/gpucheck/standin.py: one that runs
-# torch matmuls on cuda:0 for the asked gpu_ms, one that never touches CUDA), puts eoc-proxy in
-# front (NVML on, RAPL off, stages [neural]), and compares each call's GPU figure with the
-# script's own NVML energy read over the same span (scripts/gpucheck/check.py says exactly what
-# is compared): solo calls of 50 ms, 200 ms and 1 s of GPU work (3 each), two overlapping calls,
-# one CPU-only call. It prints a table and RESULT: PASS or FAIL. About a minute; never more than
-# 7.5 (start-up is bounded, and the cases get what it left).
+# torch matmuls on cuda:0 for the asked gpu_ms and serves "gpu-lm", a small randomly initialised
+# transformers causal LM built from a config, no weights downloaded; one that never touches CUDA),
+# puts eoc-proxy in front twice (NVML on and NVML off; RAPL off, stages [neural]), and compares
+# each call's GPU figure with the script's own NVML energy read over the same span
+# (scripts/gpucheck/check.py says exactly what is compared). The cases, in one run:
+#   - solo calls of 50 ms, 200 ms and 1 s of GPU work (3 each): within 5 % and inside the bounds
+#   - two overlapping calls (span-overlap, not measured), one CPU-only call (exactly 0 J of GPU)
+#   - a foreign torch process (scripts/gpucheck/foreign.py, not in the backend's tree) running
+#     kernels throughout 10 calls of 200 ms: no whole figure, gpu-shared, every time
+#   - one that holds a context at Begin, runs 60 ms of kernels and exits before End, and one born,
+#     running and gone inside a 4 s call: no whole figure
+#   - gpu-lm through the proxy, whole and streamed: the figure, the prefill/decode split (the
+#     ledger's joules_prompt, joules_completion) and J per token
+#   - latency: 2 ms and 20 ms of GPU work, straight to the stand-in and through the proxy with
+#     NVML off and on, interleaved, medians of 30: NVML on adds at most 2 ms over NVML off
+# A figure sent as provisional (X-EOC-Joules-State) is judged on its settled one, read from
+# GET /v1/eoc/calls/{X-Request-Id}?wait=1; an older proxy is judged on what it sent, and the
+# table says which. It prints the tables, a Markdown summary for a closing note, and RESULT: PASS
+# or FAIL, in under six minutes (start-up is bounded, and a case that would run past the budget
+# is skipped and fails).
 #
 # Without a GPU it says so, does everything it can (both processes up, one CPU call through the
 # proxy, its headers) and exits 3.
 #
 # Exit: 0 every case passed; 1 a case failed; 2 a setup error; 3 no GPU here (dry run done).
 # Environment: EOC_BIN (default bin/eoc-proxy-linux-amd64), GPU_CHECK_OUT (a directory to copy
-# the table, the calls, the config, the logs and the ledger into), GPU_CHECK_REPEAT (solo
-# repetitions, default 3), GPU_CHECK_NVML (meter.nvml.enabled, default on).
+# the tables, the calls, the configs, the logs and the ledgers into), GPU_CHECK_REPEAT (solo
+# repetitions, default 3), GPU_CHECK_NVML (meter.nvml.enabled of the NVML-on proxy, default on),
+# GPU_CHECK_LM (tiny or off; default tiny), GPU_CHECK_FOREIGN_CALLS (default 10),
+# GPU_CHECK_FOREIGN_REPS (default 2), GPU_CHECK_LATENCY_N (default 30), GPU_CHECK_ARGS (more
+# check.py run arguments; selftest.sh shortens the cases with it).
 set -euo pipefail
 export PYTHONDONTWRITEBYTECODE=1
 
@@ -31,7 +49,7 @@ bin="${EOC_BIN:-$root/bin/eoc-proxy-linux-amd64}"
 out="${GPU_CHECK_OUT:-}"
 repeat="${GPU_CHECK_REPEAT:-3}"
 cpu_w=0.001 # cpu_watts_per_core: makes the CPU part of a figure negligible (see check.py)
-budget=450 # seconds for the whole run: the cases get what the start-up left (8 minutes at most)
+budget=350 # seconds for the whole run: the cases get what the start-up left (under 6 minutes)
 
 say() { printf 'gpu-check: %s\n' "$*"; }
 die() {
@@ -93,6 +111,13 @@ elif t=$(tail -1 <<<"$t") && [[ "$t" != *" True" ]]; then
 else
 	say "torch ${t% *}: CUDA available"
 fi
+if [[ "${GPU_CHECK_LM:-tiny}" == tiny ]]; then # not a precondition: without it the model rows fail
+	if tv=$(python3 -c 'import transformers; print(transformers.__version__)' 2>&1); then
+		say "transformers $(tail -1 <<<"$tv") (the model case)"
+	else
+		say "python3 cannot import transformers ($(tail -1 <<<"$tv")): the model case will fail"
+	fi
+fi
 if ! n=$(python3 -c 'import pynvml; pynvml.nvmlInit(); print(pynvml.nvmlDeviceGetCount())' 2>&1); then
 	gpu=0
 	why_not+=("pynvml (nvidia-ml-py) cannot open NVML ($(tail -1 <<<"$n"))")
@@ -131,10 +156,11 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# start_standin MODE: starts a stand-in and waits for its port file; sets $port.
+# start_standin MODE WAIT_S [ARGS...]: starts a stand-in and waits for its port file; sets $port.
 start_standin() {
 	local mode=$1 wait_s=$2 i
-	python3 -u "$here/standin.py" --mode "$mode" --pid-file "$tmp/$mode.pid" --port-file "$tmp/$mode.port" \
+	shift 2
+	python3 -u "$here/standin.py" --mode "$mode" --pid-file "$tmp/$mode.pid" --port-file "$tmp/$mode.port" "$@" \
 		>"$tmp/standin-$mode.log" 2>&1 &
 	pids+=("$!")
 	for ((i = 0; i < wait_s * 10; i++)); do
@@ -151,9 +177,14 @@ port=""
 start_standin cpu 20
 cpu_port=$port
 gpu_backend=""
+gpu_port=""
+lm="${GPU_CHECK_LM:-tiny}"
+lm_desc=""
 if ((gpu)); then
-	start_standin gpu 120
-	head -1 "$tmp/standin-gpu.log" | sed 's/^/gpu-check: /'
+	start_standin gpu 180 --lm "$lm" --calls-file "$tmp/lm-calls.jsonl"
+	gpu_port=$port
+	sed '$d' "$tmp/standin-gpu.log" | sed 's/^/gpu-check: /' # the last line is said already
+	lm_desc=$(sed -n 's/^standin: gpu-lm: \(.*\) (loaded in .*$/\1/p' "$tmp/standin-gpu.log" | head -1)
 	gpu_backend="  - name: gpu-standin
     type: openai
     url: http://127.0.0.1:$port/v1
@@ -162,10 +193,13 @@ if ((gpu)); then
     process: {pid_file: $tmp/gpu.pid}"
 fi
 
-proxy_port=$(python3 "$here/check.py" free-port)
 nvml="${GPU_CHECK_NVML:-on}" # selftest.sh sets auto: its fake GPU is not NVML's
 ((gpu)) || nvml=auto
-cat >"$tmp/eoc.yaml" <<EOF
+
+# write_config NAME NVML: the proxy's config in $tmp/NAME.yaml, its port in $proxy_port.
+write_config() {
+	proxy_port=$(python3 "$here/check.py" free-port)
+	cat >"$tmp/$1.yaml" <<EOF
 # Generated by scripts/gpu-check.sh. RAPL off and a tiny cpu_watts_per_core make a figure's CPU
 # part a known, negligible estimate, so the GPU part can be read off X-EOC-Joules.
 listen: 127.0.0.1:$proxy_port
@@ -183,19 +217,33 @@ $gpu_backend
     process: {pid_file: $tmp/cpu.pid}
 meter:
   rapl: {enabled: off}
-  nvml: {enabled: $nvml}
+  nvml: {enabled: $2}
   cpu_watts_per_core: $cpu_w
 ledger:
-  path: $tmp/ledger.jsonl
+  path: $tmp/$1-ledger.jsonl
 EOF
+}
 
-"$bin" serve -config "$tmp/eoc.yaml" >"$tmp/proxy.log" 2>&1 &
-pids+=("$!")
-if ! python3 "$here/check.py" wait "http://127.0.0.1:$proxy_port/healthz" 30; then
-	die "eoc-proxy did not come up: $(tail -20 "$tmp/proxy.log")"
+# start_proxy NAME NVML: starts eoc-proxy on $tmp/NAME.yaml; sets $proxy_port.
+start_proxy() {
+	write_config "$1" "$2"
+	"$bin" serve -config "$tmp/$1.yaml" >"$tmp/$1.log" 2>&1 &
+	pids+=("$!")
+	if ! python3 "$here/check.py" wait "http://127.0.0.1:$proxy_port/healthz" 30; then
+		die "eoc-proxy ($1) did not come up: $(tail -20 "$tmp/$1.log")"
+	fi
+	say "eoc-proxy ($1, nvml $2) on 127.0.0.1:$proxy_port (config $tmp/$1.yaml)"
+	grep -E '"meter: counter (live|unavailable)"' "$tmp/$1.log" | sed "s/^/gpu-check: $1 log: /" || true
+}
+
+start_proxy proxy "$nvml"
+on_port=$proxy_port
+off_port=""
+if ((gpu)); then
+	start_proxy proxy-nvml-off off
+	off_port=$proxy_port
 fi
-say "eoc-proxy on 127.0.0.1:$proxy_port (config $tmp/eoc.yaml)"
-grep -E '"meter: counter (live|unavailable)"' "$tmp/proxy.log" | sed 's/^/gpu-check: proxy log: /' || true
+proxy_port=$on_port
 
 if ((!gpu)); then
 	rc=0
@@ -217,9 +265,17 @@ fi
 
 rc=0
 case_timeout=$((budget - SECONDS))
-((case_timeout >= 60)) || die "start-up took ${SECONDS}s: no time left for the cases"
-# In the background, so that a signal to this script is handled at once, not after the cases.
-timeout "$case_timeout" python3 -u "$here/check.py" run --proxy "http://127.0.0.1:$proxy_port" --cpu-w "$cpu_w" \
+((case_timeout >= 90)) || die "start-up took ${SECONDS}s: no time left for the cases"
+# check.py skips a case that would run past its deadline (so the tables still print); the
+# timeout is the backstop. In the background, so that a signal to this script is handled at
+# once, not after the cases.
+# shellcheck disable=SC2086 # GPU_CHECK_ARGS is a list of words
+timeout "$case_timeout" python3 -u "$here/check.py" run --proxy "http://127.0.0.1:$on_port" --cpu-w "$cpu_w" \
+	--proxy-off "http://127.0.0.1:$off_port" --standin "http://127.0.0.1:$gpu_port" \
+	--ledger "$tmp/proxy-ledger.jsonl" --lm-calls "$tmp/lm-calls.jsonl" --lm-desc "$lm_desc" \
+	--lm-reps "$([[ $lm == off ]] && echo 0 || echo 2)" --deadline-s "$((case_timeout - 25))" \
+	--foreign-calls "${GPU_CHECK_FOREIGN_CALLS:-10}" --foreign-reps "${GPU_CHECK_FOREIGN_REPS:-2}" \
+	--latency-n "${GPU_CHECK_LATENCY_N:-30}" ${GPU_CHECK_ARGS:-} \
 	--gpu-pid-file "$tmp/gpu.pid" --repeat "$repeat" --json "$tmp/calls.json" --log "$tmp/table.txt" &
 pids+=("$!")
 wait "$!" || rc=$?

@@ -5,9 +5,12 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/energy"
 
 	"context"
+	"math"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/expirable"
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 )
@@ -17,33 +20,159 @@ var (
 	_ cascade.Learner      = (*Stage)(nil)
 	_ cascade.EmbedStage   = (*Stage)(nil)
 	_ cascade.EmbedLearner = (*Stage)(nil)
+	_ cascade.EntryBounder = (*Stage)(nil)
 )
+
+// Defaults for the byte bounds (Option).
+const (
+	// DefaultMaxBytes bounds the bytes of all stored answers and vectors together.
+	DefaultMaxBytes = 256 << 20
+	// DefaultMaxEntryBytes bounds one stored answer or set of vectors: a larger one is served
+	// but not stored.
+	DefaultMaxEntryBytes = 1 << 20
+)
+
+// Option sets one of a Stage's bounds.
+type Option func(*Stage)
+
+// MaxBytes bounds the bytes (cascade.Answer.Size, or the vectors' size) of all entries in the
+// in-process LRU together, the least recently used evicted first; n ≤ 0 keeps DefaultMaxBytes.
+func MaxBytes(n int64) Option {
+	return func(s *Stage) {
+		if n > 0 {
+			s.maxBytes = n
+		}
+	}
+}
+
+// MaxEntryBytes bounds one entry: a larger answer or set of vectors is not stored, here or in
+// the remote tier, and counts in Stats.TooLarge; n ≤ 0 keeps DefaultMaxEntryBytes.
+func MaxEntryBytes(n int) Option {
+	return func(s *Stage) {
+		if n > 0 {
+			s.maxEntry = n
+		}
+	}
+}
 
 // Stage answers a request whose canonical key (tenant, model, whole history and every
 // answer-changing field) was answered completely before, and an embeddings call whose key
 // (tenant, model, dimensions, texts) was embedded before. Both share one LRU; their keys are
 // hashed with different prefixes. It is safe for concurrent use.
+//
+// An entry expires nearTTL after it was stored: a read of an expired entry removes it and
+// misses, and each add first removes expired entries at the old end of the LRU. An expired
+// entry nobody reads stays until then, within the count and byte bounds. (The LRU with expiry
+// buckets that golang-lru offers keeps each of its 100 buckets' maps at the largest count it
+// ever held, bookkeeping that grew under churn to tens of MB that no bound counted.)
 type Stage struct {
-	lru    *expirable.LRU[string, entry]
-	remote Remote        // nil: the LRU is the whole cache
-	ttl    time.Duration // the remote tier's TTL
+	lru     *lru.Cache[string, entry]
+	remote  Remote        // nil: the LRU is the whole cache
+	ttl     time.Duration // the remote tier's TTL
+	nearTTL time.Duration // the LRU's
+
+	maxBytes int64
+	maxEntry int
+	addMu    sync.Mutex   // serializes adds, so that a replaced entry's bytes are counted out once
+	bytes    atomic.Int64 // the LRU's entries' sizes, counted in by add and out by evicted
+	tooLarge atomic.Int64
 }
 
-// entry is one stored answer or one stored set of vectors.
+// entry is one stored answer or one stored set of vectors, with its size and expiry.
 type entry struct {
-	ans *cascade.Answer
-	emb *cascade.Embeddings
+	ans     *cascade.Answer
+	emb     *cascade.Embeddings
+	size    int
+	expires time.Time
 }
 
-// New returns a cache of at most maxEntries answers and vector sets, each kept for ttl.
-func New(maxEntries int, ttl time.Duration) *Stage {
-	return &Stage{lru: expirable.NewLRU[string, entry](maxEntries, nil, ttl), ttl: ttl}
+// New returns a cache of at most maxEntries answers and vector sets, each kept for ttl, within
+// the byte bounds opts set (DefaultMaxBytes and DefaultMaxEntryBytes otherwise).
+func New(maxEntries int, ttl time.Duration, opts ...Option) *Stage {
+	return newStage(maxEntries, ttl, ttl, nil, opts)
 }
 
 // NewShared returns a cache whose answers live in remote for ttl, with an in-process LRU of at
 // most maxEntries in front of it for NearTTL (or ttl, when shorter).
-func NewShared(maxEntries int, ttl time.Duration, remote Remote) *Stage {
-	return &Stage{lru: expirable.NewLRU[string, entry](maxEntries, nil, min(ttl, NearTTL)), remote: remote, ttl: ttl}
+func NewShared(maxEntries int, ttl time.Duration, remote Remote, opts ...Option) *Stage {
+	return newStage(maxEntries, min(ttl, NearTTL), ttl, remote, opts)
+}
+
+func newStage(maxEntries int, nearTTL, ttl time.Duration, remote Remote, opts []Option) *Stage {
+	s := &Stage{remote: remote, ttl: ttl, nearTTL: nearTTL, maxBytes: DefaultMaxBytes, maxEntry: DefaultMaxEntryBytes}
+	for _, o := range opts {
+		o(s)
+	}
+	if maxEntries <= 0 { // as the expiring LRU took it: no bound on the count
+		maxEntries = math.MaxInt
+	}
+	s.lru, _ = lru.NewWithEvict[string, entry](maxEntries, s.evicted) // errs only for a size ≤ 0
+	return s
+}
+
+// evicted counts an entry's bytes out, whatever removed it (eviction, expiry, replacement).
+func (s *Stage) evicted(_ string, e entry) { s.bytes.Add(-int64(e.size)) }
+
+// add stores e under key within the byte bound, evicting the least recently used entries
+// while the LRU holds more than maxBytes. It reports false, storing nothing, for an entry over
+// the per-entry bound.
+func (s *Stage) add(key string, e entry) bool {
+	if e.size > s.maxEntry {
+		s.tooLarge.Add(1)
+		return false
+	}
+	s.addMu.Lock()
+	defer s.addMu.Unlock()
+	now := time.Now()
+	for {
+		_, old, ok := s.lru.GetOldest()
+		if !ok || now.Before(old.expires) {
+			break
+		}
+		s.lru.RemoveOldest()
+	}
+	e.expires = now.Add(s.nearTTL)
+	s.lru.Remove(key) // the LRU replaces a value without telling evicted
+	s.bytes.Add(int64(e.size))
+	s.lru.Add(key, e)
+	for s.bytes.Load() > s.maxBytes {
+		if _, _, ok := s.lru.RemoveOldest(); !ok {
+			break
+		}
+	}
+	return true
+}
+
+// get returns the entry under key unless it has expired; an expired one is removed.
+func (s *Stage) get(key string) (entry, bool) {
+	e, ok := s.lru.Get(key)
+	if !ok || time.Now().Before(e.expires) {
+		return e, ok
+	}
+	s.addMu.Lock()
+	defer s.addMu.Unlock()
+	if cur, ok := s.lru.Peek(key); ok && !time.Now().Before(cur.expires) { // not replaced meanwhile
+		s.lru.Remove(key)
+	}
+	return entry{}, false
+}
+
+// MaxEntryBytes is the largest answer the stage stores (cascade.EntryBounder).
+func (s *Stage) MaxEntryBytes() int { return s.maxEntry }
+
+// Stats are the stage's figures: Entries and Bytes now, TooLarge since New.
+type Stats struct {
+	// Entries counts the LRU's entries, expired ones not yet removed included.
+	Entries int
+	// Bytes is the in-process LRU's entries' sizes, at most MaxBytes.
+	Bytes int64
+	// TooLarge counts answers and vector sets not stored for being over MaxEntryBytes.
+	TooLarge int64
+}
+
+// Stats returns the stage's figures.
+func (s *Stage) Stats() Stats {
+	return Stats{Entries: s.lru.Len(), Bytes: s.bytes.Load(), TooLarge: s.tooLarge.Load()}
 }
 
 // Name is "cache".
@@ -54,7 +183,7 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	if req.NoCache {
 		return nil, cascade.ErrMiss
 	}
-	ent, ok := s.lru.Get(req.Key())
+	ent, ok := s.get(req.Key())
 	if !ok {
 		ent, ok = s.remoteGet(ctx, req.Tenant, req.Key())
 	}
@@ -71,14 +200,30 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	return &ans, nil
 }
 
-// Learn stores a complete answer under the request's key.
+// Learn stores a complete answer under the request's key, unless it is over MaxEntryBytes (or
+// its stream was too large to record).
 func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {
 	if !ans.Complete {
 		return
 	}
+	if ans.Oversize {
+		s.tooLarge.Add(1)
+		return
+	}
 	kept := *ans
-	s.lru.Add(req.Key(), entry{ans: &kept})
+	if !s.add(req.Key(), entry{ans: &kept, size: ans.Size()}) {
+		return
+	}
 	s.remoteSet(req.Tenant, req.Key(), stored{Answer: &kept, Cost: cascade.OriginalCost(ans)})
+}
+
+// embedSize is about how many bytes a set of vectors holds.
+func embedSize(e *cascade.Embeddings) int {
+	n := 256
+	for _, v := range e.Vectors {
+		n += 24 + 4*len(v)
+	}
+	return n
 }
 
 // ServeEmbed returns the stored vectors for the call's key, or cascade.ErrMiss. Embeddings are
@@ -87,7 +232,7 @@ func (s *Stage) ServeEmbed(ctx context.Context, call *cascade.EmbedCall) (*casca
 	if call.NoCache {
 		return nil, cascade.ErrMiss
 	}
-	ent, ok := s.lru.Get(call.Key())
+	ent, ok := s.get(call.Key())
 	if !ok {
 		ent, ok = s.remoteGet(ctx, call.Tenant, call.Key())
 	}
@@ -107,7 +252,9 @@ func (s *Stage) ServeEmbed(ctx context.Context, call *cascade.EmbedCall) (*casca
 // LearnEmbed stores vectors under the call's key.
 func (s *Stage) LearnEmbed(call *cascade.EmbedCall, e *cascade.Embeddings) {
 	kept := *e
-	s.lru.Add(call.Key(), entry{emb: &kept})
+	if !s.add(call.Key(), entry{emb: &kept, size: embedSize(e)}) {
+		return
+	}
 	saved := e.Energy.Saved
 	if saved <= 0 {
 		saved = e.Energy.Joules
@@ -115,5 +262,5 @@ func (s *Stage) LearnEmbed(call *cascade.EmbedCall, e *cascade.Embeddings) {
 	s.remoteSet(call.Tenant, call.Key(), stored{Vectors: e.Vectors, PromptTokens: e.PromptTokens, Cost: saved})
 }
 
-// Len is the number of stored answers.
+// Len is the number of stored answers and vector sets.
 func (s *Stage) Len() int { return s.lru.Len() }

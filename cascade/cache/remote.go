@@ -52,14 +52,15 @@ func (s *Stage) remoteGet(ctx context.Context, tenant, key string) (entry, bool)
 	case st.Answer != nil:
 		st.Answer.Energy.Saved = st.Cost
 		st.Answer.Complete = true
-		ent.ans = st.Answer
+		ent.ans, ent.size = st.Answer, st.Answer.Size()
 	case st.Vectors != nil:
 		ent.emb = &cascade.Embeddings{Vectors: st.Vectors, PromptTokens: st.PromptTokens}
 		ent.emb.Energy.Saved = st.Cost
+		ent.size = embedSize(ent.emb)
 	default:
 		return entry{}, false
 	}
-	s.lru.Add(key, ent)
+	s.add(key, ent) // one over this replica's bound is served, not kept near
 	return ent, true
 }
 

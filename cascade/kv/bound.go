@@ -20,6 +20,12 @@ import (
 //     oldest entries first, the least recently used collection first; if that is not enough (the
 //     shares' floor), the least recently used are dropped whole.
 //
+// Entries are bounded in bytes as well (MaxBytes, entry.size): while the store holds more, after
+// an insert, the other collections are trimmed to their byte share (MaxBytes over the number
+// of collections), oldest entries first, the least recently used collection first; then,
+// if that is not enough, emptied in the same order; last, the collection written loses its
+// oldest entries, never the one just inserted.
+//
 // "Used" is a query or an insert: a collection clients still ask is kept; one made by a name
 // nobody repeats goes first.
 
@@ -64,7 +70,70 @@ func (s *Stage) insertBounded(ctx context.Context, col *collection, e *entry) []
 	if s.total.Add(int64(n)) > int64(s.maxTotal) || s.colCount() > s.maxCols {
 		s.bound(ctx, col)
 	}
+	if s.sizeAll() > s.maxBytes {
+		evicted = append(evicted, s.boundBytes(ctx, col)...)
+	}
 	return evicted
+}
+
+// sizeAll is the bytes of all collections' entries.
+func (s *Stage) sizeAll() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var n int64
+	for _, c := range s.cols {
+		n += c.size()
+	}
+	return n
+}
+
+// boundBytes brings the store within MaxBytes (see above) and returns what keep lost; what
+// the other collections lose is deleted here.
+func (s *Stage) boundBytes(ctx context.Context, keep *collection) []*entry {
+	s.mu.RLock()
+	others := make([]usedCol, 0, len(s.cols))
+	var total int64
+	for k, c := range s.cols {
+		total += c.size()
+		if c == keep {
+			continue
+		}
+		var use uint64
+		if u := s.used[k]; u != nil {
+			use = u.Load()
+		}
+		others = append(others, usedCol{k, c, use})
+	}
+	share := s.maxBytes / int64(max(len(s.cols), 1))
+	s.mu.RUnlock()
+	slices.SortFunc(others, func(a, b usedCol) int { return cmp.Compare(a.use, b.use) })
+	n := 0
+	for _, floor := range []int64{share, 0} {
+		for _, o := range others {
+			if total <= s.maxBytes {
+				break
+			}
+			ev := o.c.trimBytes(max(floor, o.c.size()-(total-s.maxBytes)), 0)
+			total -= entriesSize(ev)
+			n += len(ev)
+			s.deleteEvicted(ctx, o.c, ev)
+		}
+	}
+	var mine []*entry
+	if total > s.maxBytes {
+		mine = keep.trimBytes(keep.size()-(total-s.maxBytes), 1)
+		n += len(mine)
+	}
+	s.total.Add(-int64(n))
+	return mine
+}
+
+func entriesSize(es []*entry) int64 {
+	var n int64
+	for _, e := range es {
+		n += e.size()
+	}
+	return n
 }
 
 func (s *Stage) colCount() int {
@@ -146,6 +215,14 @@ func (s *Stage) bound(ctx context.Context, keep *collection) {
 func (s *Stage) dropLocked(k colKey) {
 	delete(s.cols, k)
 	delete(s.used, k)
+}
+
+// trimBytes evicts the oldest entries while the collection holds more than max bytes and more
+// than keep entries, and returns them.
+func (c *collection) trimBytes(max int64, keep int) []*entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.evictLocked(func() bool { return c.bytes > max && len(c.byID) > keep })
 }
 
 // trim evicts the oldest entries beyond max and returns them. It is insert's eviction loop

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -89,5 +90,38 @@ func TestReplacedEntryKeepsTheTotal(t *testing.T) {
 	}
 	if got, held := s.total.Load(), len(col.entries()); got != int64(held) || held != 2 {
 		t.Fatalf("total %d after 10 inserts of 2 ids; the collection holds %d", got, held)
+	}
+}
+
+// MaxBytes bounds the entries' bytes whatever their count, across collections, the newest
+// answer of the collection written kept; an answer over MaxEntryBytes is not learned and is
+// counted.
+func TestBytesBound(t *testing.T) {
+	const maxBytes = 256 << 10
+	s := newStage(t, Options{MaxBytes: maxBytes, MaxEntryBytes: 32 << 10})
+	long := strings.Repeat("answer text ", 2000) // 24 kB
+	for m := range 3 {
+		for i := range 20 {
+			s.Learn(request("", fmt.Sprintf("m%d", m), user(fmt.Sprintf("question %d for model %d", i, m))), neural(long, 1))
+		}
+		s.Flush()
+		if st := s.Stats(); st.Bytes > maxBytes {
+			t.Fatalf("after model %d: %d bytes, over the %d bound (%+v)", m, st.Bytes, maxBytes, st)
+		}
+	}
+	st := s.Stats()
+	if st.Learned != 60 || st.Entries >= 60 || st.Bytes < maxBytes/2 {
+		t.Fatalf("stats %+v", st)
+	}
+	if _, hit := serve(t, s, request("", "m2", user("question 19 for model 2"))); !hit {
+		t.Error("the newest answer is gone")
+	}
+	s.Learn(request("", "m0", user("a question with a huge answer")), neural(strings.Repeat("y", 33<<10), 1))
+	over := neural("cut", 1)
+	over.Oversize = true
+	s.Learn(request("", "m0", user("a question whose stream was cut")), over)
+	s.Flush()
+	if st := s.Stats(); st.TooLarge != 2 || st.Learned != 60 {
+		t.Fatalf("stats %+v: want 2 answers not learned for their size", st)
 	}
 }

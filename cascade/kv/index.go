@@ -149,6 +149,15 @@ type entry struct {
 	sig atomic.Pointer[signature]
 }
 
+// entryOverhead is what an entry holds beyond its texts and vector: its sketch, fields, map
+// and slot.
+const entryOverhead = 256 + 8*sketchWords
+
+// size is about how many bytes e holds in memory.
+func (e *entry) size() int64 {
+	return int64(entryOverhead + len(e.id) + len(e.question) + len(e.context) + len(e.params) + len(e.answer) + 4*len(e.vec))
+}
+
 // signature returns sign(e.context), signing it only the first time.
 func (e *entry) signature() signature {
 	if p := e.sig.Load(); p != nil {
@@ -173,6 +182,7 @@ type collection struct {
 	fifo     []*entry // insertion order; entries no longer in byID are skipped
 	head     int
 	seq      uint64
+	bytes    int64 // the entries' sizes
 }
 
 func newCollection(tenant, model string) *collection {
@@ -183,6 +193,13 @@ func (c *collection) len() int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return len(c.byID)
+}
+
+// size is the entries' sizes together.
+func (c *collection) size() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.bytes
 }
 
 // nextSeq reserves the next insertion number.
@@ -221,6 +238,7 @@ func (c *collection) insert(e *entry, max int) (evicted []*entry, added bool) {
 	}
 	e.slot = slot // e is not visible to readers yet
 	c.byID[e.id] = e
+	c.bytes += e.size()
 	c.fifo = append(c.fifo, e)
 	if max > 0 {
 		evicted = c.trimLocked(max)
@@ -230,8 +248,13 @@ func (c *collection) insert(e *entry, max int) (evicted []*entry, added bool) {
 
 // trimLocked evicts the oldest entries until at most max remain, and returns them. c.mu is held.
 func (c *collection) trimLocked(max int) []*entry {
+	return c.evictLocked(func() bool { return len(c.byID) > max })
+}
+
+// evictLocked evicts the oldest entries while over says so, and returns them. c.mu is held.
+func (c *collection) evictLocked(over func() bool) []*entry {
 	var evicted []*entry
-	for len(c.byID) > max && c.head < len(c.fifo) {
+	for over() && c.head < len(c.fifo) {
 		old := c.fifo[c.head]
 		c.fifo[c.head] = nil
 		c.head++
@@ -253,6 +276,7 @@ func (c *collection) removeLocked(e *entry) {
 		return
 	}
 	delete(c.byID, e.id)
+	c.bytes -= e.size()
 	c.slots[slot] = nil
 	c.free = append(c.free, slot)
 }

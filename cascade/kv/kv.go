@@ -43,6 +43,8 @@ type Stage struct {
 	maxEntries int
 	maxTotal   int // bound.go
 	maxCols    int
+	maxBytes   int64 // bound.go
+	maxEntry   int   // the largest entry learned
 	maxTemp    float64
 	seeds      map[string]seed
 	est        Estimator   // nil: seeds without joules save the stated default
@@ -68,7 +70,7 @@ type Stage struct {
 
 	stats struct {
 		seedHits, similarHits, guarded, learned, dropped, failed, evicted atomic.Int64
-		droppedCols, learnNanojoules                                      atomic.Int64
+		droppedCols, learnNanojoules, tooLarge                            atomic.Int64
 	}
 }
 
@@ -86,6 +88,8 @@ func New(o Options) (*Stage, error) {
 		maxEntries: o.MaxEntries,
 		maxTotal:   o.MaxTotalEntries,
 		maxCols:    o.MaxCollections,
+		maxBytes:   o.MaxBytes,
+		maxEntry:   o.MaxEntryBytes,
 		est:        o.Estimator,
 		maxTemp:    *o.MaxSimilarTemperature,
 		cols:       map[colKey]*collection{},
@@ -177,22 +181,24 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 		return nil, cascade.ErrMiss
 	}
 	embedStart := time.Now()
-	vec, spent, err := s.embed(ctx, q, serveEmbedTimeout)
+	vec, spent, settle, err := s.embedSettle(ctx, q, serveEmbedTimeout)
 	embedWait := time.Since(embedStart)
 	if errors.Is(err, errNothing) {
-		return nil, cascade.Spent(cascade.ErrMiss, spent)
+		return nil, cascade.SpentSettle(cascade.ErrMiss, spent, settle)
 	}
 	if err != nil {
-		return nil, cascade.Spent(fmt.Errorf("kv: %w", err), spent)
+		return nil, cascade.SpentSettle(fmt.Errorf("kv: %w", err), spent, settle)
 	}
 	if !s.indexes(len(vec)) { // the embedder changed its dimension: nothing stored can match
-		return nil, cascade.Spent(cascade.ErrMiss, spent)
+		return nil, cascade.SpentSettle(cascade.ErrMiss, spent, settle)
 	}
 	sk := s.sketchOf(vec)
-	s.recent.Add(req.Key(), embedded{q: q, vec: vec, sketch: sk})
+	if len(q.question)+len(q.context)+len(q.params) <= s.maxEntry { // a larger one is never learned
+		s.recent.Add(req.Key(), embedded{q: q, vec: vec, sketch: sk})
+	}
 	cands := col.search(vec, sk, s.threshold)
 	if len(cands) == 0 {
-		return nil, cascade.Spent(cascade.ErrMiss, spent)
+		return nil, cascade.SpentSettle(cascade.ErrMiss, spent, settle)
 	}
 	qsig := sign(q.context)
 	maxTok := req.Chat.MaxOutputTokens()
@@ -208,10 +214,10 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 		s.stats.similarHits.Add(1)
 		ans := cascade.TextAnswer(req, e.answer, e.ctok, e.joules)
 		// The walk adds the embedding to the stage's own estimate, which leaves out the wait for it.
-		ans.Spent, ans.SpentTime = spent, embedWait
+		ans.Spent, ans.SpentSettle, ans.SpentTime = spent, settle, embedWait
 		return ans, nil
 	}
-	return nil, cascade.Spent(cascade.ErrMiss, spent)
+	return nil, cascade.SpentSettle(cascade.ErrMiss, spent, settle)
 }
 
 // seeded finds the seed for a request that is one user message and nothing else: a system
@@ -323,32 +329,52 @@ type embedded struct {
 // embed returns the stored-vector form of a query (see join) and what the embedder spent, also
 // when it fails. A remote embedder has timeout to answer; the builtin one needs no deadline.
 func (s *Stage) embed(ctx context.Context, q query, timeout time.Duration) ([]float32, energy.Figure, error) {
+	v, fig, _, err := s.embedSettle(ctx, q, timeout)
+	return v, fig, err
+}
+
+// settlingEmbedder is an embedder whose figure can be provisional (a GPU's, neural.Embedder): it
+// also says how to settle it.
+type settlingEmbedder interface {
+	EmbedSettle(ctx context.Context, texts []string) ([][]float32, energy.Figure, cascade.SettleFunc, error)
+}
+
+// embedSettle is embed, also returning how to settle what the embedder spent (nil when final).
+func (s *Stage) embedSettle(ctx context.Context, q query, timeout time.Duration) ([]float32, energy.Figure, cascade.SettleFunc, error) {
 	if _, ok := s.emb.(Builtin); ok {
 		v, ok := embedQueryJoined(q)
 		if !ok {
-			return nil, energy.Figure{}, errNothing
+			return nil, energy.Figure{}, nil, errNothing
 		}
-		return v, energy.Figure{}, nil
+		return v, energy.Figure{}, nil, nil
 	}
 	// Only a remote embedder can keep the call waiting, so only it gets a deadline (and the
 	// timer that comes with one).
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	vs, fig, err := s.emb.Embed(ctx, []string{q.question, q.context})
+	var vs [][]float32
+	var fig energy.Figure
+	var settle cascade.SettleFunc
+	var err error
+	if se, ok := s.emb.(settlingEmbedder); ok {
+		vs, fig, settle, err = se.EmbedSettle(ctx, []string{q.question, q.context})
+	} else {
+		vs, fig, err = s.emb.Embed(ctx, []string{q.question, q.context})
+	}
 	if err != nil {
-		return nil, fig, err
+		return nil, fig, settle, err
 	}
 	if len(vs) != 2 {
-		return nil, fig, fmt.Errorf("embedder %s returned %d vectors for 2 texts", s.emb.ID(), len(vs))
+		return nil, fig, settle, fmt.Errorf("embedder %s returned %d vectors for 2 texts", s.emb.ID(), len(vs))
 	}
 	if len(vs[0]) != len(vs[1]) {
-		return nil, fig, fmt.Errorf("embedder %s returned vectors of %d and %d dimensions", s.emb.ID(), len(vs[0]), len(vs[1]))
+		return nil, fig, settle, fmt.Errorf("embedder %s returned vectors of %d and %d dimensions", s.emb.ID(), len(vs[0]), len(vs[1]))
 	}
 	v, ok := join(vs[0], vs[1])
 	if !ok {
-		return nil, fig, errNothing
+		return nil, fig, settle, errNothing
 	}
-	return v, fig, nil
+	return v, fig, settle, nil
 }
 
 // sketchOf returns v's sketch, creating the rotation for the first dimension seen. The caller
@@ -423,6 +449,10 @@ type Stats struct {
 	// Failed counts answers that could not be embedded or stored.
 	Failed  int64
 	Evicted int64
+	// Bytes is the entries' size together (see entry.size), at most MaxBytes after each insert.
+	Bytes int64
+	// TooLarge counts answers not learned for being over MaxEntryBytes.
+	TooLarge int64
 	// DroppedCollections counts collections dropped whole to keep the store within
 	// MaxTotalEntries and MaxCollections (their entries count in Evicted too).
 	DroppedCollections int64
@@ -449,6 +479,7 @@ func (s *Stage) Stats() Stats {
 		Failed:             s.stats.failed.Load(),
 		Evicted:            s.stats.evicted.Load(),
 		DroppedCollections: s.stats.droppedCols.Load(),
+		TooLarge:           s.stats.tooLarge.Load(),
 		LearnJoules:        float64(s.stats.learnNanojoules.Load()) / 1e9,
 	}
 	s.mu.RLock()
@@ -460,6 +491,7 @@ func (s *Stage) Stats() Stats {
 	st.Collections = len(cols)
 	for _, c := range cols {
 		st.Entries += c.len()
+		st.Bytes += c.size()
 	}
 	return st
 }

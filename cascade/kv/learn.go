@@ -36,6 +36,10 @@ func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {
 	if req.NoStore || ans.Backend == "" || !ans.Complete || len(ans.Choices) != 1 {
 		return
 	}
+	if ans.Oversize || ans.Size() > s.maxEntry {
+		s.stats.tooLarge.Add(1) // served, not learned: see MaxEntryBytes
+		return
+	}
 	m := ans.Choices[0].Message
 	if ans.Choices[0].FinishReason != "stop" || m.Content == nil || strings.TrimSpace(*m.Content) == "" ||
 		len(m.ToolCalls) > 0 || m.Refusal != "" {
@@ -50,6 +54,10 @@ func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {
 		if q, ok = s.query(req); !ok {
 			return
 		}
+	}
+	if len(q.question)+len(q.context)+len(q.params)+len(*m.Content) > s.maxEntry {
+		s.stats.tooLarge.Add(1)
+		return
 	}
 	j := job{tenant: req.Tenant, model: req.Chat.Model, q: q, answer: *m.Content, joules: cascade.OriginalCost(ans)}
 	if ans.Usage != nil {
@@ -70,6 +78,9 @@ func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {
 		s.stats.dropped.Add(1)
 	}
 }
+
+// MaxEntryBytes is the largest answer the stage learns (cascade.EntryBounder).
+func (s *Stage) MaxEntryBytes() int { return s.maxEntry }
 
 // Flush waits until every answer queued before it has been learned (or failed). For tests and
 // tools; it may block.

@@ -14,6 +14,8 @@ const (
 	DefaultMaxEntries            = 100000
 	DefaultMaxTotalEntries       = 200000
 	DefaultMaxCollections        = 1000
+	DefaultMaxBytes              = 512 << 20
+	DefaultMaxEntryBytes         = 1 << 20
 	DefaultLearnQueue            = 1024
 	DefaultMaxSimilarTemperature = 0.5
 	// DefaultSeedJoules is what a seeded answer reports as saved unless its file says otherwise:
@@ -43,6 +45,12 @@ type Options struct {
 	// MaxTotalEntries bounds the entries of all tenants and models together (see bound.go);
 	// 0 is the larger of DefaultMaxTotalEntries and MaxEntries.
 	MaxTotalEntries int
+	// MaxBytes bounds the bytes of all entries together (question, context, answer, vector;
+	// see bound.go); 0 is DefaultMaxBytes.
+	MaxBytes int64
+	// MaxEntryBytes bounds one entry: a larger answer is not learned, and counts in
+	// Stats.TooLarge; 0 is DefaultMaxEntryBytes.
+	MaxEntryBytes int
 	// MaxCollections bounds the number of tenant and model collections; beyond it the least
 	// recently used is dropped. 0 is DefaultMaxCollections.
 	MaxCollections int
@@ -73,6 +81,8 @@ func DefaultOptions() Options {
 		MaxEntries:            DefaultMaxEntries,
 		MaxTotalEntries:       DefaultMaxTotalEntries,
 		MaxCollections:        DefaultMaxCollections,
+		MaxBytes:              DefaultMaxBytes,
+		MaxEntryBytes:         DefaultMaxEntryBytes,
 		MaxSimilarTemperature: &t,
 		LearnQueue:            DefaultLearnQueue,
 		SeedJoules:            DefaultSeedJoules,
@@ -93,6 +103,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxTotalEntries <= 0 {
 		o.MaxTotalEntries = max(d.MaxTotalEntries, o.MaxEntries)
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = d.MaxBytes
+	}
+	if o.MaxEntryBytes <= 0 {
+		o.MaxEntryBytes = d.MaxEntryBytes
 	}
 	if o.MaxCollections <= 0 {
 		o.MaxCollections = d.MaxCollections

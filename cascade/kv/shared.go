@@ -102,6 +102,10 @@ func (s *Stage) applyShared(ctx context.Context, b []byte) error {
 		return err
 	}
 	q := query{question: se.Question, context: se.Context, params: se.Params}
+	if len(q.question)+len(q.context)+len(q.params)+len(se.Answer) > s.maxEntry {
+		s.stats.tooLarge.Add(1) // another replica's bound is larger: not kept here
+		return nil
+	}
 	return s.add(ctx, col, &entry{id: entryID(q), vec: vec, sketch: s.sketchOf(vec), question: se.Question,
 		context: se.Context, params: se.Params, answer: se.Answer, joules: se.Joules, ctok: se.CTok, created: se.Created})
 }

@@ -22,6 +22,7 @@ func (s *Stage) ServeEmbed(ctx context.Context, call *cascade.EmbedCall) (*casca
 	}
 	var spent energy.Figure
 	var tries []cascade.BackendAttempt
+	var spans []meterSpan
 	err = fmt.Errorf("backend %s (%s): %w", cands[0].Name, cands[0].Type, cascade.ErrNoEmbeddings)
 	for _, route := range cands {
 		be, ok := route.Backend.(cascade.Embedder)
@@ -31,28 +32,31 @@ func (s *Stage) ServeEmbed(ctx context.Context, call *cascade.EmbedCall) (*casca
 		done := s.router.Start(route)
 		var e cascade.Embeddings
 		actx, span := cascade.StartSpan(ctx, cascade.SpanAttempt, route.Name)
-		e, err = embed(actx, s.meter, route.Name, be, call.Req)
+		var ms meterSpan
+		e, ms, err = embed(actx, s.begin, route.Name, be, call.Req)
 		done(outcome(ctx, err))
 		spent = spent.Plus(e.Energy)
+		spans = append(spans, ms)
 		tries = append(tries, attemptOf(ctx, route.Name, e.Energy, err))
 		span.End(attemptResult(call.Req.Model, tries[len(tries)-1], nil, err))
-		e.Energy, e.Attempts = spent, tries
+		e.Energy, e.Attempts, e.Settle = spent, tries, settleOf(spans, tries)
 		if err == nil || ctx.Err() != nil || !retryable(err) {
 			return &e, err
 		}
 		s.logger.Warn().Str("request_id", call.ID).Str("backend", route.Name).Err(err).Msg("embeddings attempt failed; trying the next")
 	}
-	return &cascade.Embeddings{Energy: spent, Attempts: tries}, err
+	return &cascade.Embeddings{Energy: spent, Attempts: tries, Settle: settleOf(spans, tries)}, err
 }
 
-// embed calls be inside a span of m opened for the backend name; the returned Embeddings carry
-// the figure, failed calls included.
-func embed(ctx context.Context, m *meter.Meter, name string, be cascade.Embedder, req cascade.EmbedRequest) (cascade.Embeddings, error) {
-	span := m.Begin(name)
+// embed calls be inside a span opened by begin for the backend name; the returned Embeddings
+// carry the figure, failed calls included, and the span is returned ended, for its settled
+// figure.
+func embed(ctx context.Context, begin func(string) meterSpan, name string, be cascade.Embedder, req cascade.EmbedRequest) (cascade.Embeddings, meterSpan, error) {
+	span := begin(name)
 	e, err := be.Embed(ctx, req)
 	e.Backend = name
 	e.Energy = span.End(meter.Work{Model: req.Model, PromptTokens: e.PromptTokens, Failed: err != nil})
-	return e, err
+	return e, span, err
 }
 
 // Embedder embeds texts with one model of one backend, each call metered in a span of that
@@ -63,7 +67,7 @@ type Embedder struct {
 	id    string
 	model string
 	be    cascade.Embedder
-	meter *meter.Meter
+	begin func(string) meterSpan // opens the call's meter span (tests fake it)
 }
 
 // NewEmbedder returns an Embedder over backend b, named name in the meter (a BackendInfo name,
@@ -74,17 +78,27 @@ func NewEmbedder(name, id, model string, b cascade.Backend, m *meter.Meter) (*Em
 	if !ok {
 		return nil, fmt.Errorf("backend %s: %w", name, cascade.ErrNoEmbeddings)
 	}
-	return &Embedder{name: name, id: id, model: model, be: be, meter: m}, nil
+	return &Embedder{name: name, id: id, model: model, be: be, begin: beginOn(m)}, nil
 }
 
 // ID is the id NewEmbedder was given.
 func (e *Embedder) ID() string { return e.id }
 
-// Embed returns one vector per text and what the call cost, failed calls included.
+// Embed returns one vector per text and what the call cost, failed calls included. A provisional
+// figure stays provisional: EmbedSettle also says how to settle it.
 func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, energy.Figure, error) {
-	out, err := embed(ctx, e.meter, e.name, e.be, cascade.EmbedRequest{Model: e.model, Input: texts})
+	vs, fig, _, err := e.EmbedSettle(ctx, texts)
+	return vs, fig, err
+}
+
+// EmbedSettle is Embed, also returning how to get the figure's final form once the meter's
+// counters settle (nil when it is final), for the answer the embedding helps to find (kv carries
+// it beside Answer.Spent, and the walk composes it into the answer's settlement).
+func (e *Embedder) EmbedSettle(ctx context.Context, texts []string) ([][]float32, energy.Figure, cascade.SettleFunc, error) {
+	out, span, err := embed(ctx, e.begin, e.name, e.be, cascade.EmbedRequest{Model: e.model, Input: texts})
+	settle := settleOf([]meterSpan{span}, []cascade.BackendAttempt{{Energy: out.Energy}})
 	if err != nil {
-		return nil, out.Energy, err
+		return nil, out.Energy, settle, err
 	}
-	return out.Vectors, out.Energy, nil
+	return out.Vectors, out.Energy, settle, nil
 }

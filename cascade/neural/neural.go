@@ -21,9 +21,21 @@ var _ cascade.Stage = (*Stage)(nil)
 // concurrent use.
 type Stage struct {
 	router   *cascade.Router
-	meter    *meter.Meter
+	begin    func(backend string) meterSpan // opens a meter span (Meter.Begin)
 	observer Observer
 	logger   zerolog.Logger
+}
+
+// meterSpan is what the stage needs of a meter span; *meter.Span is one.
+type meterSpan interface {
+	Mark()
+	End(w meter.Work) energy.Figure
+	Settled(ctx context.Context) (energy.Figure, error)
+}
+
+// beginOn opens spans of m.
+func beginOn(m *meter.Meter) func(string) meterSpan {
+	return func(backend string) meterSpan { return m.Begin(backend) }
 }
 
 // Observer learns what each successful call cost (energy.Tracker is one, whose running figure the
@@ -44,7 +56,7 @@ func WithLogger(l zerolog.Logger) Option { return func(s *Stage) { s.logger = l 
 
 // New returns the neural stage over router's backends, metered by m.
 func New(router *cascade.Router, m *meter.Meter, opts ...Option) *Stage {
-	s := &Stage{router: router, meter: m, logger: zerolog.Nop()}
+	s := &Stage{router: router, begin: beginOn(m), logger: zerolog.Nop()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -70,7 +82,8 @@ const MaxRetryAfter = 2 * time.Second
 // the next backend; a 4xx other than 429 is the client's error and is returned as it is; after
 // the first chunk nothing is retried. The answer's figure is the sum of every attempt's, failed
 // ones included, and its Attempts list them. On error the partial answer, if any, still carries
-// what was spent.
+// what was spent. When an attempt's figure is provisional, the answer's Settle sums the
+// attempts' settled figures, in the same order.
 func (s *Stage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Sink) (*cascade.Answer, error) {
 	cands, err := s.router.Candidates(req.Chat.Model)
 	if err != nil {
@@ -86,21 +99,23 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Si
 	}
 	var spent energy.Figure
 	var tries []cascade.BackendAttempt
+	var spans []meterSpan
 	waited := false
 	for i := 0; i < len(cands); i++ {
 		route := cands[i]
 		cascade.Announce(ctx, route.Name, len(tries)+1)
 		actx, span := cascade.StartSpan(ctx, cascade.SpanAttempt, route.Name)
-		ans, fig, err := s.attempt(actx, route, req, tracked)
+		ans, fig, ms, err := s.attempt(actx, route, req, tracked)
 		spent = spent.Plus(fig)
+		spans = append(spans, ms)
 		tries = append(tries, attemptOf(ctx, route.Name, fig, err))
 		span.End(attemptResult(req.Chat.Model, tries[len(tries)-1], ans, err))
 		if err == nil {
-			ans.Energy, ans.Attempts = spent, tries
+			ans.Energy, ans.Attempts, ans.Settle = spent, tries, settleOf(spans, tries)
 			return ans, nil
 		}
 		if wrote || ctx.Err() != nil || !retryable(err) {
-			return failed(ans, route.Name, spent, tries), err
+			return failed(ans, route.Name, spent, tries, spans), err
 		}
 		if i == len(cands)-1 && !waited {
 			// The last backend said 429 with a short Retry-After: wait it out and call it again.
@@ -111,17 +126,18 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Si
 			}
 		}
 		if i == len(cands)-1 {
-			return failed(ans, route.Name, spent, tries), err
+			return failed(ans, route.Name, spent, tries, spans), err
 		}
 		s.logger.Warn().Str("request_id", req.ID).Str("backend", route.Name).Err(err).Msg("backend attempt failed; trying the next")
 	}
 	return nil, errors.New("neural: no candidate backend") // Candidates never returns none
 }
 
-// attempt calls one backend inside a meter span and reports the outcome to the router.
-func (s *Stage) attempt(ctx context.Context, route *cascade.Route, req *cascade.Request, sink cascade.Sink) (*cascade.Answer, energy.Figure, error) {
+// attempt calls one backend inside a meter span and reports the outcome to the router; the span
+// is returned ended, for its settled figure.
+func (s *Stage) attempt(ctx context.Context, route *cascade.Route, req *cascade.Request, sink cascade.Sink) (*cascade.Answer, energy.Figure, meterSpan, error) {
 	done := s.router.Start(route)
-	span := s.meter.Begin(route.Name)
+	span := s.begin(route.Name)
 	if sink != nil {
 		inner := sink
 		sink = func(ch *cascade.Chunk) error {
@@ -143,17 +159,51 @@ func (s *Stage) attempt(ctx context.Context, route *cascade.Route, req *cascade.
 			s.observer.Observe(req.Chat.Model, fig, w.CompletionTokens)
 		}
 	}
-	return ans, fig, err
+	return ans, fig, span, err
 }
 
 // failed is the answer that goes with the error ending the call: the partial answer, if any,
 // carrying what every attempt spent.
-func failed(ans *cascade.Answer, backend string, spent energy.Figure, tries []cascade.BackendAttempt) *cascade.Answer {
+func failed(ans *cascade.Answer, backend string, spent energy.Figure, tries []cascade.BackendAttempt, spans []meterSpan) *cascade.Answer {
 	if ans == nil {
 		ans = &cascade.Answer{}
 	}
-	ans.Backend, ans.Energy, ans.Attempts = backend, spent, tries
+	ans.Backend, ans.Energy, ans.Attempts, ans.Settle = backend, spent, tries, settleOf(spans, tries)
 	return ans
+}
+
+// settleOf is how to get the settled sum of the attempts' figures (tries[i].Energy, from
+// spans[i]), added in the order the call added them; nil when every figure is final. A span
+// whose wait fails keeps its provisional figure, and the first error is returned.
+func settleOf(spans []meterSpan, tries []cascade.BackendAttempt) cascade.SettleFunc {
+	provisional := false
+	for _, a := range tries {
+		provisional = provisional || a.Energy.Provisional
+	}
+	if !provisional {
+		return nil
+	}
+	figs := make([]energy.Figure, len(tries))
+	for i, a := range tries {
+		figs[i] = a.Energy
+	}
+	return func(ctx context.Context) (energy.Figure, error) {
+		var sum energy.Figure
+		var first error
+		for i, f := range figs {
+			if f.Provisional {
+				settled, err := spans[i].Settled(ctx)
+				if err != nil && first == nil {
+					first = err
+				}
+				if !settled.IsZero() {
+					f = settled
+				}
+			}
+			sum = sum.Plus(f)
+		}
+		return sum, first
+	}
 }
 
 // retryable reports whether another backend may answer after err: the upstream was unreachable,

@@ -125,6 +125,10 @@ func verifyChain(v ledger.Verifier, files []string, asJSON bool, stdout io.Write
 	}
 	out.printf("ok: %d records, seq %d..%d %s, %s, %d file(s)\nhead: seq %d hash %s\n",
 		rep.Records, rep.FirstSeq, rep.LastSeq, start, hash, len(rep.Files), rep.LastSeq, rep.LastHash)
+	if rep.Settlements > 0 || rep.Unsettled > 0 {
+		out.printf("settlements: %d provisional GPU figures settled; %d never settled (their provisional figure stands)\n",
+			rep.Settlements, rep.Unsettled)
+	}
 	return out.err
 }
 

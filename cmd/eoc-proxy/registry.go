@@ -146,12 +146,20 @@ func component(log zerolog.Logger, name string) zerolog.Logger {
 }
 
 func newCacheStage(d *stageDeps) (cascade.Stage, error) {
-	cs := cache.New(d.cfg.Cascade.Cache.MaxEntries, d.cfg.Cascade.Cache.TTL.D())
+	c := d.cfg.Cascade.Cache
+	bounds := []cache.Option{cache.MaxBytes(c.MaxBytes), cache.MaxEntryBytes(c.MaxEntryBytes)}
+	cs := cache.New(c.MaxEntries, c.TTL.D(), bounds...)
 	if d.shared != nil {
-		cs = cache.NewShared(d.cfg.Cascade.Cache.MaxEntries, d.cfg.Cascade.Cache.TTL.D(), d.shared.Cache())
+		cs = cache.NewShared(c.MaxEntries, c.TTL.D(), d.shared.Cache(), bounds...)
 	}
 	d.prom.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eoc_cache_entries", Help: "Answers in the exact-match cache."},
-		func() float64 { return float64(cs.Len()) }))
+		func() float64 { return float64(cs.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eoc_cache_bytes",
+			Help: "Bytes of the answers and vectors in the exact-match cache's in-process LRU (bounded by cascade.cache.max_bytes)."},
+			func() float64 { return float64(cs.Stats().Bytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "eoc_cache_too_large_total",
+			Help: "Answers and vector sets served but not cached for being over cascade.cache.max_entry_bytes."},
+			func() float64 { return float64(cs.Stats().TooLarge) }))
 	return cs, nil
 }
 
@@ -177,6 +185,12 @@ func newKVStage(d *stageDeps) (cascade.Stage, error) {
 	}
 	d.prom.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eoc_kv_entries", Help: "Learned entries in the kv stage."},
 		func() float64 { return float64(st.Stats().Entries) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eoc_kv_bytes",
+			Help: "Bytes of the kv stage's learned entries (bounded by cascade.kv.max_bytes)."},
+			func() float64 { return float64(st.Stats().Bytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "eoc_kv_too_large_total",
+			Help: "Answers served but not learned by the kv stage for being over cascade.kv.max_entry_bytes."},
+			func() float64 { return float64(st.Stats().TooLarge) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "eoc_kv_learn_joules_total",
 			Help: "Joules the kv stage's embedder spent learning answers in the background: metered, billed to no request."},
 			func() float64 { return st.Stats().LearnJoules }))
@@ -207,6 +221,8 @@ func kvOptions(cfg *config.Config, m *meter.Meter, files fs.FS, log zerolog.Logg
 		MaxEntries:            c.MaxEntries,
 		MaxTotalEntries:       c.MaxTotalEntries,
 		MaxCollections:        c.MaxCollections,
+		MaxBytes:              c.MaxBytes,
+		MaxEntryBytes:         c.MaxEntryBytes,
 		MaxSimilarTemperature: c.MaxSimilarTemperature,
 		LearnQueue:            c.LearnQueue,
 		Logger:                log,

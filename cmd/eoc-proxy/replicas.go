@@ -18,7 +18,8 @@ func openCluster(cfg *config.Config, reg prometheus.Registerer, log zerolog.Logg
 	if cfg.Redis.URL == "" {
 		return nil, nil
 	}
-	c, err := cluster.Open(cluster.Options{URL: string(cfg.Redis.URL), Password: string(cfg.Redis.Password), ReplicaID: replicaID(cfg), Logger: log, Registry: reg})
+	c, err := cluster.Open(cluster.Options{URL: string(cfg.Redis.URL), Password: string(cfg.Redis.Password), ReplicaID: replicaID(cfg), Logger: log, Registry: reg,
+		OpTimeout: cfg.Redis.OpTimeout.D()})
 	if err != nil {
 		return nil, err
 	}

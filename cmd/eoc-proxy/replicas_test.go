@@ -42,7 +42,8 @@ func replicaCall(t *testing.T, s *stack, key, question string, header ...string)
 
 // twoReplicas starts two proxies on one real redis-server, in front of one fake upstream
 // (each token priced at 0.0001 J, so a default call of 12 prompt and 4 completion tokens costs
-// 0.0016 J).
+// 0.0016 J). Their redis.op_timeout is long: these tests are about sharing, and on a loaded
+// machine one slow operation under the default deadline makes a replica count alone.
 func twoReplicas(t *testing.T, extra string) (a, b *stack, fake *fakes.Server, srv *redistest.Server, cfgC, ledgerDir string) {
 	t.Helper()
 	srv = redistest.Start(t)
@@ -53,7 +54,7 @@ func twoReplicas(t *testing.T, extra string) (a, b *stack, fake *fakes.Server, s
 log_level: error
 cascade: {stages: [cache, kv, neural], kv: {threshold: 0.9}}
 backends: [{name: up, type: openai, url: %q, models: ["fake-*"], timeout: 60s}]
-redis: {url: %q}
+redis: {url: %q, op_timeout: 30s}
 replica_id: %s
 ledger: {path: %q}
 meter: {rapl: {enabled: "off"}, nvml: {enabled: "off"}, token_models: [{models: ["fake-*"], joules_per_prompt_token: 0.0001, joules_per_completion_token: 0.0001}]}

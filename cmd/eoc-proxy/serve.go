@@ -252,7 +252,11 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 		Tracing:        tracing,
 	}
 	shareEdge(&opts, shared)
-	a.handler = proxy.New(opts)
+	edge := proxy.New(opts)
+	a.handler = edge
+	// Closed first (closers run last opened first): the calls still settling are recorded
+	// before the ledger and the meter close.
+	a.closers = append(a.closers, edge.Close)
 	return a, nil
 }
 
@@ -271,7 +275,8 @@ func openLedger(cfg *config.Config, log zerolog.Logger, a *app) (func(proxy.Call
 	return func(c proxy.Call) error {
 		_, err := l.Append(ledger.Record{Time: c.Time, RequestID: c.RequestID, KeyID: c.KeyID, Key: c.Key, Model: c.Model,
 			Stage: c.Stage, Backend: c.Backend, Status: c.Status, Figure: c.Energy,
-			Disconnected: c.Disconnected, Attempts: ledgerAttempts(c.Attempts), Receipt: c.Receipt, Replica: replica})
+			Disconnected: c.Disconnected, Attempts: ledgerAttempts(c.Attempts), Receipt: c.Receipt, Replica: replica,
+			Settles: c.Settles})
 		return err
 	}, nil
 }
@@ -305,6 +310,7 @@ func meterOptions(cfg *config.Config, log zerolog.Logger) meter.Options {
 		CPUWattsPerCore: cfg.Meter.CPUWattsPerCore,
 		GPUWatts:        cfg.Meter.GPUWatts,
 		Logger:          log,
+		SettleInline:    cfg.Meter.NVML.SettleInline,
 	}
 	for _, tm := range cfg.Meter.TokenModels {
 		o.TokenModels = append(o.TokenModels, meter.TokenModel{Patterns: tm.Models, JPerPrompt: tm.JoulesPerPromptToken, JPerCompletion: tm.JoulesPerCompletionToken})

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -87,6 +88,23 @@ func (s *Server) Kill() {
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
 	s.cmd = nil
+}
+
+// Hang stops the server (SIGSTOP) without closing its connections: it reads nothing and
+// answers nothing until Resume. The test's cleanup resumes it before killing it.
+func (s *Server) Hang() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(s.Resume)
+}
+
+// Resume lets a hung server go on (SIGCONT); it is safe to call more than once.
+func (s *Server) Resume() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
 }
 
 // Restart starts a fresh, empty server on the same port after Kill.

@@ -29,6 +29,15 @@
     }
     return tr;
   }
+  // receiptCell shows the receipt of the figure in the row: the settlement's when the call's
+  // figure settled after its response, naming the client's (of the provisional figure) too.
+  function receiptCell(c) {
+    if (c.settled_receipt) {
+      return [c.settled_receipt.slice(0, 16) + " (settled)", "receipt",
+        "settlement " + c.settled_receipt + "; client's (provisional) " + (c.receipt || "")];
+    }
+    return [(c.receipt || "").slice(0, 16), "receipt", c.receipt];
+  }
   function stageName(s) { return s === "" ? "(none)" : s; }
 
   // chart draws stacked bars, one per minute, one colour per key.
@@ -123,7 +132,7 @@
       : [row([d.auth ? "no key has a budget" : "auth is off: no keys", "", "", "", ""])]);
     fill("calls-table", (d.calls || []).map(c => row([new Date(c.time).toLocaleTimeString(), stageName(c.stage), c.model, c.backend || "–",
       [c.status, "num"], [fmtJ(c.joules), "num"], bounds(c), [fmtJ(c.joules_saved), "num"], c.grade || "–", c.method || "–",
-      c.reason || "–", [(c.receipt || "").slice(0, 16), "receipt", c.receipt]])));
+      c.reason || "–", receiptCell(c)])));
   }
 
   const status = document.getElementById("status");

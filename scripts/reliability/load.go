@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/internal/procs"
@@ -168,7 +170,9 @@ func neuralPrompt(i int) string {
 // after the first), 1 seeded question worded anew and 1 earlier neural prompt in capitals (kv),
 // 3 new prompts (neural), 3 new streamed prompts, 1
 // graph question, 1 upstream 500, 1 client that leaves a slow stream after its first bytes, 1
-// call to a backend that refuses connections.
+// call to a backend that refuses connections. With -load-rounds above 1 it runs that many
+// rounds back to back, each with prompts new to it (the repeated 200 aside), so that the cache
+// and kv keep learning until their bounds, and prints the proxy's memory after each.
 func (r *run) load() {
 	faq := r.faqQuestions()
 	var mu sync.Mutex
@@ -184,55 +188,64 @@ func (r *run) load() {
 	// A warm-up fills the repeated prompts, so the start sample is of a running proxy.
 	pool(200, 16, func(i int) { r.chat(context.Background(), "m", fmt.Sprintf("cache question %d", i), false, 0) })
 	s0 := r.sample()
+	m0 := r.memStats(0)
 	var mid sample
 	var midOnce sync.Once
 	n := r.o.n
-	took := pool(n, r.o.c, func(i int) {
-		if i == n/2 {
-			midOnce.Do(func() { go func() { mid = r.sample() }() })
-		}
-		ctx := context.Background()
-		ok := func(kind string, res result, stream bool) {
-			kinds[kind].Add(1)
-			if res.err != nil || res.status != http.StatusOK || (stream && (!res.done || res.errEvent)) {
-				r.unexpectedf(&mu, "%s %d: status %d, err %v, done %v, error event %v", kind, i, res.status, res.err, res.done, res.errEvent)
-				return
+	rounds := max(r.o.rounds, 1)
+	var took time.Duration
+	mems := []roundMem{m0}
+	for round := range rounds {
+		off := round * n // each round's new prompts are new to it
+		took += pool(n, r.o.c, func(i int) {
+			if round == 0 && i == n/2 {
+				midOnce.Do(func() { go func() { mid = r.sample() }() })
 			}
-			count(res.stage)
-		}
-		failed := func(kind string, res result) {
-			kinds[kind].Add(1)
-			if res.err != nil || (res.status != http.StatusBadGateway && res.status != http.StatusServiceUnavailable && res.status != http.StatusGatewayTimeout) {
-				r.unexpectedf(&mu, "%s %d: status %d, err %v", kind, i, res.status, res.err)
+			j := i + off
+			ctx := context.Background()
+			ok := func(kind string, res result, stream bool) {
+				kinds[kind].Add(1)
+				if res.err != nil || res.status != http.StatusOK || (stream && (!res.done || res.errEvent)) {
+					r.unexpectedf(&mu, "%s %d: status %d, err %v, done %v, error event %v", kind, j, res.status, res.err, res.done, res.errEvent)
+					return
+				}
+				count(res.stage)
 			}
-		}
-		switch k := i % 20; {
-		case k < 8:
-			ok("cache", r.chat(ctx, "m", fmt.Sprintf("cache question %d", i%200), false, 0), false)
-		case k == 8: // a seeded question, worded anew each time (the cache misses, kv's seeds answer)
-			ok("kv", r.chat(ctx, "m", faq[i/20%len(faq)]+strings.Repeat("!", i/20/len(faq)%200), false, 0), false)
-		case k == 9: // the neural question 19 calls back, in capitals (kv's learned answers)
-			ok("kv", r.chat(ctx, "m", strings.ToUpper(neuralPrompt(i-19)), false, 0), false)
-		case k < 13:
-			ok("neural", r.chat(ctx, "m", neuralPrompt(i), false, 0), false)
-		case k < 16:
-			ok("stream", r.chat(ctx, "m", fmt.Sprintf("streamed question %d, about load %d", i, i*7919%100003), true, 0), true)
-		case k == 16:
-			ok("graph", r.chat(ctx, "m", "What is the capital of France?", false, 0), false)
-		case k == 17:
-			failed("upstream 500", r.chat(ctx, "m", fmt.Sprintf("fail500 %d", i), false, 0))
-		case k == 18:
-			res := r.chat(ctx, "m", fmt.Sprintf("slowstream %d", i), true, 16)
-			kinds["client gone"].Add(1)
-			if res.err != nil || res.status != http.StatusOK {
-				r.unexpectedf(&mu, "client gone %d: status %d, err %v", i, res.status, res.err)
+			failed := func(kind string, res result) {
+				kinds[kind].Add(1)
+				if res.err != nil || (res.status != http.StatusBadGateway && res.status != http.StatusServiceUnavailable && res.status != http.StatusGatewayTimeout) {
+					r.unexpectedf(&mu, "%s %d: status %d, err %v", kind, j, res.status, res.err)
+				}
 			}
-		default:
-			failed("refused", r.chat(ctx, "dead-m", fmt.Sprintf("refused %d", i), false, 0))
-		}
-	})
-	time.Sleep(2 * time.Second) // let cancelled upstream calls and learning settle
-	s1 := r.sample()
+			switch k := i % 20; {
+			case k < 8:
+				ok("cache", r.chat(ctx, "m", fmt.Sprintf("cache question %d", i%200), false, 0), false)
+			case k == 8: // a seeded question, worded anew each time (the cache misses, kv's seeds answer)
+				ok("kv", r.chat(ctx, "m", faq[j/20%len(faq)]+strings.Repeat("!", j/20/len(faq)%200)+strings.Repeat("?", round), false, 0), false)
+			case k == 9: // the neural question 19 calls back, in capitals (kv's learned answers)
+				ok("kv", r.chat(ctx, "m", strings.ToUpper(neuralPrompt(j-19)), false, 0), false)
+			case k < 13:
+				ok("neural", r.chat(ctx, "m", neuralPrompt(j), false, 0), false)
+			case k < 16:
+				ok("stream", r.chat(ctx, "m", fmt.Sprintf("streamed question %d, about load %d", j, j*7919%100003), true, 0), true)
+			case k == 16:
+				ok("graph", r.chat(ctx, "m", "What is the capital of France?", false, 0), false)
+			case k == 17:
+				failed("upstream 500", r.chat(ctx, "m", fmt.Sprintf("fail500 %d", j), false, 0))
+			case k == 18:
+				res := r.chat(ctx, "m", fmt.Sprintf("slowstream %d", j), true, 16)
+				kinds["client gone"].Add(1)
+				if res.err != nil || res.status != http.StatusOK {
+					r.unexpectedf(&mu, "client gone %d: status %d, err %v", j, res.status, res.err)
+				}
+			default:
+				failed("refused", r.chat(ctx, "dead-m", fmt.Sprintf("refused %d", j), false, 0))
+			}
+		})
+		time.Sleep(2 * time.Second) // let cancelled upstream calls and learning settle
+		mems = append(mems, r.memStats(round+1))
+	}
+	s1 := mems[len(mems)-1].sample
 	r.client.CloseIdleConnections() // each keep-alive connection holds a goroutine in the proxy
 	time.Sleep(time.Second)
 	s2 := r.sample()
@@ -244,10 +257,62 @@ func (r *run) load() {
 		ss = append(ss, fmt.Sprintf("%s %d", k, v.(*atomic.Int64).Load()))
 		return true
 	})
-	r.line("load: %d requests in %s (%.0f req/s) at %d connections: %s", n, took.Round(time.Millisecond), float64(n)/took.Seconds(), r.o.c, strings.Join(ks, ", "))
+	total := n * rounds
+	r.line("load: %d requests (%d round(s) of %d) in %s (%.0f req/s) at %d connections: %s", total, rounds, n, took.Round(time.Millisecond), float64(total)/took.Seconds(), r.o.c, strings.Join(ks, ", "))
 	r.line("load: answered by stage: %s", strings.Join(ss, ", "))
-	r.line("load: start %s; middle %s; end %s; the clients' idle connections closed: %s", s0, mid, s1, s2)
+	r.line("load: start %s; middle of round 1 %s; end %s; the clients' idle connections closed: %s", s0, mid, s1, s2)
 	r.line("load: upstream calls the proxy cancelled (clients gone): %s", r.upGet("/control/cancels"))
+	r.line("load: memory after each round (RSS sampled first; then a GC forced through pprof, the live heap and the Go runtime's figures read after it):")
+	r.line("| after round | RSS MB | goroutines | live heap MB | heap in use / idle / released MB | GC goal MB | cache entries | cache MB | kv entries | kv MB |")
+	r.line("|---|---|---|---|---|---|---|---|---|---|")
+	for _, m := range mems {
+		r.line("%s", m)
+	}
+}
+
+// roundMem is the proxy's RSS, goroutines, Go heap and store gauges after a load round.
+type roundMem struct {
+	round int
+	sample
+	heapLive, heapInuse, heapIdle, heapReleased, gcGoal float64 // bytes
+	cacheEntries, cacheBytes, kvEntries, kvBytes        float64
+}
+
+func (m roundMem) String() string {
+	mb := func(b float64) string { return fmt.Sprintf("%.1f", b/(1<<20)) }
+	return fmt.Sprintf("| %d | %.0f | %d | %s | %s / %s / %s | %s | %.0f | %s | %.0f | %s |", m.round, m.rssMB, m.goroutines,
+		mb(m.heapLive), mb(m.heapInuse), mb(m.heapIdle), mb(m.heapReleased), mb(m.gcGoal), m.cacheEntries, mb(m.cacheBytes), m.kvEntries, mb(m.kvBytes))
+}
+
+// memStats samples RSS and goroutines, forces a GC (a heap profile with gc=1 through the pprof
+// listener; kept under -heap-dir when set), then reads the runtime's and the stores' gauges.
+func (r *run) memStats(round int) roundMem {
+	m := roundMem{round: round, sample: r.sample()}
+	c := &http.Client{Timeout: 30 * time.Second}
+	if resp, err := c.Get(r.pprofURL + "/debug/pprof/heap?gc=1"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if r.o.heapDir != "" {
+			_ = os.WriteFile(filepath.Join(r.o.heapDir, fmt.Sprintf("heap-round%d.pb.gz", round)), b, 0o644)
+		}
+	}
+	b, err := r.metrics()
+	if err != nil {
+		procs.Fatalf("metrics: %v", err)
+	}
+	get := func(name string) float64 {
+		mm := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(b)
+		if mm == nil {
+			return -1
+		}
+		f, _ := strconv.ParseFloat(string(mm[1]), 64)
+		return f
+	}
+	m.heapLive, m.heapInuse, m.heapIdle = get("go_memstats_heap_alloc_bytes"), get("go_memstats_heap_inuse_bytes"), get("go_memstats_heap_idle_bytes")
+	m.heapReleased, m.gcGoal = get("go_memstats_heap_released_bytes"), get("go_memstats_next_gc_bytes")
+	m.cacheEntries, m.cacheBytes = get("eoc_cache_entries"), get("eoc_cache_bytes")
+	m.kvEntries, m.kvBytes = get("eoc_kv_entries"), get("eoc_kv_bytes")
+	return m
 }
 
 func (r *run) upGet(path string) string {
@@ -265,7 +330,16 @@ func (r *run) invented() {
 	var mu sync.Mutex
 	s0 := r.sample()
 	n := max(r.o.n/5, 1)
-	took := pool(n, r.o.c, func(i int) {
+	first := max(n/10, 1)
+	pool(first, r.o.c, func(i int) {
+		res := r.chat(context.Background(), fmt.Sprintf("inv-%d", i), fmt.Sprintf("invented model question %d", i), false, 0)
+		if res.err != nil || res.status != http.StatusOK {
+			r.unexpectedf(&mu, "invented %d: status %d, err %v", i, res.status, res.err)
+		}
+	})
+	uiFirst := r.uiDataSize()
+	took := pool(n-first, r.o.c, func(i int) {
+		i += first
 		res := r.chat(context.Background(), fmt.Sprintf("inv-%d", i), fmt.Sprintf("invented model question %d", i), false, 0)
 		if res.err != nil || res.status != http.StatusOK {
 			r.unexpectedf(&mu, "invented %d: status %d, err %v", i, res.status, res.err)
@@ -289,11 +363,30 @@ func (r *run) invented() {
 	for k := range models {
 		names = append(names, strconv.Quote(k))
 	}
-	r.line("invented: %d calls with new model names in %s: before %s; after %s; /metrics %d KB, model labels %s",
-		n, took.Round(time.Millisecond), s0, s1, len(m)/1024, strings.Join(names, " "))
+	uiAll := r.uiDataSize()
+	r.line("invented: %d calls with new model names (the last %d in %s): before %s; after %s; /metrics %d KB, model labels %s; /ui/data %.1f KB after %d names, %.1f KB after %d",
+		n, n-first, took.Round(time.Millisecond), s0, s1, len(m)/1024, strings.Join(names, " "), float64(uiFirst)/1024, first, float64(uiAll)/1024, n)
 	if len(models) > 10 {
 		r.unexpectedf(&mu, "invented: %d model label values in /metrics", len(models))
 	}
+	if uiAll > uiFirst+uiFirst/10 {
+		r.unexpectedf(&mu, "invented: /ui/data grew from %d to %d bytes", uiFirst, uiAll)
+	}
+}
+
+// uiDataSize is the size of GET /ui/data's answer (the suite runs without keys: no admin key needed).
+func (r *run) uiDataSize() int {
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(r.eocURL + "/ui/data")
+	if err != nil {
+		procs.Fatalf("/ui/data: %v", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		procs.Fatalf("/ui/data: %d %s", resp.StatusCode, b)
+	}
+	return len(b)
 }
 
 // slowBodies opens r.o.slow connections that send a request body one byte every 2 s.
@@ -302,7 +395,7 @@ func (r *run) slowBodies() {
 	s0 := r.sample()
 	addr := strings.TrimPrefix(r.eocURL, "http://")
 	var wg sync.WaitGroup
-	var got408, closed, other atomic.Int64
+	var got408, closed408, closed, other atomic.Int64
 	stop := make(chan struct{})
 	for range r.o.slow {
 		wg.Add(1)
@@ -330,10 +423,17 @@ func (r *run) slowBodies() {
 				}
 			}()
 			_ = conn.SetReadDeadline(time.Now().Add(50 * time.Second))
-			line, err := bufio.NewReader(conn).ReadString('\n')
+			br := bufio.NewReader(conn)
+			line, err := br.ReadString('\n')
 			switch {
 			case strings.Contains(line, " 408 "):
 				got408.Add(1)
+				// The rest of the answer, then the end: the proxy closes the connection with its
+				// 408 (EOF, or a reset when a trickled byte arrived after it stopped reading).
+				_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+				if _, err := io.Copy(io.Discard, br); err == nil || errors.Is(err, syscall.ECONNRESET) {
+					closed408.Add(1)
+				}
 			case err != nil && line == "":
 				closed.Add(1)
 			default:
@@ -348,9 +448,9 @@ func (r *run) slowBodies() {
 	close(stop)
 	time.Sleep(time.Second)
 	s2 := r.sample()
-	r.line("slow bodies: %d clients trickling a byte every 2 s: before %s; after 10 s %s; all answered %s later: %d got 408, %d closed, %d other; then %s",
-		r.o.slow, s0, s1, time.Since(start).Round(time.Second), got408.Load(), closed.Load(), other.Load(), s2)
-	if int(got408.Load()) != r.o.slow {
-		r.unexpectedf(&mu, "slow bodies: %d of %d got 408", got408.Load(), r.o.slow)
+	r.line("slow bodies: %d clients trickling a byte every 2 s: before %s; after 10 s %s; all answered %s later: %d got 408 (%d of them closed by the proxy within 1 s), %d closed, %d other; then %s",
+		r.o.slow, s0, s1, time.Since(start).Round(time.Second), got408.Load(), closed408.Load(), closed.Load(), other.Load(), s2)
+	if int(got408.Load()) != r.o.slow || int(closed408.Load()) != r.o.slow {
+		r.unexpectedf(&mu, "slow bodies: %d of %d got 408, %d of them closed after it", got408.Load(), r.o.slow, closed408.Load())
 	}
 }

@@ -118,6 +118,9 @@ func (u *upstream) chat(w http.ResponseWriter, r *http.Request, openai bool) {
 		fault = "slowstream"
 	}
 	d := dialect{openai: openai, model: in.Model}
+	if u.storeFault(w, r, d, fault, stream) { // store.go's
+		return
+	}
 	switch fault {
 	case "":
 		if stream {
