@@ -530,13 +530,13 @@ func (g *gpus) provisional(a *gpuAlign, inTree func(uint32) bool, start, endT ti
 	begun := listed(a)
 	if !begun && !g.sampledBetween(start, endT) {
 		// Begin's snapshot is still being read (NVML is busy) and no sampler has read a process
-		// list since: whether the tree used a GPU is not known yet. Nothing above the boards'
-		// ceiling over the span.
-		r := gpuResult{Used: true, Share: 1, Provisional: true, SubPeriod: true}
+		// list since: whether the tree used a GPU, and alone, is not known yet, so the figure
+		// has no GPU part, pending (partial), until the settled one reads the lists. Its High
+		// holds what the boards can draw over the span.
+		r := gpuResult{Unknown: true, Share: 1, Provisional: true}
 		for i := range g.devs {
 			r.LimitW += g.limitOf(i)
 		}
-		r.High = gpuExcursion * r.LimitW * endT.Sub(start).Seconds()
 		return r
 	}
 	r := gpuResult{Share: 1}

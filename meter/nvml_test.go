@@ -34,6 +34,7 @@ type gpuScript struct {
 	util   []nvml.ProcessUtilizationSample
 	phase  int
 	gate   chan struct{} // when not nil, energy reads wait for it to close
+	lists  chan struct{} // when not nil, process-list reads wait for it to close
 	fail   int           // the process list cannot be read in this phase (0: never)
 	watts  uint32        // the instant power field (0: 300 W)
 }
@@ -89,6 +90,12 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 			return v, nvml.SUCCESS
 		}
 		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+			s.mu.Lock()
+			lists := s.lists
+			s.mu.Unlock()
+			if lists != nil {
+				<-lists
+			}
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			if s.fail != 0 && s.phase == s.fail {
@@ -440,6 +447,52 @@ func TestNVMLForeignThroughout(t *testing.T) {
 		if err != nil || f.Coverage != energy.CoveragePartial || sf.Coverage != energy.CoveragePartial || !strings.Contains(sf.Reason, ReasonGPUShared) {
 			t.Fatalf("call %d: End %+v, settled %+v; want gpu-shared", k, f, sf)
 		}
+	}
+}
+
+// TestNVMLPendingBeforeLists: NVML held so that neither Begin's process lists nor a sampler's
+// have been read when the call ends: End's figure cannot know whether the tree was the GPU's
+// sole user, so it has no GPU part (partial, gpu-pending, provisional) with a High that holds
+// what the boards can draw. With a foreign process on the GPU the settled figure is gpu-shared;
+// with the tree alone, whole, and within the pending figure's High.
+func TestNVMLPendingBeforeLists(t *testing.T) {
+	for _, foreign := range []bool{true, false} {
+		pids := []uint32{102}
+		if foreign {
+			pids = append(pids, 4242)
+		}
+		pendingThenSettled(t, pids, foreign)
+	}
+}
+
+func pendingThenSettled(t *testing.T, pids []uint32, foreign bool) {
+	t.Helper()
+	script := &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return pids }}
+	m, _ := fixtureMeter(t, mockNVML(script))
+	held := make(chan struct{})
+	script.mu.Lock()
+	script.lists = held
+	script.mu.Unlock()
+	s := m.Begin("ollama")
+	cpuWork(t, m, 0.02, 2)
+	f := s.End(Work{})
+	close(held)
+	sf, err := s.Settled(context.Background())
+	if f.Coverage == energy.CoverageWhole || strings.Contains(f.Method, "nvml") || !f.Provisional ||
+		!strings.Contains(f.Reason, ReasonGPUPending) || f.GPUJoules != 0 {
+		t.Fatalf("End %+v with no process list read; want a pending, partial figure with no GPU part", f)
+	}
+	if err != nil || sf.Provisional {
+		t.Fatalf("settled %+v (%v)", sf, err)
+	}
+	if shared := sf.Coverage == energy.CoveragePartial && strings.Contains(sf.Reason, ReasonGPUShared); shared != foreign {
+		t.Fatalf("foreign process %v: settled %+v", foreign, sf)
+	}
+	if !foreign && (sf.Coverage != energy.CoverageWhole || sf.GPUJoules <= 0) {
+		t.Fatalf("the tree alone on the GPU: settled %+v; want a whole GPU figure", sf)
+	}
+	if sf.Joules > f.High+1e-9 || sf.High > f.High+1e-9 {
+		t.Fatalf("the pending %+v does not hold the settled %+v", f, sf)
 	}
 }
 
