@@ -496,6 +496,46 @@ func pendingThenSettled(t *testing.T, pids []uint32, foreign bool) {
 	}
 }
 
+// TestNVMLSamplersStop: the samplers run while a span is open or unsettled, and stop once
+// none is: after End and Settled every device's sampler stops, and its reads stop counting.
+func TestNVMLSamplersStop(t *testing.T) {
+	script := &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }}
+	m, _ := fixtureMeter(t, mockNVML(script))
+	s := m.Begin("ollama")
+	<-s.c.gpuAlign.done
+	waitSampled(t, m.gpu, 0, 1)
+	cpuWork(t, m, 0.2, 2)
+	s.End(Work{})
+	if _, err := s.Settled(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	running := func() bool {
+		m.gpu.mu.Lock()
+		defer m.gpu.mu.Unlock()
+		for _, l := range m.gpu.logs {
+			if l.running {
+				return true
+			}
+		}
+		return false
+	}
+	// Bounded only to catch a sampler that never stops, not a timing assertion.
+	for deadline := time.Now().Add(30 * time.Second); running(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a sampler still runs with no span open or unsettled")
+		}
+	}
+	m.gpu.mu.Lock()
+	n := m.gpu.logs[0].n
+	m.gpu.mu.Unlock()
+	time.Sleep(20 * time.Millisecond) // room for a stray read; passing does not depend on it
+	m.gpu.mu.Lock()
+	defer m.gpu.mu.Unlock()
+	if m.gpu.logs[0].n != n || m.gpu.refs != 0 {
+		t.Fatalf("reads went on (%d → %d) or spans still hold the samplers (%d)", n, m.gpu.logs[0].n, m.gpu.refs)
+	}
+}
+
 // slowDevice is a profileDevice whose energy read takes 4 ms (an H200's median is 3.2 ms).
 type slowDevice struct{ profileDevice }
 

@@ -174,6 +174,8 @@ muts = [
  ("provisional figure before any process list claims the GPU", "gpu.go", "r := gpuResult{Unknown: true, Share: 1, Provisional: true}", "r := gpuResult{Used: true, Share: 1, Provisional: true}"),
  ("pending figure not flagged provisional", "rules.go", "\t\tf.Coverage = energy.CoveragePartial\n\t\tf.Provisional = true\n\t\trs.add(ReasonGPUPending)", "\t\tf.Coverage = energy.CoveragePartial\n\t\trs.add(ReasonGPUPending)"),
  ("pending figure's High without the boards' ceiling", "rules.go", "\t\t\tf.High += gpuCeiling(s)\n\t\t}\n\tcase !s.GPUUsed && s.GPUUnknown:", "\t\t}\n\tcase !s.GPUUsed && s.GPUUnknown:"),
+ ("samplers never stop while the meter is open", "sampler.go", "\t\tif g.refs <= 0 || g.closed {", "\t\tif g.closed {"),
+ ("samplers' span count never released", "sampler.go", "func (g *gpus) release() { g.refs-- }", "func (g *gpus) release() {}"),
  ("provisional figure not flagged", "rules.go", "\t\t\tif s.GPUProvisional {\n\t\t\t\tf.Provisional = true", "\t\t\tif false {\n\t\t\t\tf.Provisional = true"),
  ("provisional High without the ceiling since the last update", "gpu.go", "r.High += float64(ej-e0)/1000 + ceil*(since+2*g.poll).Seconds()", "r.High += float64(ej-e0) / 1000"),
  ("Settled gives End's figure", "span.go", "\tcase <-s.settle:\n\t\treturn s.settledFig, nil", "\tcase <-s.settle:\n\t\treturn s.fig, nil"),
