@@ -389,7 +389,7 @@ func (s *Span) addTree(in *spanSample, e *endReadings) {
 	in.TreeFound = true
 	in.TreeCPU, in.TreeShort = time.Duration(s.share.cpu), s.share.short
 	if s.b != nil && s.c != nil {
-		in.Cores = s.b.cores
+		in.Cores = s.m.coresOf(s.b, s.c.procsA, e.procs)
 		// A tick per process read at each end (a cgroup's usage_usec: a microsecond).
 		if s.b.cgroup != "" {
 			in.CPUSlack = 2 * time.Microsecond
