@@ -536,6 +536,71 @@ func TestNVMLSamplersStop(t *testing.T) {
 	}
 }
 
+// gateDevice is a profileDevice whose energy reads wait for gate, saying each time on entered
+// that one began; after counts its reads begun after shut was set (NVML shut down).
+type gateDevice struct {
+	profileDevice
+	entered, gate chan struct{}
+	shut          atomic.Bool
+	after         atomic.Int32
+}
+
+func (d *gateDevice) EnergyMJ() (uint64, error) {
+	if d.shut.Load() {
+		d.after.Add(1)
+	}
+	select {
+	case d.entered <- struct{}{}:
+	default:
+	}
+	<-d.gate
+	return d.profileDevice.EnergyMJ()
+}
+
+// TestNVMLCloseWaits: Close waits for Begin's background reads before it shuts NVML down: no
+// NVML call after the shutdown, and Begin's goroutine has finished by then.
+func TestNVMLCloseWaits(t *testing.T) {
+	clk := newFakeClock()
+	d := &gateDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 50}, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	var early atomic.Bool
+	var al *gpuAlign
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}, closed: true}
+	g.closeFn = func() error {
+		select {
+		case <-al.done:
+		default:
+			early.Store(true) // Begin's reads still in flight
+		}
+		d.shut.Store(true)
+		return nil
+	}
+	al = g.begin(func(p uint32) bool { return p == 7 })
+	<-d.entered // Begin's energy read is held
+	closed := make(chan error)
+	go func() { closed <- g.close() }()
+	// Release the read once close has begun (and, without the wait, likely shut NVML down).
+	for {
+		g.mu.Lock()
+		shut := g.shut
+		g.mu.Unlock()
+		if shut {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond) // room for a close that does not wait; passing does not depend on it
+	close(d.gate)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if early.Load() || d.after.Load() != 0 {
+		t.Fatalf("NVML shut down with Begin's reads in flight (%v), %d reads after it", early.Load(), d.after.Load())
+	}
+	if g.track() {
+		t.Fatal("a background goroutine counted after close")
+	}
+}
+
 // slowDevice is a profileDevice whose energy read takes 4 ms (an H200's median is 3.2 ms).
 type slowDevice struct{ profileDevice }
 

@@ -225,6 +225,14 @@ func (s *Span) End(w Work) energy.Figure {
 	// The counter has not updated past the span's end: settle in the background, off the
 	// request path, unless the configuration wants the final figure inline.
 	s.settle = make(chan struct{})
+	if !m.gpu.track() {
+		// Closed: nothing more is read; End's figure stays as it is.
+		s.settledFig = s.fig
+		m.gpu.spanEnded(s.c.gpuEnd)
+		m.gpu.done(s.c.gpuAlign)
+		close(s.settle)
+		return s.fig
+	}
 	go s.settleGPU(in, e.procs, gpu, w)
 	if m.opts.SettleInline {
 		s.fig, _ = s.Settled(context.Background())
@@ -238,6 +246,7 @@ func (s *Span) End(w Work) energy.Figure {
 // evidence an exact zero needs, as End read it.
 func (s *Span) settleGPU(in spanSample, endProcs []procSample, ev gpuEvidence, w Work) {
 	m, c := s.m, s.c
+	defer m.gpu.bg.Done() // last: close may shut NVML down once it is done
 	defer close(s.settle)
 	defer m.gpu.done(c.gpuAlign)
 	m.gpu.end(c.gpuAlign, &c.gpuB, c.gpuEnd)

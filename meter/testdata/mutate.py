@@ -181,6 +181,7 @@ muts = [
  ("pending figure's High without the boards' ceiling", "rules.go", "\t\t\tf.High += gpuCeiling(s)\n\t\t}\n\tcase !s.GPUUsed && s.GPUUnknown:", "\t\t}\n\tcase !s.GPUUsed && s.GPUUnknown:"),
  ("samplers never stop while the meter is open", "sampler.go", "\t\tif g.refs <= 0 || g.closed {", "\t\tif g.closed {"),
  ("samplers' span count never released", "sampler.go", "func (g *gpus) release() { g.refs-- }", "func (g *gpus) release() {}"),
+ ("Close does not wait for the spans' background reads", "gpu.go", "\tg.stopSamplers()\n\tg.bg.Wait()\n", "\tg.stopSamplers()\n"),
  ("provisional figure not flagged", "rules.go", "\t\t\tif s.GPUProvisional {\n\t\t\t\tf.Provisional = true", "\t\t\tif false {\n\t\t\t\tf.Provisional = true"),
  ("provisional High without the ceiling since the last update", "gpu.go", "r.High += float64(ej-e0)/1000 + ceil*(since+2*g.poll).Seconds()", "r.High += float64(ej-e0) / 1000"),
  ("Settled gives End's figure", "span.go", "\tcase <-s.settle:\n\t\treturn s.settledFig, nil", "\tcase <-s.settle:\n\t\treturn s.fig, nil"),
