@@ -162,8 +162,9 @@ func (m *Meter) Begin(backend string) *Span {
 // waits for one: when the backend used a GPU whose counter has not updated past the span's end,
 // its figure is provisional (the counter up to its last update seen, instant power since, with
 // bounds that hold the settled figure), and Settled gives the settled one once the counter
-// updates, read in the background. Options.SettleInline makes End wait for it instead (at most
-// defaultNVMLWait, 250 ms, after the span).
+// updates, read in the background. Options.SettleInline makes End wait for it instead: for
+// Begin's and End's snapshots (NVML's reads queue), then for the update, at most
+// defaultNVMLWait (250 ms) from when that wait begins.
 func (s *Span) End(w Work) energy.Figure {
 	if s.ended {
 		return s.fig
