@@ -721,8 +721,8 @@ func (g *gpus) shares(a *gpuAlign, end *gpuSnap, used []int, inTree func(uint32)
 		g.mu.Lock()
 		if i < len(g.logs) {
 			for _, s := range g.logs[i].util {
-				if (s.TimeStamp < from || s.TimeStamp > to) && (s.at.Before(start) || s.at.After(endT)) {
-					continue
+				if s.TimeStamp < from || s.TimeStamp > to {
+					continue // the sample's own time, not when a read returned it
 				}
 				stamps[s.TimeStamp] = true
 				if inTree(s.PID) {

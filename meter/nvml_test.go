@@ -33,10 +33,11 @@ type gpuScript struct {
 	pids   func(phase int) []uint32
 	util   []nvml.ProcessUtilizationSample
 	phase  int
-	gate   chan struct{} // when not nil, energy reads wait for it to close
-	lists  chan struct{} // when not nil, process-list reads wait for it to close
-	fail   int           // the process list cannot be read in this phase (0: never)
-	watts  uint32        // the instant power field (0: 300 W)
+	gate   chan struct{}    // when not nil, energy reads wait for it to close
+	lists  chan struct{}    // when not nil, process-list reads wait for it to close
+	fail   int              // the process list cannot be read in this phase (0: never)
+	watts  uint32           // the instant power field (0: 300 W)
+	now    func() time.Time // the meter's clock: utilisation samples are stamped with it
 }
 
 func (s *gpuScript) setPhase(p int) {
@@ -115,8 +116,12 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 				return nil, nvml.ERROR_NOT_FOUND
 			}
 			out := slices.Clone(s.util)
+			base := since
+			if s.now != nil {
+				base = uint64(s.now().UnixMicro())
+			}
 			for i := range out {
-				out[i].TimeStamp = since + uint64(i/2+1)*1000
+				out[i].TimeStamp = base + uint64(i/2+1)
 			}
 			return out, nvml.SUCCESS
 		}
@@ -287,6 +292,9 @@ func TestNVMLSpans(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			m, procRoot := fixtureMeter(t, mockNVML(tc.script))
+			tc.script.mu.Lock()
+			tc.script.now = m.gpu.now
+			tc.script.mu.Unlock()
 			if tc.noNode {
 				if err := os.Remove(filepath.Join(procRoot, "102", "fd", "7")); err != nil {
 					t.Fatal(err)
@@ -1084,6 +1092,27 @@ func TestGPUBusy(t *testing.T) {
 	share, busy := g.shares(a, nil, []int{0}, func(p uint32) bool { return p == 7 }, t0, t0.Add(time.Second))
 	if !near(busy, 0.4) || share != 0 {
 		t.Fatalf("shares = %v, busy = %v; want share 0 (another process's sample), 0.4 GPUs busy", share, busy)
+	}
+}
+
+// TestGPUSamplesByOwnTime: a utilisation sample counts for a span by its own time stamp, not
+// by when a read returned it: another process's sample stamped before the span, read during it
+// (NVML's first read returns its whole buffer), is not the span's; one stamped inside it, read
+// after it, is.
+func TestGPUSamplesByOwnTime(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	us := func(d time.Duration) uint64 { return uint64(t0.Add(d).UnixMicro()) }
+	tree := func(p uint32) bool { return p == 7 }
+	a := &gpuAlign{snap: gpuSnap{pids: [][]uint32{{7}}, perr: []error{nil}, at: t0}}
+	g := &gpus{devs: []gpuDevice{&stepDevice{values: []uint64{1}}}, now: time.Now, closed: true, logs: []devLog{{util: []utilRead{
+		{at: t0.Add(100 * time.Millisecond), procUtil: procUtil{PID: 9, TimeStamp: us(-time.Second), SM: 90}},
+		{at: t0.Add(100 * time.Millisecond), procUtil: procUtil{PID: 7, TimeStamp: us(50 * time.Millisecond), SM: 60}}}}}}
+	if share, busy := g.shares(a, nil, []int{0}, tree, t0, t0.Add(time.Second)); share != 1 || !near(busy, 0.6) {
+		t.Fatalf("a foreign sample stamped a second before the span: share %v, busy %v; want 1, 0.6", share, busy)
+	}
+	g.logs[0].util = append(g.logs[0].util, utilRead{at: t0.Add(2 * time.Second), procUtil: procUtil{PID: 9, TimeStamp: us(900 * time.Millisecond), SM: 10}})
+	if share, _ := g.shares(a, nil, []int{0}, tree, t0, t0.Add(time.Second)); share != 0 {
+		t.Fatalf("a foreign sample stamped inside the span, read after it: share %v, want 0", share)
 	}
 }
 

@@ -17,7 +17,7 @@ type devLog struct {
 }
 
 // utilRead is a utilisation sample and when the sampler read it: a sample counts for a span
-// when its own time stamp, or the read that returned it, falls within the span.
+// when its own time stamp falls within the span (at only ages it out of the log).
 type utilRead struct {
 	at time.Time
 	procUtil

@@ -182,6 +182,7 @@ muts = [
  ("samplers never stop while the meter is open", "sampler.go", "\t\tif g.refs <= 0 || g.closed {", "\t\tif g.closed {"),
  ("samplers' span count never released", "sampler.go", "func (g *gpus) release() { g.refs-- }", "func (g *gpus) release() {}"),
  ("Close does not wait for the spans' background reads", "gpu.go", "\tg.stopSamplers()\n\tg.bg.Wait()\n", "\tg.stopSamplers()\n"),
+ ("utilisation samples matched by when they were read", "gpu.go", "\t\t\t\tif s.TimeStamp < from || s.TimeStamp > to {", "\t\t\t\tif (s.TimeStamp < from || s.TimeStamp > to) && (s.at.Before(start) || s.at.After(endT)) {"),
  ("provisional figure not flagged", "rules.go", "\t\t\tif s.GPUProvisional {\n\t\t\t\tf.Provisional = true", "\t\t\tif false {\n\t\t\t\tf.Provisional = true"),
  ("provisional High without the ceiling since the last update", "gpu.go", "r.High += float64(ej-e0)/1000 + ceil*(since+2*g.poll).Seconds()", "r.High += float64(ej-e0) / 1000"),
  ("Settled gives End's figure", "span.go", "\tcase <-s.settle:\n\t\treturn s.settledFig, nil", "\tcase <-s.settle:\n\t\treturn s.fig, nil"),
