@@ -1133,3 +1133,49 @@ func TestNVMLOverlapNoSettle(t *testing.T) {
 		}
 	}
 }
+
+// TestSamplerLogBounded: a device's log keeps one run per list (an unchanged list every poll
+// of a long stream is one entry), stays within maxRuns and maxPower however long a span
+// stays open, and loses no evidence when it merges: a foreign PID or an unreadable list seen
+// early stays seen. A run that began before a span and lasted into it is the span's.
+func TestSamplerLogBounded(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	at := func(k int) time.Time { return t0.Add(time.Duration(k) * 5 * time.Millisecond) }
+	var l devLog
+	for k := range 5000 {
+		l.addRead(at(k), []uint32{7, 3}, nil)
+	}
+	if len(l.reads) != 1 || !l.reads[0].at.Equal(at(0)) || !l.reads[0].until.Equal(at(4999)) || !slices.Equal(l.reads[0].pids, []uint32{3, 7}) {
+		t.Fatalf("an unchanged list: %d runs, first %+v", len(l.reads), l.reads[0])
+	}
+	g := &gpus{devs: []gpuDevice{&stepDevice{values: []uint64{1}}}, logs: []devLog{l}}
+	n := 0
+	g.seenBetween(0, at(100), at(101), func(pidRead) { n++ })
+	if n != 1 || !g.sampledBetween(at(100), at(101)) {
+		t.Fatalf("a run over the span: seen %d times", n)
+	}
+
+	l = devLog{}
+	l.addRead(at(0), nil, errors.New("unreadable"))
+	l.addRead(at(1), []uint32{7, 9}, nil)
+	for k := 2; k < 6000; k++ {
+		l.addRead(at(k), []uint32{7, uint32(100 + k%2)}, nil)
+	}
+	if len(l.reads) > maxRuns {
+		t.Fatalf("%d runs, more than %d", len(l.reads), maxRuns)
+	}
+	var foreign, unknown bool
+	for _, r := range l.reads {
+		foreign = foreign || slices.Contains(r.pids, 9)
+		unknown = unknown || r.err != nil
+	}
+	if !foreign || !unknown || !l.reads[0].at.Equal(at(0)) || !l.reads[len(l.reads)-1].until.Equal(at(5999)) {
+		t.Fatalf("merged runs lost evidence: foreign PID %v, unreadable list %v, from %v to %v", foreign, unknown, l.reads[0].at, l.reads[len(l.reads)-1].until)
+	}
+	for k := range 10000 {
+		l.addPower(at(k), 100)
+	}
+	if len(l.power) > maxPower || !l.power[0].at.Equal(at(0)) {
+		t.Fatalf("%d power readings, more than %d, or the oldest lost", len(l.power), maxPower)
+	}
+}
