@@ -168,7 +168,7 @@ muts = [
  ("split: the mark books no edge", "phase.go", "\ts.m.bookMark(s.b, procs, cg, s.m.opts.now())\n", "\t_, _ = procs, cg\n"),
  # Issue 27: sole use proven over the whole span, no wait on the response, physics, edges.
  ("GPU sampler's process lists ignored", "gpu.go", "\tg.seenBetween(i, start, endT, func(r pidRead) { out = append(out, r) })\n", ""),
- ("GPU process lists not read mid-span", "sampler.go", "\t\tl.reads = append(l.reads, pidRead{at: at, pids: pids, err: err})\n", "\t\t_, _, _ = at, pids, err\n"),
+ ("GPU process lists not read mid-span", "sampler.go", "\t\tl.addRead(at, pids, err)\n", "\t\t_, _, _ = at, pids, err\n"),
  ("foreign process on the device not another user", "gpu.go", "\t\t\t\tif !inTree(p) {\n\t\t\t\t\tothers = true\n", "\t\t\t\tif !inTree(p) && false {\n\t\t\t\t\tothers = true\n"),
  ("unreadable process list taken as empty (share)", "gpu.go", "\t\t\t\tothers = true // unknown, not empty\n", ""),
  ("unreadable process list taken as empty (exact zero)", "gpu.go", "\t\t\t\tunknown = true\n", ""),
