@@ -14,7 +14,7 @@ import (
 // backendState is a backend, its cached root process and its last walked tree. It is safe for
 // concurrent use.
 type backendState struct {
-	cores  float64 // treeCores, read at New
+	coresC coresCache // treeCores for the tree's last PIDs
 	info   BackendInfo
 	local  bool
 	port   int

@@ -77,8 +77,12 @@ type gpus struct {
 	closed   bool
 	logs     []devLog
 	samplers sync.WaitGroup
-	live     map[*gpuAlign]struct{} // the spans that hold the samplers
-	oldest   time.Time              // when the oldest of them began
+	// bg counts Begin's and settle's background goroutines, which read NVML and /proc: close
+	// waits for them before shutting NVML down. Added to only under mu before shut (track).
+	bg     sync.WaitGroup
+	shut   bool                   // close began: no more background reads
+	live   map[*gpuAlign]struct{} // the spans that hold the samplers
+	oldest time.Time              // when the oldest of them began
 }
 
 // quietFor is how long no span must have been open on the GPUs for a board's power
@@ -114,7 +118,16 @@ type gpuAlign struct {
 // milliseconds of NVML's time. Then it waits for the update after it (align).
 func (g *gpus) begin(inTree func(uint32) bool) *gpuAlign {
 	a := g.book(g.now())
+	if !g.track() {
+		// Closed: NVML is shut down, or about to be. Nothing is read; no GPU figure.
+		a.err = errClosed
+		close(a.listed)
+		close(a.snapped)
+		close(a.done)
+		return a
+	}
 	go func() {
+		defer g.bg.Done()
 		s := &a.snap
 		g.size(s)
 		t0 := g.now()
@@ -530,13 +543,13 @@ func (g *gpus) provisional(a *gpuAlign, inTree func(uint32) bool, start, endT ti
 	begun := listed(a)
 	if !begun && !g.sampledBetween(start, endT) {
 		// Begin's snapshot is still being read (NVML is busy) and no sampler has read a process
-		// list since: whether the tree used a GPU is not known yet. Nothing above the boards'
-		// ceiling over the span.
-		r := gpuResult{Used: true, Share: 1, Provisional: true, SubPeriod: true}
+		// list since: whether the tree used a GPU, and alone, is not known yet, so the figure
+		// has no GPU part, pending (partial), until the settled one reads the lists. Its High
+		// holds what the boards can draw over the span.
+		r := gpuResult{Unknown: true, Share: 1, Provisional: true}
 		for i := range g.devs {
 			r.LimitW += g.limitOf(i)
 		}
-		r.High = gpuExcursion * r.LimitW * endT.Sub(start).Seconds()
 		return r
 	}
 	r := gpuResult{Share: 1}
@@ -708,8 +721,8 @@ func (g *gpus) shares(a *gpuAlign, end *gpuSnap, used []int, inTree func(uint32)
 		g.mu.Lock()
 		if i < len(g.logs) {
 			for _, s := range g.logs[i].util {
-				if (s.TimeStamp < from || s.TimeStamp > to) && (s.at.Before(start) || s.at.After(endT)) {
-					continue
+				if s.TimeStamp < from || s.TimeStamp > to {
+					continue // the sample's own time, not when a read returned it
 				}
 				stamps[s.TimeStamp] = true
 				if inTree(s.PID) {
@@ -895,11 +908,31 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
+// errClosed says the meter was closed before the span's GPU side could be read.
+var errClosed = errors.New("meter: closed")
+
+// track counts one more background goroutine of a span's (bg), unless close began.
+func (g *gpus) track() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut {
+		return false
+	}
+	g.bg.Add(1)
+	return true
+}
+
+// close stops the samplers, waits for the spans' background goroutines (each bounded by the
+// wait for a counter update), then shuts NVML down.
 func (g *gpus) close() error {
 	if g == nil {
 		return nil
 	}
+	g.mu.Lock()
+	g.shut = true
+	g.mu.Unlock()
 	g.stopSamplers()
+	g.bg.Wait()
 	if g.closeFn == nil {
 		return nil
 	}

@@ -304,7 +304,7 @@ func TestH200Table(t *testing.T) {
 		h.add([]h200Load{{to: time.Hour, w: 400}}, []h200Proc{{pid: 102, to: time.Hour}, {pid: 4242, to: time.Hour}})
 		for k := range 14 {
 			end, f, _ := h200Span(t, m, h, 200*time.Millisecond, 300, nil)
-			if f.Coverage != energy.CoveragePartial || !strings.Contains(f.Reason, ReasonGPUShared) || end.Coverage == energy.CoverageWhole && !end.Provisional {
+			if f.Coverage != energy.CoveragePartial || !strings.Contains(f.Reason, ReasonGPUShared) || end.Coverage == energy.CoverageWhole {
 				t.Fatalf("call %d: End %+v, settled %+v; want gpu-shared", k, end, f)
 			}
 		}

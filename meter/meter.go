@@ -198,9 +198,6 @@ func newMeter(o Options) (*Meter, error) {
 		}
 		m.backends[b.Name] = newBackendState(b, o.SysfsRoot)
 	}
-	for _, b := range m.backends {
-		b.cores = m.treeCores(b)
-	}
 	return m, nil
 }
 

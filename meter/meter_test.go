@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -332,17 +332,78 @@ func TestNoProcessHostJPerToken(t *testing.T) {
 	}
 }
 
-// TestTreeCores: the cap on a tree's CPU time counts the cores it may run on: this process's,
-// no more than its cgroup's CPU quota, and no more than the backend's own cgroup's.
+// TestTreeCores: the cap on a tree's CPU time counts the cores the tree may run on: the
+// host's online CPUs, no more than its processes' affinities together, no more than the quotas
+// of their cgroups (each the tightest of a cgroup and its ancestors, summed over the tree's
+// cgroups), no more than the backend's own cgroup's; never the proxy's own limits.
 func TestTreeCores(t *testing.T) {
 	m, procRoot := cpuFixtureMeter(t, func(o *Options) { o.RAPL = "off" })
-	host := float64(runtime.NumCPU())
-	if c := m.treeCores(m.backends["ollama"]); c != host {
-		t.Fatalf("no quota: %v cores, want %v", c, host)
+	sys := m.opts.SysfsRoot
+	mkdir := func(p string) {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	writeFile(t, filepath.Join(procRoot, "cgroup", "ollama.service", "cpu.max"), "50000 100000\n")
-	if c := m.treeCores(m.backends["cgroup"]); c != 0.5 {
-		t.Fatalf("the backend's cgroup at half a core: %v cores", c)
+	tree := []int{100, 101, 102}
+	mkdir(filepath.Join(sys, "devices", "system", "cpu"))
+	writeFile(t, filepath.Join(sys, "devices", "system", "cpu", "online"), "0-63\n")
+	if c := m.treeCores(m.backends["ollama"], tree); c != 64 {
+		t.Fatalf("no affinity, no quota read: %v cores, want the host's 64", c)
+	}
+	// The proxy's own cgroup at a quarter core says nothing of the backend's.
+	mkdir(filepath.Join(procRoot, "self"))
+	writeFile(t, filepath.Join(procRoot, "self", "cgroup"), "0::/proxy.slice\n")
+	mkdir(filepath.Join(sys, "fs", "cgroup", "proxy.slice"))
+	writeFile(t, filepath.Join(sys, "fs", "cgroup", "proxy.slice", "cpu.max"), "25000 100000\n")
+	if c := m.treeCores(m.backends["ollama"], tree); c != 64 {
+		t.Fatalf("the proxy's cgroup capped the tree: %v cores, want 64", c)
+	}
+	for pid, cpus := range map[int]string{100: "0-1", 101: "1-2", 102: "8"} {
+		writeFile(t, filepath.Join(procRoot, strconv.Itoa(pid), "status"), "Name:\tx\nCpus_allowed:\tff\nCpus_allowed_list:\t"+cpus+"\nVoluntary_ctxt_switches:\t1\n")
+	}
+	if c := m.treeCores(m.backends["ollama"], tree); c != 4 {
+		t.Fatalf("affinities 0-1, 1-2 and 8: %v cores, want 4", c)
+	}
+	for pid, cg := range map[int]string{100: "/backend.slice/a", 101: "/backend.slice/a", 102: "/backend.slice/b"} {
+		writeFile(t, filepath.Join(procRoot, strconv.Itoa(pid), "cgroup"), "1:cpu:/\n0::"+cg+"\n")
+	}
+	mkdir(filepath.Join(sys, "fs", "cgroup", "backend.slice", "a"))
+	mkdir(filepath.Join(sys, "fs", "cgroup", "backend.slice", "b"))
+	writeFile(t, filepath.Join(sys, "fs", "cgroup", "backend.slice", "cpu.max"), "300000 100000\n")
+	writeFile(t, filepath.Join(sys, "fs", "cgroup", "backend.slice", "a", "cpu.max"), "50000 100000\n")
+	writeFile(t, filepath.Join(sys, "fs", "cgroup", "backend.slice", "b", "cpu.max"), "max 100000\n")
+	if c := m.treeCores(m.backends["ollama"], tree); c != 3.5 {
+		t.Fatalf("cgroups a (half a core) and b (its parent's 3): %v cores, want 3.5", c)
+	}
+	writeFile(t, filepath.Join(procRoot, "cgroup", "ollama.service", "cpu.max"), "20000 100000\n")
+	if c := m.treeCores(m.backends["cgroup"], tree); c != 0.2 {
+		t.Fatalf("the backend's cgroup at a fifth of a core: %v cores", c)
+	}
+	// Cached per set of PIDs: read again when the tree changes.
+	b := m.backends["ollama"]
+	ps := func(pids ...int) []procSample {
+		var out []procSample
+		for _, p := range pids {
+			out = append(out, procSample{pid: p})
+		}
+		return out
+	}
+	if c := m.coresOf(b, ps(100, 101), ps(101, 102)); c != 3.5 {
+		t.Fatalf("coresOf: %v, want 3.5", c)
+	}
+	if c := m.coresOf(b, ps(102), nil); c != 1 {
+		t.Fatalf("coresOf the tree of 102 alone (affinity 8): %v, want 1", c)
+	}
+}
+
+// TestCPUCappedAtCores: a tree whose CPU clocks (read in ticks, at instants that are not the
+// span's edges) came to more than its cores could run over the span is billed the cores × the
+// wall time, its bounds no higher (issue 34); the cores are the tree's (here: pinned to one),
+// not the proxy's (its cgroup at a quarter core).
+func TestCPUCappedAtCores(t *testing.T) {
+	m, procRoot := cpuFixtureMeter(t, func(o *Options) { o.RAPL = "off" })
+	for _, pid := range []int{100, 101, 102} {
+		writeFile(t, filepath.Join(procRoot, strconv.Itoa(pid), "status"), "Cpus_allowed_list:\t3\n")
 	}
 	if err := os.MkdirAll(filepath.Join(procRoot, "self"), 0o755); err != nil {
 		t.Fatal(err)
@@ -352,28 +413,15 @@ func TestTreeCores(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, filepath.Join(dir, "cpu.max"), "max 100000\n")
-	if c := m.treeCores(m.backends["ollama"]); c != host {
-		t.Fatalf("a cgroup without a quota: %v cores, want %v", c, host)
-	}
 	writeFile(t, filepath.Join(dir, "cpu.max"), "25000 100000\n")
-	if c := m.treeCores(m.backends["ollama"]); c != 0.25 {
-		t.Fatalf("this process's cgroup at a quarter core: %v cores", c)
-	}
-}
-
-// TestCPUCappedAtCores: a tree whose CPU clocks (read in ticks, at instants that are not the
-// span's edges) came to more than its cores could run over the span is billed the cores × the
-// wall time, its bounds no higher (issue 34).
-func TestCPUCappedAtCores(t *testing.T) {
-	m, _ := cpuFixtureMeter(t, func(o *Options) { o.RAPL = "off" })
-	cores := m.backends["ollama"].cores
+	const cores = 1.0
 	s := m.Begin("ollama")
 	cpuBurst(t, m, 1, 3*cores, 0)
 	f := s.End(Work{})
-	wall := time.Duration(f.Inputs.All()[0].WallNS).Seconds()
-	if most := cores * wall * DefaultCPUWattsPerCore; f.Method != MethodCPUTimeModel || !near(f.CPUJoules, most) || f.High > most*energy.CPUModelHigh+1e-9 {
-		t.Fatalf("figure %+v; want %v J (%v cores × %v s × 10 W), High no more than ×1.5", f, most, cores, wall)
+	in := f.Inputs.All()[0]
+	wall := time.Duration(in.WallNS).Seconds()
+	if most := cores * wall * DefaultCPUWattsPerCore; in.Cores != cores || f.Method != MethodCPUTimeModel || !near(f.CPUJoules, most) || f.High > most*energy.CPUModelHigh+1e-9 {
+		t.Fatalf("figure %+v (%v cores recorded); want %v J (%v cores × %v s × 10 W), High no more than ×1.5", f, in.Cores, most, cores, wall)
 	}
 	if d, err := Recompute(f); err != nil || Disagreement(f, d) != "" {
 		t.Fatalf("recompute: %v %s", err, Disagreement(f, d))

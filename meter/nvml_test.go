@@ -33,9 +33,11 @@ type gpuScript struct {
 	pids   func(phase int) []uint32
 	util   []nvml.ProcessUtilizationSample
 	phase  int
-	gate   chan struct{} // when not nil, energy reads wait for it to close
-	fail   int           // the process list cannot be read in this phase (0: never)
-	watts  uint32        // the instant power field (0: 300 W)
+	gate   chan struct{}    // when not nil, energy reads wait for it to close
+	lists  chan struct{}    // when not nil, process-list reads wait for it to close
+	fail   int              // the process list cannot be read in this phase (0: never)
+	watts  uint32           // the instant power field (0: 300 W)
+	now    func() time.Time // the meter's clock: utilisation samples are stamped with it
 }
 
 func (s *gpuScript) setPhase(p int) {
@@ -90,6 +92,12 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 		}
 		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
 			s.mu.Lock()
+			lists := s.lists
+			s.mu.Unlock()
+			if lists != nil {
+				<-lists
+			}
+			s.mu.Lock()
 			defer s.mu.Unlock()
 			if s.fail != 0 && s.phase == s.fail {
 				return nil, nvml.ERROR_UNKNOWN
@@ -108,8 +116,12 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 				return nil, nvml.ERROR_NOT_FOUND
 			}
 			out := slices.Clone(s.util)
+			base := since
+			if s.now != nil {
+				base = uint64(s.now().UnixMicro())
+			}
 			for i := range out {
-				out[i].TimeStamp = since + uint64(i/2+1)*1000
+				out[i].TimeStamp = base + uint64(i/2+1)
 			}
 			return out, nvml.SUCCESS
 		}
@@ -280,6 +292,9 @@ func TestNVMLSpans(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			m, procRoot := fixtureMeter(t, mockNVML(tc.script))
+			tc.script.mu.Lock()
+			tc.script.now = m.gpu.now
+			tc.script.mu.Unlock()
 			if tc.noNode {
 				if err := os.Remove(filepath.Join(procRoot, "102", "fd", "7")); err != nil {
 					t.Fatal(err)
@@ -440,6 +455,157 @@ func TestNVMLForeignThroughout(t *testing.T) {
 		if err != nil || f.Coverage != energy.CoveragePartial || sf.Coverage != energy.CoveragePartial || !strings.Contains(sf.Reason, ReasonGPUShared) {
 			t.Fatalf("call %d: End %+v, settled %+v; want gpu-shared", k, f, sf)
 		}
+	}
+}
+
+// TestNVMLPendingBeforeLists: NVML held so that neither Begin's process lists nor a sampler's
+// have been read when the call ends: End's figure cannot know whether the tree was the GPU's
+// sole user, so it has no GPU part (partial, gpu-pending, provisional) with a High that holds
+// what the boards can draw. With a foreign process on the GPU the settled figure is gpu-shared;
+// with the tree alone, whole, and within the pending figure's High.
+func TestNVMLPendingBeforeLists(t *testing.T) {
+	for _, foreign := range []bool{true, false} {
+		pids := []uint32{102}
+		if foreign {
+			pids = append(pids, 4242)
+		}
+		pendingThenSettled(t, pids, foreign)
+	}
+}
+
+func pendingThenSettled(t *testing.T, pids []uint32, foreign bool) {
+	t.Helper()
+	script := &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return pids }}
+	m, _ := fixtureMeter(t, mockNVML(script))
+	held := make(chan struct{})
+	script.mu.Lock()
+	script.lists = held
+	script.mu.Unlock()
+	s := m.Begin("ollama")
+	cpuWork(t, m, 0.02, 2)
+	f := s.End(Work{})
+	close(held)
+	sf, err := s.Settled(context.Background())
+	if f.Coverage == energy.CoverageWhole || strings.Contains(f.Method, "nvml") || !f.Provisional ||
+		!strings.Contains(f.Reason, ReasonGPUPending) || f.GPUJoules != 0 {
+		t.Fatalf("End %+v with no process list read; want a pending, partial figure with no GPU part", f)
+	}
+	if err != nil || sf.Provisional {
+		t.Fatalf("settled %+v (%v)", sf, err)
+	}
+	if shared := sf.Coverage == energy.CoveragePartial && strings.Contains(sf.Reason, ReasonGPUShared); shared != foreign {
+		t.Fatalf("foreign process %v: settled %+v", foreign, sf)
+	}
+	if !foreign && (sf.Coverage != energy.CoverageWhole || sf.GPUJoules <= 0) {
+		t.Fatalf("the tree alone on the GPU: settled %+v; want a whole GPU figure", sf)
+	}
+	if sf.Joules > f.High+1e-9 || sf.High > f.High+1e-9 {
+		t.Fatalf("the pending %+v does not hold the settled %+v", f, sf)
+	}
+}
+
+// TestNVMLSamplersStop: the samplers run while a span is open or unsettled, and stop once
+// none is: after End and Settled every device's sampler stops, and its reads stop counting.
+func TestNVMLSamplersStop(t *testing.T) {
+	script := &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }}
+	m, _ := fixtureMeter(t, mockNVML(script))
+	s := m.Begin("ollama")
+	<-s.c.gpuAlign.done
+	waitSampled(t, m.gpu, 0, 1)
+	cpuWork(t, m, 0.2, 2)
+	s.End(Work{})
+	if _, err := s.Settled(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	running := func() bool {
+		m.gpu.mu.Lock()
+		defer m.gpu.mu.Unlock()
+		for _, l := range m.gpu.logs {
+			if l.running {
+				return true
+			}
+		}
+		return false
+	}
+	// Bounded only to catch a sampler that never stops, not a timing assertion.
+	for deadline := time.Now().Add(30 * time.Second); running(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a sampler still runs with no span open or unsettled")
+		}
+	}
+	m.gpu.mu.Lock()
+	n := m.gpu.logs[0].n
+	m.gpu.mu.Unlock()
+	time.Sleep(20 * time.Millisecond) // room for a stray read; passing does not depend on it
+	m.gpu.mu.Lock()
+	defer m.gpu.mu.Unlock()
+	if m.gpu.logs[0].n != n || m.gpu.refs != 0 {
+		t.Fatalf("reads went on (%d → %d) or spans still hold the samplers (%d)", n, m.gpu.logs[0].n, m.gpu.refs)
+	}
+}
+
+// gateDevice is a profileDevice whose energy reads wait for gate, saying each time on entered
+// that one began; after counts its reads begun after shut was set (NVML shut down).
+type gateDevice struct {
+	profileDevice
+	entered, gate chan struct{}
+	shut          atomic.Bool
+	after         atomic.Int32
+}
+
+func (d *gateDevice) EnergyMJ() (uint64, error) {
+	if d.shut.Load() {
+		d.after.Add(1)
+	}
+	select {
+	case d.entered <- struct{}{}:
+	default:
+	}
+	<-d.gate
+	return d.profileDevice.EnergyMJ()
+}
+
+// TestNVMLCloseWaits: Close waits for Begin's background reads before it shuts NVML down: no
+// NVML call after the shutdown, and Begin's goroutine has finished by then.
+func TestNVMLCloseWaits(t *testing.T) {
+	clk := newFakeClock()
+	d := &gateDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 50}, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	var early atomic.Bool
+	var al *gpuAlign
+	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}, closed: true}
+	g.closeFn = func() error {
+		select {
+		case <-al.done:
+		default:
+			early.Store(true) // Begin's reads still in flight
+		}
+		d.shut.Store(true)
+		return nil
+	}
+	al = g.begin(func(p uint32) bool { return p == 7 })
+	<-d.entered // Begin's energy read is held
+	closed := make(chan error)
+	go func() { closed <- g.close() }()
+	// Release the read once close has begun (and, without the wait, likely shut NVML down).
+	for {
+		g.mu.Lock()
+		shut := g.shut
+		g.mu.Unlock()
+		if shut {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond) // room for a close that does not wait; passing does not depend on it
+	close(d.gate)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if early.Load() || d.after.Load() != 0 {
+		t.Fatalf("NVML shut down with Begin's reads in flight (%v), %d reads after it", early.Load(), d.after.Load())
+	}
+	if g.track() {
+		t.Fatal("a background goroutine counted after close")
 	}
 }
 
@@ -929,6 +1095,27 @@ func TestGPUBusy(t *testing.T) {
 	}
 }
 
+// TestGPUSamplesByOwnTime: a utilisation sample counts for a span by its own time stamp, not
+// by when a read returned it: another process's sample stamped before the span, read during it
+// (NVML's first read returns its whole buffer), is not the span's; one stamped inside it, read
+// after it, is.
+func TestGPUSamplesByOwnTime(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	us := func(d time.Duration) uint64 { return uint64(t0.Add(d).UnixMicro()) }
+	tree := func(p uint32) bool { return p == 7 }
+	a := &gpuAlign{snap: gpuSnap{pids: [][]uint32{{7}}, perr: []error{nil}, at: t0}}
+	g := &gpus{devs: []gpuDevice{&stepDevice{values: []uint64{1}}}, now: time.Now, closed: true, logs: []devLog{{util: []utilRead{
+		{at: t0.Add(100 * time.Millisecond), procUtil: procUtil{PID: 9, TimeStamp: us(-time.Second), SM: 90}},
+		{at: t0.Add(100 * time.Millisecond), procUtil: procUtil{PID: 7, TimeStamp: us(50 * time.Millisecond), SM: 60}}}}}}
+	if share, busy := g.shares(a, nil, []int{0}, tree, t0, t0.Add(time.Second)); share != 1 || !near(busy, 0.6) {
+		t.Fatalf("a foreign sample stamped a second before the span: share %v, busy %v; want 1, 0.6", share, busy)
+	}
+	g.logs[0].util = append(g.logs[0].util, utilRead{at: t0.Add(2 * time.Second), procUtil: procUtil{PID: 9, TimeStamp: us(900 * time.Millisecond), SM: 10}})
+	if share, _ := g.shares(a, nil, []int{0}, tree, t0, t0.Add(time.Second)); share != 0 {
+		t.Fatalf("a foreign sample stamped inside the span, read after it: share %v, want 0", share)
+	}
+}
+
 // TestNVMLOverlapNoSettle: overlapping spans have no GPU figure (span-overlap), so neither is
 // provisional and neither reads the counter at its end.
 func TestNVMLOverlapNoSettle(t *testing.T) {
@@ -944,5 +1131,51 @@ func TestNVMLOverlapNoSettle(t *testing.T) {
 		if f.Provisional || s.settle != nil || !strings.Contains(f.Reason, ReasonSpanOverlap) || f.Coverage != energy.CoveragePartial {
 			t.Fatalf("End = %+v (settling %v); want a final figure without a GPU part", f, s.settle != nil)
 		}
+	}
+}
+
+// TestSamplerLogBounded: a device's log keeps one run per list (an unchanged list every poll
+// of a long stream is one entry), stays within maxRuns and maxPower however long a span
+// stays open, and loses no evidence when it merges: a foreign PID or an unreadable list seen
+// early stays seen. A run that began before a span and lasted into it is the span's.
+func TestSamplerLogBounded(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	at := func(k int) time.Time { return t0.Add(time.Duration(k) * 5 * time.Millisecond) }
+	var l devLog
+	for k := range 5000 {
+		l.addRead(at(k), []uint32{7, 3}, nil)
+	}
+	if len(l.reads) != 1 || !l.reads[0].at.Equal(at(0)) || !l.reads[0].until.Equal(at(4999)) || !slices.Equal(l.reads[0].pids, []uint32{3, 7}) {
+		t.Fatalf("an unchanged list: %d runs, first %+v", len(l.reads), l.reads[0])
+	}
+	g := &gpus{devs: []gpuDevice{&stepDevice{values: []uint64{1}}}, logs: []devLog{l}}
+	n := 0
+	g.seenBetween(0, at(100), at(101), func(pidRead) { n++ })
+	if n != 1 || !g.sampledBetween(at(100), at(101)) {
+		t.Fatalf("a run over the span: seen %d times", n)
+	}
+
+	l = devLog{}
+	l.addRead(at(0), nil, errors.New("unreadable"))
+	l.addRead(at(1), []uint32{7, 9}, nil)
+	for k := 2; k < 6000; k++ {
+		l.addRead(at(k), []uint32{7, uint32(100 + k%2)}, nil)
+	}
+	if len(l.reads) > maxRuns {
+		t.Fatalf("%d runs, more than %d", len(l.reads), maxRuns)
+	}
+	var foreign, unknown bool
+	for _, r := range l.reads {
+		foreign = foreign || slices.Contains(r.pids, 9)
+		unknown = unknown || r.err != nil
+	}
+	if !foreign || !unknown || !l.reads[0].at.Equal(at(0)) || !l.reads[len(l.reads)-1].until.Equal(at(5999)) {
+		t.Fatalf("merged runs lost evidence: foreign PID %v, unreadable list %v, from %v to %v", foreign, unknown, l.reads[0].at, l.reads[len(l.reads)-1].until)
+	}
+	for k := range 10000 {
+		l.addPower(at(k), 100)
+	}
+	if len(l.power) > maxPower || !l.power[0].at.Equal(at(0)) {
+		t.Fatalf("%d power readings, more than %d, or the oldest lost", len(l.power), maxPower)
 	}
 }

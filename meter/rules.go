@@ -42,6 +42,7 @@ const (
 	ReasonGPUShared       = "gpu-shared"           // the tree had < 99% of the GPU's process time
 	ReasonGPUVanished     = "gpu-process-vanished" // a GPU process of the tree left mid-span
 	ReasonGPUUnattributed = "gpu-unattributed"     // whether the tree used a GPU is unknown (another PID namespace, unreadable descriptors)
+	ReasonGPUPending      = "gpu-pending"          // a provisional figure made before any GPU process list was read: no GPU part yet
 	ReasonProcessVanished = "process-vanished"     // a process of the tree ended mid-span: its CPU time is short
 	ReasonCounterStale    = "counter-stale"        // NVML's counter did not update after the span ended
 	ReasonGPUSubPeriod    = "gpu-sub-period"       // NVML's counter did not update inside the span: its GPU part is a bracket's split
@@ -313,6 +314,15 @@ func attribute(s spanSample) energy.Figure {
 
 	gpuMeasured, gpuMethod := true, ""
 	switch {
+	case !s.GPUUsed && s.GPUUnknown && s.GPUProvisional:
+		// Made before any process list was read: no GPU part until the settled figure proves
+		// (or not) the tree's sole use; its High holds whatever the boards drew over the span.
+		f.Coverage = energy.CoveragePartial
+		f.Provisional = true
+		rs.add(ReasonGPUPending)
+		if s.Legacy == 0 {
+			f.High += gpuCeiling(s)
+		}
 	case !s.GPUUsed && s.GPUUnknown:
 		f.Coverage = energy.CoveragePartial
 		rs.add(ReasonGPUUnattributed)

@@ -1,12 +1,14 @@
 package meter
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
 
-// devLog is what a device's sampler read while spans were open: every process-list read (a
-// list that could not be read is kept, as unknown), the board's instant power, and per-process
+// devLog is what a device's sampler read while spans were open: its process lists, each kept
+// once for the run of reads that gave it (a list that could not be read is kept, as unknown),
+// at most maxRuns runs; the board's instant power, at most maxPower readings; and per-process
 // utilisation samples. g.mu guards it.
 type devLog struct {
 	running bool
@@ -17,17 +19,57 @@ type devLog struct {
 }
 
 // utilRead is a utilisation sample and when the sampler read it: a sample counts for a span
-// when its own time stamp, or the read that returned it, falls within the span.
+// when its own time stamp falls within the span (at only ages it out of the log).
 type utilRead struct {
 	at time.Time
 	procUtil
 }
 
-// pidRead is one read of a device's process list: the PIDs, or why it could not be read.
+// pidRead is a run of reads of a device's process list that gave the same PIDs (sorted), or
+// could not be read: from the first at at to the last at until.
 type pidRead struct {
-	at   time.Time
-	pids []uint32
-	err  error
+	at, until time.Time
+	pids      []uint32
+	err       error
+}
+
+// maxRuns and maxPower bound a device's log while a span stays open for long: a sampler reads
+// every poll (a 1-hour stream: 720,000 reads).
+const (
+	maxRuns  = 1024
+	maxPower = 4096
+)
+
+// addRead logs a process-list read: it extends the last run when it gave the same list (or
+// could not be read either), else starts a run. Past maxRuns, the two oldest runs become one
+// whose list is both lists' PIDs and which is unknown when either was: a process seen then
+// stays seen, only when within the run is lost.
+func (l *devLog) addRead(at time.Time, pids []uint32, err error) {
+	slices.Sort(pids)
+	if n := len(l.reads); n > 0 {
+		last := &l.reads[n-1]
+		if (err != nil) == (last.err != nil) && slices.Equal(last.pids, pids) {
+			last.until = at
+			return
+		}
+	}
+	l.reads = append(l.reads, pidRead{at: at, until: at, pids: pids, err: err})
+	if len(l.reads) > maxRuns {
+		a, b := l.reads[0], l.reads[1]
+		u := slices.Concat(a.pids, b.pids)
+		slices.Sort(u)
+		l.reads[1] = pidRead{at: a.at, until: b.until, pids: slices.Compact(u), err: cmp.Or(a.err, b.err)}
+		l.reads = slices.Delete(l.reads, 0, 1)
+	}
+}
+
+// addPower logs an instant power reading; past maxPower, the two oldest become their mean.
+func (l *devLog) addPower(at time.Time, w float64) {
+	l.power = append(l.power, powerRead{at: at, w: w})
+	if len(l.power) > maxPower {
+		l.power[1] = powerRead{at: l.power[0].at, w: (l.power[0].w + l.power[1].w) / 2}
+		l.power = slices.Delete(l.power, 0, 1)
+	}
 }
 
 // powerRead is one reading of a board's instant power.
@@ -105,9 +147,9 @@ func (g *gpus) sample(i int) {
 		}
 		g.mu.Lock()
 		l := &g.logs[i]
-		l.reads = append(l.reads, pidRead{at: at, pids: pids, err: err})
+		l.addRead(at, pids, err)
 		if werr == nil && w >= 0 {
-			l.power = append(l.power, powerRead{at: wAt, w: w})
+			l.addPower(wAt, w)
 		}
 		for _, u := range util {
 			l.util = append(l.util, utilRead{at: uAt, procUtil: u})
@@ -126,7 +168,7 @@ func (g *gpus) trim(l *devLog, now time.Time) {
 	if !g.oldest.IsZero() && g.oldest.Add(-keepLog).Before(cut) {
 		cut = g.oldest.Add(-keepLog)
 	}
-	if i := slices.IndexFunc(l.reads, func(r pidRead) bool { return !r.at.Before(cut) }); i > 0 {
+	if i := slices.IndexFunc(l.reads, func(r pidRead) bool { return !r.until.Before(cut) }); i > 0 {
 		l.reads = slices.Delete(l.reads, 0, i)
 	}
 	if i := slices.IndexFunc(l.power, func(r powerRead) bool { return !r.at.Before(cut) }); i > 0 {
@@ -135,14 +177,14 @@ func (g *gpus) trim(l *devLog, now time.Time) {
 	l.util = slices.DeleteFunc(l.util, func(u utilRead) bool { return u.at.Before(cut) })
 }
 
-// seenBetween calls f with every process-list read of device i taken within [from, to]. g.mu
-// is held.
+// seenBetween calls f with every run of process-list reads of device i that overlaps
+// [from, to]. g.mu is held.
 func (g *gpus) seenBetween(i int, from, to time.Time, f func(pidRead)) {
 	if i >= len(g.logs) {
 		return
 	}
 	for _, r := range g.logs[i].reads {
-		if !r.at.Before(from) && !r.at.After(to) {
+		if !r.until.Before(from) && !r.at.After(to) {
 			f(r)
 		}
 	}

@@ -162,8 +162,9 @@ func (m *Meter) Begin(backend string) *Span {
 // waits for one: when the backend used a GPU whose counter has not updated past the span's end,
 // its figure is provisional (the counter up to its last update seen, instant power since, with
 // bounds that hold the settled figure), and Settled gives the settled one once the counter
-// updates, read in the background. Options.SettleInline makes End wait for it instead (at most
-// defaultNVMLWait, 250 ms, after the span).
+// updates, read in the background. Options.SettleInline makes End wait for it instead: for
+// Begin's and End's snapshots (NVML's reads queue), then for the update, at most
+// defaultNVMLWait (250 ms) from when that wait begins.
 func (s *Span) End(w Work) energy.Figure {
 	if s.ended {
 		return s.fig
@@ -225,6 +226,14 @@ func (s *Span) End(w Work) energy.Figure {
 	// The counter has not updated past the span's end: settle in the background, off the
 	// request path, unless the configuration wants the final figure inline.
 	s.settle = make(chan struct{})
+	if !m.gpu.track() {
+		// Closed: nothing more is read; End's figure stays as it is.
+		s.settledFig = s.fig
+		m.gpu.spanEnded(s.c.gpuEnd)
+		m.gpu.done(s.c.gpuAlign)
+		close(s.settle)
+		return s.fig
+	}
 	go s.settleGPU(in, e.procs, gpu, w)
 	if m.opts.SettleInline {
 		s.fig, _ = s.Settled(context.Background())
@@ -238,6 +247,7 @@ func (s *Span) End(w Work) energy.Figure {
 // evidence an exact zero needs, as End read it.
 func (s *Span) settleGPU(in spanSample, endProcs []procSample, ev gpuEvidence, w Work) {
 	m, c := s.m, s.c
+	defer m.gpu.bg.Done() // last: close may shut NVML down once it is done
 	defer close(s.settle)
 	defer m.gpu.done(c.gpuAlign)
 	m.gpu.end(c.gpuAlign, &c.gpuB, c.gpuEnd)
@@ -389,7 +399,7 @@ func (s *Span) addTree(in *spanSample, e *endReadings) {
 	in.TreeFound = true
 	in.TreeCPU, in.TreeShort = time.Duration(s.share.cpu), s.share.short
 	if s.b != nil && s.c != nil {
-		in.Cores = s.b.cores
+		in.Cores = s.m.coresOf(s.b, s.c.procsA, e.procs)
 		// A tick per process read at each end (a cgroup's usage_usec: a microsecond).
 		if s.b.cgroup != "" {
 			in.CPUSlack = 2 * time.Microsecond
