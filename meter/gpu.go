@@ -517,19 +517,30 @@ func listed(a *gpuAlign) bool {
 // update after the span ended, so the delta is not short.
 func (g *gpus) attribute(a *gpuAlign, end *gpuSnap, inTree func(uint32) bool, start, endT time.Time) gpuResult {
 	<-a.snapped
-	r := gpuResult{Share: 1}
+	// Shares and utilisation first: they do not depend on the wait.
+	r, used := g.usage(a, end, inTree, start, endT)
+	if !r.Used {
+		return r
+	}
+	j, err := g.joules(&a.snap, end, a, used, start, endT)
+	r.Joules, r.Low, r.High, r.SubPeriod, r.LimitW, r.Err = j.Joules, j.Low, j.High, j.SubPeriod, j.LimitW, err
+	return r
+}
+
+// usage is what attribute and provisional share: the devices the tree used over the span (end
+// is End's snapshot, nil before one is read) and its share and utilisation of them. r.Used is
+// false when it used none (r.Unknown when that is not known); r is then complete.
+func (g *gpus) usage(a *gpuAlign, end *gpuSnap, inTree func(uint32) bool, start, endT time.Time) (r gpuResult, used []int) {
+	r = gpuResult{Share: 1}
 	used, vanished, unknown := g.usedDevices(a, end, inTree, start, endT)
 	r.Vanished = vanished
 	if len(used) == 0 {
 		r.Unknown = unknown
-		return r
+		return r, nil
 	}
 	r.Used = true
-	// Shares and utilisation first: they do not depend on the wait.
 	r.Share, r.Busy = g.shares(a, end, used, inTree, start, endT)
-	j, err := g.joules(&a.snap, end, a, used, start, endT)
-	r.Joules, r.Low, r.High, r.SubPeriod, r.LimitW, r.Err = j.Joules, j.Low, j.High, j.SubPeriod, j.LimitW, err
-	return r
+	return r, used
 }
 
 // provisional is the GPU side of a span as End knows it at once, reading nothing: the process
@@ -552,15 +563,10 @@ func (g *gpus) provisional(a *gpuAlign, inTree func(uint32) bool, start, endT ti
 		}
 		return r
 	}
-	r := gpuResult{Share: 1}
-	used, vanished, unknown := g.usedDevices(a, nil, inTree, start, endT)
-	r.Vanished = vanished
-	if len(used) == 0 {
-		r.Unknown = unknown
+	r, used := g.usage(a, nil, inTree, start, endT)
+	if !r.Used {
 		return r
 	}
-	r.Used = true
-	r.Share, r.Busy = g.shares(a, nil, used, inTree, start, endT)
 	for _, i := range used {
 		if begun && !a.mine[i] {
 			r.Err = fmt.Errorf("gpu %d %s: %w", i, g.devs[i].Name(), ErrGPULate)
@@ -855,9 +861,9 @@ func (g *gpus) joules(begin, end *gpuSnap, align *gpuAlign, used []int, start, e
 
 // clampSplit keeps a bracket's part (j of joules, over ours of the bracket, the rest lasting
 // rest) within what the board can draw: no more than its ceiling over ours, no less than what
-// the bracket holds beyond its ceiling over the rest, and within [0, joules]. A split by idle
-// power gives a span everything the bracket moved above idle, however short the span: a
-// 2.4 ms span got 4.6 to 6.7 J (1.9 to 2.8 kW) on an H200 capped at 700 W.
+// the bracket holds beyond its ceiling over the rest, and within [0, joules]. Without it, a split
+// by idle power would give a short span everything the bracket moved above idle, far above what
+// the board can draw over the span.
 func clampSplit(j, joules float64, ours, rest time.Duration, ceil float64) float64 {
 	lo := max(joules-ceil*max(rest, 0).Seconds(), 0)
 	hi := min(joules, ceil*max(ours, 0).Seconds())

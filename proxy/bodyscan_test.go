@@ -72,8 +72,7 @@ func errorOf(t *testing.T, body []byte) (param, code, message string) {
 // A body shaped to amplify (millions of empty messages, content parts, tool calls, stop
 // sequences, embedding inputs; deep nesting) is refused with a 400 naming the bound, and
 // decoding it allocates a small multiple of its bytes: the body itself, read into one buffer of
-// its declared length, and little else. Before the bounds, 3.4 million empty messages (10.2 MB)
-// decoded into about a gigabyte.
+// its declared length, and little else.
 func TestHostileBodyDecodesWithinItsBytes(t *testing.T) {
 	const big = 3_400_000 // `{},` three bytes each: 10.2 MB, under the default 10 MiB limit
 	user := `{"role":"user","content":"hi"}`
