@@ -1,7 +1,9 @@
 // Package cluster is the Redis plumbing that lets several eoc-proxy replicas share the exact
-// cache, kv learning, joule budgets and rate limits. It is the only package that imports the
-// Redis client: the cascade and the edge declare the small interfaces they need (cache.Remote,
-// kv.Shared, proxy.SharedBudgets, proxy.SharedLimits) and this package implements them.
+// cache, kv learning, joule budgets and rate limits.
+//
+// It is the only package that imports the Redis client: the cascade and the edge declare the
+// small interfaces they need (cache.Remote, kv.Shared, proxy.SharedBudgets, proxy.SharedLimits)
+// and this package implements them.
 //
 // Redis going away degrades, never fails: every operation returns ErrDown (or the cache a miss)
 // at once while Redis is unreachable, the callers fall back to their local state, the outage is

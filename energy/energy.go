@@ -1,7 +1,9 @@
 // Package energy is the one shape of what a call cost: the meter computes a Figure, the cascade's
 // Answer carries it, the proxy renders it (headers, trailers, the eoc chunk), and the ledger
-// stores it. A Receipt vouches for one Figure and hashes it. The package is a leaf: it imports
-// nothing of the project's.
+// stores it.
+//
+// A Receipt vouches for one Figure and hashes it. The package is a leaf: it imports nothing of
+// the project's.
 package energy
 
 import (

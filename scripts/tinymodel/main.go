@@ -1,5 +1,7 @@
-// Command tinymodel creates the eoc-tiny test models in the Ollama at
-// $OLLAMA_HOST (default 127.0.0.1:11434):
+// Command tinymodel creates the eoc-tiny test models in the Ollama at $OLLAMA_HOST (default
+// 127.0.0.1:11434), or only writes the model file.
+//
+// Usage:
 //
 //	OLLAMA_HOST=127.0.0.1:11434 go run ./scripts/tinymodel
 //	go run ./scripts/tinymodel -o eoc-tiny.gguf   # only write the file
