@@ -16,8 +16,8 @@ const module = "github.com/eoc-proxy/eoc-proxy"
 // every model call goes through a backend and a meter span.
 var modelClients = []string{"net/http", "github.com/ollama/ollama/api", "github.com/sashabaranov/go-openai", "github.com/openai/openai-go"}
 
-// TestLayers keeps the house's boundaries (the root ARCHITECTURE.md, section "Never"): for each directory, the
-// imports its non-test files may not have. Tests may import what they like.
+// TestLayers keeps the house's boundaries (ARCHITECTURE.md at the module root, "Never"): for each
+// directory, the imports its non-test files may not have. Tests may import what they like.
 func TestLayers(t *testing.T) {
 	inModule := func(p string) bool { return p == module || strings.HasPrefix(p, module+"/") }
 	under := func(pkgs ...string) func(string) bool {
