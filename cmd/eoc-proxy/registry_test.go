@@ -118,7 +118,7 @@ func TestShippedConfigBuilds(t *testing.T) {
 // accepts: every documented key exists, every key is documented (itself or through a parent
 // documented as a whole), and every plain default the table states is the one Parse fills.
 func TestREADMEConfigTable(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/config.md")
 	if err != nil {
 		t.Fatal(err)
 	}
