@@ -51,3 +51,31 @@ func TestBadEndpoint(t *testing.T) {
 		t.Fatal("a malformed endpoint was accepted")
 	}
 }
+
+// Metrics go to the same collector as the traces, at its metrics path.
+func TestMetricsURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://collector:4318/v1/traces":     "http://collector:4318/v1/metrics",
+		"https://c.example/otlp/v1/traces/":   "https://c.example/otlp/v1/metrics",
+		"http://collector:4318":               "http://collector:4318/v1/metrics",
+		"http://collector:4318/v1/traces?x=1": "http://collector:4318/v1/metrics?x=1",
+	} {
+		if got := MetricsURL(in); got != want {
+			t.Errorf("MetricsURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// Without an endpoint there is no meter provider; a malformed one is refused.
+func TestMetricsOffWithoutEndpoint(t *testing.T) {
+	mp, shutdown, err := SetupMetrics(Options{})
+	if err != nil || mp != nil {
+		t.Fatalf("no endpoint: provider %v, err %v; want none", mp, err)
+	}
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := SetupMetrics(Options{Endpoint: "http://[::1"}); err == nil {
+		t.Fatal("a malformed endpoint was accepted")
+	}
+}
