@@ -159,11 +159,13 @@ func (m *Metrics) Observe(ctx context.Context, c Call) {
 	attrBackend := attribute.String("eoc.backend", c.Backend)
 
 	if c.PromptTokens > 0 || c.CompletionTokens > 0 {
-		m.tokens.WithLabelValues(model, c.Backend, "prompt", c.Stage).Add(float64(max(c.PromptTokens, 0)))
-		m.tokens.WithLabelValues(model, c.Backend, "completion", c.Stage).Add(float64(max(c.CompletionTokens, 0)))
 		stage := attribute.String("eoc.stage", c.Stage)
+		m.tokens.WithLabelValues(model, c.Backend, "prompt", c.Stage).Add(float64(max(c.PromptTokens, 0)))
 		m.usage.Record(ctx, int64(max(c.PromptTokens, 0)), op, Provider, genaiconv.TokenTypeInput, attrModel, attrBackend, stage)
-		m.usage.Record(ctx, int64(max(c.CompletionTokens, 0)), op, Provider, genaiconv.TokenTypeOutput, attrModel, attrBackend, stage)
+		if op != Embeddings { // an embedding has no output tokens
+			m.tokens.WithLabelValues(model, c.Backend, "completion", c.Stage).Add(float64(max(c.CompletionTokens, 0)))
+			m.usage.Record(ctx, int64(max(c.CompletionTokens, 0)), op, Provider, genaiconv.TokenTypeOutput, attrModel, attrBackend, stage)
+		}
 	}
 	if neural && ok && c.Streamed && c.FirstToken > 0 {
 		m.ttft.WithLabelValues(model, c.Backend).Observe(c.FirstToken.Seconds())

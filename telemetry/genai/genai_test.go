@@ -129,7 +129,7 @@ func attrKey(s attribute.Set) string {
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-12*math.Max(1, math.Abs(b)) }
 
-// wantOnly checks that got holds exactly the keys of want, with their values.
+// wantSeries checks that got holds exactly the keys of want, with their values.
 func wantSeries(t *testing.T, name string, got map[string]series, want map[string]series) {
 	t.Helper()
 	if len(got) != len(want) {
@@ -283,6 +283,23 @@ func TestProvisionalOtherAndFailed(t *testing.T) {
 	wantPoints(t, "joules per token", r.otel(t, "eoc.energy.joules_per_token"), nil)
 }
 
+// An embeddings call counts its input tokens only, and its joules per input token.
+func TestEmbeddings(t *testing.T) {
+	r := newRig(t)
+	r.m.Observe(context.Background(), Call{Operation: Embeddings, Model: "tiny", Backend: "gpu0", Stage: "neural", Status: 200,
+		PromptTokens: 8, Duration: time.Second, Energy: energy.Figure{Joules: 0.4, Grade: energy.Measured, Coverage: energy.CoverageWhole,
+			PromptJoules: 0.4, PromptTokens: 8}})
+	wantSeries(t, "eoc_tokens_total", r.prom(t, "eoc_tokens_total"), map[string]series{
+		"backend=gpu0,kind=prompt,model=tiny,stage=neural": {value: 8},
+	})
+	wantSeries(t, "jpt", r.prom(t, "eoc_joules_per_token"), map[string]series{
+		"backend=gpu0,grade=measured,model=tiny,phase=prompt": {count: 1, sum: 0.05},
+	})
+	wantPoints(t, "usage", r.otel(t, "gen_ai.client.token.usage"), map[string]otelPoint{
+		"eoc.backend=gpu0,eoc.stage=neural,gen_ai.operation.name=embeddings,gen_ai.provider.name=eoc-proxy,gen_ai.request.model=tiny,gen_ai.token.type=input": {count: 1, sum: 8},
+	})
+}
+
 // Without a label function every model is "other"; a nil *Metrics ignores calls; the series
 // cannot be registered twice on one registry.
 func TestBounds(t *testing.T) {
@@ -292,7 +309,7 @@ func TestBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Observe(context.Background(), Call{Model: "llama3", Stage: "kv", PromptTokens: 1, CompletionTokens: 2})
-	if got := testCount(t, reg, "eoc_tokens_total", "other"); got != 2 {
+	if got := testCount(t, reg, "eoc_tokens_total", Other); got != 2 {
 		t.Errorf("%d series labelled other, want 2", got)
 	}
 	var none *Metrics
