@@ -340,3 +340,32 @@ func testCount(t *testing.T, reg *prometheus.Registry, name, model string) int {
 	}
 	return n
 }
+
+// BenchmarkObserve is the cost a settled call pays for the per-token metrics, with an OpenTelemetry
+// meter provider.
+func BenchmarkObserve(b *testing.B) {
+	m, err := New(prometheus.NewRegistry(), sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())), known)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := Call{Model: "llama3", Backend: "gpu0", Stage: "neural", Status: 200, Streamed: true, PromptTokens: 20, CompletionTokens: 40,
+		FirstToken: 100 * time.Millisecond, Duration: time.Second, Timings: &cascade.Timings{PredictedN: 40, Eval: 800 * time.Millisecond}, Energy: measured}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Observe(context.Background(), c)
+	}
+}
+
+// BenchmarkObservePrometheus is the same without OpenTelemetry.
+func BenchmarkObservePrometheus(b *testing.B) {
+	m, err := New(prometheus.NewRegistry(), nil, known)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := Call{Model: "llama3", Backend: "gpu0", Stage: "neural", Status: 200, Streamed: true, PromptTokens: 20, CompletionTokens: 40,
+		FirstToken: 100 * time.Millisecond, Duration: time.Second, Timings: &cascade.Timings{PredictedN: 40, Eval: 800 * time.Millisecond}, Energy: measured}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Observe(context.Background(), c)
+	}
+}
