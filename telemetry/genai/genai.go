@@ -153,8 +153,7 @@ func (m *Metrics) Observe(ctx context.Context, c Call) {
 	if op == "" {
 		op = Chat
 	}
-	neural := c.Backend != ""
-	ok := c.Status < 400
+	neural, succeeded := c.Backend != "", c.Status < 400
 	attrModel := attribute.String("gen_ai.request.model", model)
 	attrBackend := attribute.String("eoc.backend", c.Backend)
 
@@ -167,11 +166,11 @@ func (m *Metrics) Observe(ctx context.Context, c Call) {
 			m.usage.Record(ctx, int64(max(c.CompletionTokens, 0)), op, Provider, genaiconv.TokenTypeOutput, attrModel, attrBackend, stage)
 		}
 	}
-	if neural && ok && c.Streamed && c.FirstToken > 0 {
+	if neural && succeeded && c.Streamed && c.FirstToken > 0 {
 		m.ttft.WithLabelValues(model, c.Backend).Observe(c.FirstToken.Seconds())
 		m.firstToken.Record(ctx, c.FirstToken.Seconds(), op, Provider, attrModel, attrBackend)
 	}
-	if d, ok2 := decodePerToken(c); neural && ok && ok2 {
+	if d, ok := decodePerToken(c); neural && succeeded && ok {
 		m.tpot.WithLabelValues(model, c.Backend).Observe(d.Seconds())
 		m.perToken.Record(ctx, d.Seconds(), op, Provider, attrModel, attrBackend)
 	}
