@@ -140,7 +140,7 @@ func New(o Options) *Server {
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	if o.Registry != nil {
-		var router *cascade.Router
+		var router cascade.Router
 		if o.Cascade != nil {
 			router = o.Cascade.Router()
 		}

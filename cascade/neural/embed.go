@@ -34,7 +34,7 @@ func (s *Stage) ServeEmbed(ctx context.Context, call *cascade.EmbedCall) (*casca
 		actx, span := cascade.StartSpan(ctx, cascade.SpanAttempt, route.Name)
 		var ms meterSpan
 		e, ms, err = embed(actx, s.begin, route.Name, be, call.Req)
-		done(outcome(ctx, err))
+		done(verdict(ctx, err))
 		spent = spent.Plus(e.Energy)
 		spans = append(spans, ms)
 		tries = append(tries, attemptOf(ctx, route.Name, e.Energy, err))

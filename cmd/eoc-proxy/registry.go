@@ -15,6 +15,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade/graph"
 	"github.com/eoc-proxy/eoc-proxy/cascade/kv"
 	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/cluster"
 	"github.com/eoc-proxy/eoc-proxy/config"
 	"github.com/eoc-proxy/eoc-proxy/energy"
@@ -25,7 +26,7 @@ import (
 // stageDeps is what a stage factory may use: the config and what build made before the stages.
 type stageDeps struct {
 	cfg    *config.Config
-	router *cascade.Router
+	router *routing.Router
 	meter  *meter.Meter
 	costs  *energy.Tracker // the neural stage feeds it; kv seeds and graph answers read it
 	files  fs.FS
@@ -105,7 +106,7 @@ func registry() config.Registry {
 		Stages:       stageOrder,
 		LastStage:    lastStage,
 		BackendTypes: backends.Types(),
-		Strategies:   cascade.Strategies(),
+		Strategies:   routing.Strategies(),
 		Embedders:    emb,
 		Defaults:     fillOwnerDefaults,
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade/cache"
 	"github.com/eoc-proxy/eoc-proxy/cascade/graph"
 	"github.com/eoc-proxy/eoc-proxy/cascade/kv"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/data"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/meter"
@@ -74,8 +75,8 @@ func newBrowserCascade(tick time.Duration) (*browserCascade, error) {
 	if err != nil {
 		return nil, fmt.Errorf("graph: %w", err)
 	}
-	router, err := cascade.NewRouterWith([]cascade.Route{{Name: "browser", Type: "none", Patterns: []string{"*"}, Backend: noNeural{}}},
-		cascade.RoutingOptions{})
+	router, err := routing.New([]routing.Route{{Name: "browser", Type: "none", Patterns: []string{"*"}, Backend: noNeural{}}},
+		routing.Options{})
 	if err != nil {
 		return nil, err
 	}
