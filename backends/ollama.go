@@ -95,13 +95,13 @@ func (o *Ollama) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 	if err != nil {
 		return nil, &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("encoding request: %w", err)}
 	}
-	ctx, cancel := o.attempt(ctx)
+	ctx, w, cancel := o.attempt(ctx)
 	defer cancel()
 	accept := hdrJSON
 	if stream {
 		accept = hdrNDJSON
 	}
-	resp, err := o.do(ctx, http.MethodPost, o.chatURL, body, accept)
+	resp, err := o.do(ctx, w, http.MethodPost, o.chatURL, body, accept)
 	if err != nil {
 		return nil, err
 	}
