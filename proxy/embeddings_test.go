@@ -26,7 +26,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade/cache"
 	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
 	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
-	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 )
 
 // embedEdge is the edge over a cache and a neural stage in front of one fake upstream (models

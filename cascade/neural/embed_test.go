@@ -11,7 +11,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/energy"
-	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 	"github.com/eoc-proxy/eoc-proxy/meter"
 )
 
