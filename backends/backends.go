@@ -86,12 +86,12 @@ const (
 	readBufSize = 32 << 10 // the stream reader's buffer
 )
 
-// base is what every dialect shares: name, URL, key, timeout and the HTTP client.
+// base is what every dialect shares: name, URL, API key, timeout and the HTTP client.
 type base struct {
 	name    string
 	url     string   // without a trailing slash
-	auth    []string // the Authorization header value, nil without a key
-	key     string
+	auth    []string // the Authorization header value, nil without an API key
+	apiKey  string
 	timeout time.Duration
 	maxDur  time.Duration
 	client  *http.Client
@@ -111,7 +111,7 @@ func newBase(o Options) (base, error) {
 	if o.Timeout < 0 || o.MaxDuration < 0 {
 		return base{}, fmt.Errorf("backend %s: negative timeout %v or max duration %v", o.Name, o.Timeout, o.MaxDuration)
 	}
-	b := base{name: o.Name, url: strings.TrimRight(o.URL, "/"), key: o.APIKey, timeout: o.Timeout, maxDur: o.MaxDuration, client: o.Client}
+	b := base{name: o.Name, url: strings.TrimRight(o.URL, "/"), apiKey: o.APIKey, timeout: o.Timeout, maxDur: o.MaxDuration, client: o.Client}
 	if o.APIKey != "" {
 		b.auth = []string{"Bearer " + o.APIKey}
 	}
@@ -332,10 +332,10 @@ func (b *base) midStreamError(data []byte) *cascade.UpstreamError {
 	return e
 }
 
-// redact removes the backend's own key from text that goes to a client.
+// redact removes the backend's own API key from text that goes to a client.
 func (b *base) redact(s string) string {
-	if b.key != "" && strings.Contains(s, b.key) {
-		s = strings.ReplaceAll(s, b.key, "[redacted]")
+	if b.apiKey != "" && strings.Contains(s, b.apiKey) {
+		s = strings.ReplaceAll(s, b.apiKey, "[redacted]")
 	}
 	return s
 }

@@ -105,12 +105,12 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Si
 	for i := 0; i < len(cands); i++ {
 		route := cands[i]
 		cascade.Announce(ctx, route.Name, len(tries)+1)
-		actx, span := cascade.StartSpan(ctx, cascade.SpanAttempt, route.Name)
+		actx, tr := cascade.StartSpan(ctx, cascade.SpanAttempt, route.Name)
 		ans, fig, ms, err := s.attempt(actx, route, req, tracked)
 		spent = spent.Plus(fig)
 		spans = append(spans, ms)
 		tries = append(tries, attemptOf(ctx, route.Name, fig, err))
-		span.End(attemptResult(req.Chat.Model, tries[len(tries)-1], ans, err))
+		tr.End(attemptResult(req.Chat.Model, tries[len(tries)-1], ans, err))
 		if err == nil {
 			ans.Energy, ans.Attempts, ans.Settle = spent, tries, settleOf(spans, tries)
 			return ans, nil
@@ -243,7 +243,7 @@ func verdict(ctx context.Context, err error) routing.Verdict {
 	return routing.Neutral // the sink's error: the client went away
 }
 
-// attemptResult is what an attempt's span ends with.
+// attemptResult is what an attempt's trace span ends with.
 func attemptResult(model string, a cascade.BackendAttempt, ans *cascade.Answer, err error) cascade.SpanResult {
 	r := cascade.SpanResult{Model: model, Backend: a.Backend, Outcome: a.Outcome, Err: err, Energy: a.Energy}
 	if ans != nil {

@@ -287,10 +287,11 @@ func (r *Router) Start(rt *Route) func(Verdict) {
 
 // ObserveCost records what a completed call of model on rt cost, for least-joules.
 func (r *Router) ObserveCost(rt *Route, model string, f energy.Figure, completionTokens int) {
-	r.costs.Observe(costKey(rt.Name, model), f, completionTokens)
+	r.costs.Observe(costModel(rt.Name, model), f, completionTokens)
 }
 
-func costKey(backend, model string) string { return backend + "\x00" + model }
+// costModel names a backend's model in the router's own tracker, which keeps each pair apart.
+func costModel(backend, model string) string { return backend + "\x00" + model }
 
 // policy is the strategy of model and the index of its round-robin counter.
 func (r *Router) policy(model string) (Strategy, int) {
@@ -345,10 +346,10 @@ func (r *Router) cheapest(model string, live []*Route) int {
 	figs := make([]figure, len(live))
 	anyMeasured := false
 	for j, rt := range live {
-		key := costKey(rt.Name, model)
-		jt, measured, ok := r.costs.PerToken(key)
+		m := costModel(rt.Name, model)
+		jt, measured, ok := r.costs.PerToken(m)
 		if !ok {
-			if r.costs.Calls(key) < unfiguredTries {
+			if r.costs.Calls(m) < unfiguredTries {
 				return j // no figure yet: this call may make one
 			}
 			// Calls that never report completion tokens make no figure: it goes behind those

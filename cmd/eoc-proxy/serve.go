@@ -124,7 +124,7 @@ type app struct {
 	handler  http.Handler
 	registry *prometheus.Registry
 	closers  []func() error
-	reloads  []func() // on SIGHUP, each logging its own outcome
+	reloads  []func() // on SIGHUP, each logging whether it worked
 	log      zerolog.Logger
 }
 
