@@ -1,4 +1,5 @@
-// Package neural is the cascade's last stage: it routes the call to a backend inside a meter span.
+// Package neural is the cascade's last stage and the kv stage's embedder: each call goes to a
+// backend inside a meter span.
 package neural
 
 import (
