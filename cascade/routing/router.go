@@ -16,6 +16,8 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
+var _ cascade.Router = (*Router)(nil)
+
 // Route is a backend with the model patterns it serves.
 type Route struct {
 	Name     string

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
 )
 
 // hangingPing is a health check that ignores its context until released.
@@ -57,5 +59,30 @@ func TestReadyBoundedByContext(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second): // bounds a hang only; generous for a loaded machine
 		t.Fatal("Ready outlived its context")
+	}
+}
+
+// Known is the walk's model check (cascade.Router): nil for a model a route serves, else an
+// error that wraps cascade.ErrModelNotFound.
+func TestKnown(t *testing.T) {
+	r, err := New([]Route{{Name: "a", Patterns: []string{"m*", "exact"}, Backend: stubBackend{}}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, model string
+		known       bool
+	}{
+		{"glob", "m1", true},
+		{"literal", "exact", true},
+		{"unknown", "other", false},
+		{"empty", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := r.Known(tc.model)
+			if (err == nil) != tc.known || (err != nil && !errors.Is(err, cascade.ErrModelNotFound)) {
+				t.Fatalf("Known(%q) = %v, want known %v", tc.model, err, tc.known)
+			}
+		})
 	}
 }
