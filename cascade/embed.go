@@ -112,7 +112,7 @@ type EmbedResult struct {
 // the first answer wins, and the stages before it that learn (EmbedLearner) remember it. A
 // failing stage is skipped with a warning unless it is the last or ctx is done.
 func (c *Cascade) Embed(ctx context.Context, call *EmbedCall, res *EmbedResult) error {
-	if _, err := c.router.Route(call.Req.Model); err != nil {
+	if err := c.router.Known(call.Req.Model); err != nil {
 		return err
 	}
 	call.Key()

@@ -53,7 +53,7 @@ func (f fixedStage) Serve(_ context.Context, req *Request, _ Sink) (*Answer, err
 // A walk opens one span per stage it tries and ends each once: a miss as "miss" with no error,
 // the answer as "hit" with the stage's figure.
 func TestWalkOpensAStageSpanPerStage(t *testing.T) {
-	router, err := NewRouter([]Route{{Name: "b", Patterns: []string{"*"}, Backend: stubBackend{}}})
+	router, err := patternRouter("*")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ type Options struct {
 // Cascade walks requests through its stages. It is safe for concurrent use.
 type Cascade struct {
 	stages []Stage
-	router *Router
+	router Router
 	opts   Options
 	record int // Request.RecordBytes for a request that leaves it 0
 }
@@ -77,7 +77,7 @@ type EntryBounder interface {
 }
 
 // New returns a Cascade over stages in order. The router decides which models exist.
-func New(router *Router, stages []Stage, opts Options) *Cascade {
+func New(router Router, stages []Stage, opts Options) *Cascade {
 	return &Cascade{stages: stages, router: router, opts: opts, record: recordBound(stages)}
 }
 
@@ -100,7 +100,7 @@ func recordBound(stages []Stage) int {
 }
 
 // Router returns the cascade's router.
-func (c *Cascade) Router() *Router { return c.router }
+func (c *Cascade) Router() Router { return c.router }
 
 // StageSink is where a walk streams an answer. Stage is called once, with the name of the stage
 // that writes, right before its first chunk (the proxy sends that name in the headers that go
@@ -116,7 +116,7 @@ type StageSink interface {
 // answer. A failing stage is skipped with a warning unless it is the last, it already wrote to
 // the sink, or ctx is done; then res.Answer may still hold what was spent, for the ledger.
 func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink StageSink) error {
-	if _, err := c.router.Route(req.Chat.Model); err != nil {
+	if err := c.router.Known(req.Chat.Model); err != nil {
 		return err
 	}
 	req.Key() // computed once, before any stage or learner reads it concurrently

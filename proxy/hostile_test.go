@@ -22,12 +22,13 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/backends"
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 )
 
 // A panic in a stage is a 500 in OpenAI's shape, and the call is still settled: it has a ledger
 // record, and a budgeted key whose first call it was is not blocked afterwards.
 func TestPanicSettlesAndRecords(t *testing.T) {
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func TestMidStreamUpstreamFailureIsNotADisconnect(t *testing.T) {
 // to its end, and returns the call's ledger record.
 func streamRecord(t *testing.T, stage cascade.Stage) Call {
 	t.Helper()
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func rawPost(t *testing.T, srv *httptest.Server, contentLength string, trickle s
 // A client that trickles its body is cut after BodyTimeout with a 408 in OpenAI's shape, and a
 // declared Content-Length beyond the limit gets 413 before any of the body is read.
 func TestBodyReadIsBounded(t *testing.T) {
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +259,7 @@ func upstreamEdge(t *testing.T, h http.HandlerFunc, o Options) *httptest.Server 
 	if err != nil {
 		t.Fatal(err)
 	}
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "up", Type: "openai", Patterns: []string{"*"}, Backend: be}})
+	router, err := routing.New([]routing.Route{{Name: "up", Type: "openai", Patterns: []string{"*"}, Backend: be}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +411,7 @@ func (g gateStage) Serve(ctx context.Context, req *cascade.Request, sink cascade
 // A call waiting in admission for its key's first call to be priced waits no longer than the
 // request timeout.
 func TestAdmissionWaitIsBoundedByTheRequestTimeout(t *testing.T) {
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

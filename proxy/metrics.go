@@ -27,7 +27,7 @@ type metrics struct {
 	inFlight prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer, router *cascade.Router) *metrics {
+func newMetrics(reg prometheus.Registerer, router cascade.Router) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eoc_requests_total",
 			Help: "Chat completion and embeddings requests by answering stage, model and HTTP status."}, []string{"stage", "model", "status"}),

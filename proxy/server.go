@@ -18,6 +18,9 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 )
 
+// DefaultMaxBodyBytes is Options.MaxBodyBytes when it is not positive.
+const DefaultMaxBodyBytes = 10 << 20
+
 // Options configure the HTTP edge.
 type Options struct {
 	Cascade        *cascade.Cascade
@@ -105,7 +108,7 @@ type Server struct {
 // New builds the handler tree.
 func New(o Options) *Server {
 	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = 10 << 20
+		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if o.StreamIdle <= 0 {
 		o.StreamIdle = 60 * time.Second
@@ -140,7 +143,7 @@ func New(o Options) *Server {
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	if o.Registry != nil {
-		var router *cascade.Router
+		var router cascade.Router
 		if o.Cascade != nil {
 			router = o.Cascade.Router()
 		}

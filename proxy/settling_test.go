@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
@@ -91,7 +92,7 @@ type settleEdge struct {
 
 func newSettleEdge(t *testing.T, st cascade.Stage) *settleEdge {
 	t.Helper()
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "gpu", Patterns: []string{"*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "gpu", Patterns: []string{"*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,5 @@
-// Package neural is the cascade's last stage: it routes the call to a backend inside a meter span.
+// Package neural is the cascade's last stage and the kv stage's embedder: each call goes to a
+// backend inside a meter span.
 package neural
 
 import (
@@ -10,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/meter"
 )
@@ -20,7 +22,7 @@ var _ cascade.Stage = (*Stage)(nil)
 // meters each attempt. It is safe for
 // concurrent use.
 type Stage struct {
-	router   *cascade.Router
+	router   *routing.Router
 	begin    func(backend string) meterSpan // opens a meter span (Meter.Begin)
 	observer Observer
 	logger   zerolog.Logger
@@ -55,7 +57,7 @@ func WithObserver(o Observer) Option { return func(s *Stage) { s.observer = o } 
 func WithLogger(l zerolog.Logger) Option { return func(s *Stage) { s.logger = l } }
 
 // New returns the neural stage over router's backends, metered by m.
-func New(router *cascade.Router, m *meter.Meter, opts ...Option) *Stage {
+func New(router *routing.Router, m *meter.Meter, opts ...Option) *Stage {
 	s := &Stage{router: router, begin: beginOn(m), logger: zerolog.Nop()}
 	for _, o := range opts {
 		o(s)
@@ -76,7 +78,7 @@ const (
 // group again after a 429; a longer one passes the 429 to the client.
 const MaxRetryAfter = 2 * time.Second
 
-// Serve calls the model's backends in the order the router gives (cascade.Router.Candidates),
+// Serve calls the model's backends in the order the router gives (routing.Router.Candidates),
 // streaming into sink when it is set, each attempt inside its own meter span. An attempt that
 // fails before the first chunk reached sink (refused, reset, a timeout, 5xx, 429) is followed by
 // the next backend; a 4xx other than 429 is the client's error and is returned as it is; after
@@ -104,12 +106,12 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Si
 	for i := 0; i < len(cands); i++ {
 		route := cands[i]
 		cascade.Announce(ctx, route.Name, len(tries)+1)
-		actx, span := cascade.StartSpan(ctx, cascade.SpanAttempt, route.Name)
+		actx, tr := cascade.StartSpan(ctx, cascade.SpanAttempt, route.Name)
 		ans, fig, ms, err := s.attempt(actx, route, req, tracked)
 		spent = spent.Plus(fig)
 		spans = append(spans, ms)
 		tries = append(tries, attemptOf(ctx, route.Name, fig, err))
-		span.End(attemptResult(req.Chat.Model, tries[len(tries)-1], ans, err))
+		tr.End(attemptResult(req.Chat.Model, tries[len(tries)-1], ans, err))
 		if err == nil {
 			ans.Energy, ans.Attempts, ans.Settle = spent, tries, settleOf(spans, tries)
 			return ans, nil
@@ -133,9 +135,9 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Si
 	return nil, errors.New("neural: no candidate backend") // Candidates never returns none
 }
 
-// attempt calls one backend inside a meter span and reports the outcome to the router; the span
+// attempt calls one backend inside a meter span and reports its verdict to the router; the span
 // is returned ended, for its settled figure.
-func (s *Stage) attempt(ctx context.Context, route *cascade.Route, req *cascade.Request, sink cascade.Sink) (*cascade.Answer, energy.Figure, meterSpan, error) {
+func (s *Stage) attempt(ctx context.Context, route *routing.Route, req *cascade.Request, sink cascade.Sink) (*cascade.Answer, energy.Figure, meterSpan, error) {
 	done := s.router.Start(route)
 	span := s.begin(route.Name)
 	if sink != nil {
@@ -151,7 +153,7 @@ func (s *Stage) attempt(ctx context.Context, route *cascade.Route, req *cascade.
 		w.PromptTokens, w.CompletionTokens = ans.Usage.PromptTokens, ans.Usage.CompletionTokens
 	}
 	fig := span.End(w)
-	done(outcome(ctx, err))
+	done(verdict(ctx, err))
 	if err == nil {
 		ans.Backend = route.Name
 		s.router.ObserveCost(route, req.Chat.Model, fig, w.CompletionTokens)
@@ -218,31 +220,31 @@ func retryable(err error) bool {
 	return errors.As(err, &be)
 }
 
-// outcome is what err says about the backend's health.
-func outcome(ctx context.Context, err error) cascade.Outcome {
+// verdict is what err says about the backend's health.
+func verdict(ctx context.Context, err error) routing.Verdict {
 	var up *cascade.UpstreamError
 	switch {
 	case err == nil:
-		return cascade.Succeeded
+		return routing.Succeeded
 	case ctx.Err() != nil:
-		return cascade.Neutral // the call ended on this side: the client left, or its time ran out
+		return routing.Neutral // the call ended on this side: the client left, or its time ran out
 	case errors.As(err, &up):
 		switch {
 		case up.Status == statusTooMany:
-			return cascade.Neutral
+			return routing.Neutral
 		case up.Status >= 500:
-			return cascade.Failed
+			return routing.Failed
 		}
-		return cascade.Succeeded // it answered: the request was at fault
+		return routing.Succeeded // it answered: the request was at fault
 	}
 	var be *cascade.BackendError
 	if errors.As(err, &be) {
-		return cascade.Failed
+		return routing.Failed
 	}
-	return cascade.Neutral // the sink's error: the client went away
+	return routing.Neutral // the sink's error: the client went away
 }
 
-// attemptResult is what an attempt's span ends with.
+// attemptResult is what an attempt's trace span ends with.
 func attemptResult(model string, a cascade.BackendAttempt, ans *cascade.Answer, err error) cascade.SpanResult {
 	r := cascade.SpanResult{Model: model, Backend: a.Backend, Outcome: a.Outcome, Err: err, Energy: a.Energy}
 	if ans != nil {
