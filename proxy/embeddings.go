@@ -33,13 +33,13 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	lf := fields(r.Context())
 	call, base64Out, apiErr := s.decodeEmbeddings(w, r)
 	if apiErr != nil {
-		s.refuse(w, lf, apiErr)
+		s.refuse(w, openAIErrors{}, lf, apiErr)
 		return
 	}
 	call.Tenant = lf.tenant
 	ctx := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
 	defer ctx.end()
-	resv, ok := s.admit(ctx, w, lf, call.Req.Model)
+	resv, ok := s.admit(ctx, w, openAIErrors{}, lf, call.Req.Model)
 	if !ok {
 		return
 	}

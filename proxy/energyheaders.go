@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/energy"
+	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
 )
 
 // The X-EOC headers of a figure's bounds and receipt time (issue 10), in Go's canonical form.
@@ -71,14 +72,19 @@ type eocBounds struct {
 	TokenSplit string `json:"token_split,omitempty"`
 }
 
-func boundsOf(o outcome) eocBounds {
-	b := eocBounds{JoulesLow: o.fig.Low, JoulesHigh: o.fig.High, State: stateOf(o.fig), TokenSplit: o.fig.Split}
+// figures is what a stream's final event says of o: the X-EOC values.
+func figures(o outcome) dialect.Figures {
+	f := dialect.Figures{View: o.fig.View(), Stage: o.stage, Receipt: o.receipt, State: stateOf(o.fig), JoulesSaved: o.fig.Saved,
+		TokenSplit: o.fig.Split}
+	if o.remaining != nil {
+		f.BudgetRemaining, f.BudgetCoverage = o.remaining, o.budgetCoverage
+	}
 	if !o.receiptTime.IsZero() {
-		b.ReceiptTime = o.receiptTime.UTC().Format(time.RFC3339Nano)
+		f.ReceiptTime = o.receiptTime.UTC().Format(time.RFC3339Nano)
 	}
 	if o.fig.Saved > 0 {
-		b.JoulesSavedGrade = string(energy.Estimated)
+		f.JoulesSavedGrade = string(energy.Estimated)
 	}
-	b.JoulesPerPromptToken, b.JoulesPerCompletionToken = o.fig.PerToken()
-	return b
+	f.JoulesPerPromptToken, f.JoulesPerCompletionToken = o.fig.PerToken()
+	return f
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
 )
 
 // StatusClientClosed is nginx's and Caddy's status for a client that went away before the answer.
@@ -40,6 +41,15 @@ func (e *APIError) Error() string {
 
 func (e *APIError) Unwrap() error { return e.Err }
 
+// errorRenderer renders an edge error in a wire format's shape (dialect.Dialect.Error).
+type errorRenderer interface {
+	Error(e *dialect.Error) []byte
+}
+
+// openAIErrors renders OpenAI's error object, the shape of every route without a dialect of its
+// own (embeddings, models, the calls endpoint, the page) and of the chat dialect.
+type openAIErrors struct{}
+
 type errorBody struct {
 	Error errorFields `json:"error"`
 }
@@ -58,9 +68,27 @@ func nullable(s string) *string {
 	return &s
 }
 
-// writeError writes e as OpenAI's error object.
-func writeError(w http.ResponseWriter, e *APIError) {
+func (openAIErrors) Error(e *dialect.Error) []byte {
 	b, _ := json.Marshal(errorBody{errorFields{Message: e.Message, Type: e.Type, Param: nullable(e.Param), Code: nullable(e.Code)}})
+	return b
+}
+
+// wire is e as the seam's dialects take it: what the client may see, without Err.
+func (e *APIError) wire() *dialect.Error {
+	return &dialect.Error{Status: e.Status, Type: e.Type, Code: e.Code, Param: e.Param, Message: e.Message, RetryAfter: e.RetryAfter}
+}
+
+// fromWire is a dialect's refusal as the edge's error.
+func fromWire(e *dialect.Error) *APIError {
+	return &APIError{Status: e.Status, Type: e.Type, Code: e.Code, Param: e.Param, Message: e.Message, RetryAfter: e.RetryAfter}
+}
+
+// writeError writes e as OpenAI's error object.
+func writeError(w http.ResponseWriter, e *APIError) { writeErrorAs(w, openAIErrors{}, e) }
+
+// writeErrorAs writes e in d's shape, with its status and Retry-After.
+func writeErrorAs(w http.ResponseWriter, d errorRenderer, e *APIError) {
+	b := d.Error(e.wire())
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Del("Content-Length")

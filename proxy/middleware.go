@@ -66,12 +66,13 @@ func headerSize(r *http.Request) int {
 	return n
 }
 
-// limitHeaders refuses a request whose headers exceed MaxHeaderBytes with a JSON 431.
-func limitHeaders(next http.Handler) http.Handler {
+// limitHeaders refuses a request whose headers exceed MaxHeaderBytes with a JSON 431, in the
+// shape of its route.
+func (s *Server) limitHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if headerSize(r) > MaxHeaderBytes {
 			w.Header().Set("Connection", "close")
-			writeError(w, &APIError{Status: http.StatusRequestHeaderFieldsTooLarge, Type: "invalid_request_error",
+			s.writeRouteError(w, r, &APIError{Status: http.StatusRequestHeaderFieldsTooLarge, Type: "invalid_request_error",
 				Code: "request_header_too_large", Message: fmt.Sprintf("request headers are larger than %d bytes", MaxHeaderBytes)})
 			return
 		}
@@ -166,7 +167,7 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 	})
 }
 
-// recoverer turns a panic into a 500 in OpenAI's shape that carries the request id; the stack goes
+// recoverer turns a panic into a 500 in its route's shape that carries the request id; the stack goes
 // to the log only. http.ErrAbortHandler passes through: it is how a broken stream is cut.
 func (s *Server) recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -185,7 +186,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 			}
 			s.log.Error().Str("request_id", id).Str("panic", fmt.Sprint(rec)).Bytes("stack", debug.Stack()).Msg("panic")
 			fields(r.Context()).err = fmt.Errorf("panic: %v", rec)
-			writeError(w, &APIError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
+			s.writeRouteError(w, r, &APIError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
 				Message: "internal error; request id " + id})
 		}()
 		next.ServeHTTP(w, r)

@@ -1,4 +1,4 @@
-// Package proxy is eoc-proxy's HTTP edge: OpenAI-compatible handlers, streaming and errors.
+// Package proxy is eoc-proxy's HTTP edge: one path of admission, cascade walk and settlement that every wire dialect (OpenAI chat first) and embeddings share, with their streams, X-EOC headers and errors.
 package proxy
 
 import (
@@ -6,7 +6,9 @@ import (
 
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
 )
 
 // Options configure the HTTP edge.
@@ -58,6 +61,10 @@ type Options struct {
 	// attempt, carrying the energy figure (config: telemetry). Nil traces nothing; a client's
 	// traceparent is still passed upstream.
 	Tracing trace.TracerProvider
+	// Dialects are more chat-like wire formats, each served at its POST path (the key) through
+	// the same admission, walk and settlement as OpenAI's chat, which is always served at
+	// /v1/chat/completions.
+	Dialects map[string]dialect.Dialect
 }
 
 // Call is what the edge reports about one cascade call, for the ledger.
@@ -95,6 +102,10 @@ type Server struct {
 	tracer  trace.Tracer // nil: no spans
 	decoded *decodedChats
 	calls   *callsTable
+	// dialects are the chat-like routes' wire formats by path, paths their order; fixed once New
+	// returns, so the handlers and middleware read them without a lock.
+	dialects map[string]dialect.Dialect
+	paths    []string
 	// settling counts the calls whose figures are settling after their responses (Close).
 	settling sync.WaitGroup
 	// settleMu guards settleClosed, set by Close, and every settling.Add, made only before it.
@@ -114,7 +125,11 @@ func New(o Options) *Server {
 		o.BodyTimeout = 30 * time.Second
 	}
 	s := &Server{opts: o, cascade: o.Cascade, log: o.Logger, keys: newKeyring(o.Keys), ui: newUIStats(time.Now()),
-		decoded: newDecodedChats(), calls: newCallsTable()}
+		decoded: newDecodedChats(), calls: newCallsTable(), dialects: map[string]dialect.Dialect{}}
+	s.route("/v1/chat/completions", chatDialect{decoded: s.decoded})
+	for _, path := range slices.Sorted(maps.Keys(o.Dialects)) {
+		s.route(path, o.Dialects[path])
+	}
 	budgets := map[string]Budget{}
 	for _, k := range o.Keys {
 		if k.Budget != nil {
@@ -128,10 +143,12 @@ func New(o Options) *Server {
 		s.tracer = o.Tracing.Tracer(tracerName)
 	}
 	r := chi.NewRouter()
-	r.Use(s.requestID, s.accessLog, s.recoverer, limitHeaders)
+	r.Use(s.requestID, s.accessLog, s.recoverer, s.limitHeaders)
 	r.Group(func(r chi.Router) {
 		r.Use(s.traced, s.authenticate)
-		r.Post("/v1/chat/completions", s.chat)
+		for _, path := range s.paths {
+			r.Post(path, s.serve(s.dialects[path]))
+		}
 		r.Post("/v1/embeddings", s.embeddings)
 		r.Get("/v1/models", s.models)
 		r.Get("/v1/eoc/calls/{request_id}", s.callFigure)
@@ -152,10 +169,10 @@ func New(o Options) *Server {
 		}
 	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: "no route for " + r.Method + " " + r.URL.Path})
+		s.writeRouteError(w, r, &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: "no route for " + r.Method + " " + r.URL.Path})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &APIError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed", Message: r.Method + " is not allowed on " + r.URL.Path})
+		s.writeRouteError(w, r, &APIError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed", Message: r.Method + " is not allowed on " + r.URL.Path})
 	})
 	s.router = r
 	return s

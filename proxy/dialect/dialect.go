@@ -87,4 +87,13 @@ type Figures struct {
 	JoulesSaved     float64  `json:"joules_saved,omitempty"`
 	BudgetRemaining *float64 `json:"budget_remaining,omitempty"`
 	BudgetCoverage  string   `json:"budget_coverage,omitempty"`
+	// ReceiptTime is the receipt's time, RFC 3339 UTC with nanoseconds (X-EOC-Receipt-Time).
+	ReceiptTime string `json:"receipt_time,omitempty"`
+	// JoulesSavedGrade is the grade of JoulesSaved (X-EOC-Joules-Saved-Grade), with it.
+	JoulesSavedGrade string `json:"joules_saved_grade,omitempty"`
+	// The figure's prompt and completion parts over the tokens its work processed, and how the
+	// joules were split between them (token-weight); zero and "" when unknown.
+	JoulesPerPromptToken     float64 `json:"joules_per_prompt_token,omitempty"`
+	JoulesPerCompletionToken float64 `json:"joules_per_completion_token,omitempty"`
+	TokenSplit               string  `json:"token_split,omitempty"`
 }
