@@ -65,40 +65,40 @@ func (hv *headerVals) set(k, v string) {
 	hv.h[k] = hv.vals[n-1 : n : n]
 }
 
-// energy sets the X-EOC headers of o.
-func (hv *headerVals) energy(o outcome) {
-	hv.set(HeaderJoules, formatJoules(o.fig.Joules))
-	hv.set(HeaderStage, o.stage)
-	hv.set(HeaderEnergy, string(o.fig.Grade))
-	hv.set(HeaderMethod, o.fig.Method)
-	hv.set(HeaderCoverage, o.fig.Coverage)
-	hv.set(HeaderReceipt, o.receipt)
-	if o.fig.Reason != "" {
-		hv.set(HeaderReason, o.fig.Reason)
+// energy sets the X-EOC headers of c.
+func (hv *headerVals) energy(c *Call) {
+	hv.set(HeaderJoules, formatJoules(c.Energy.Joules))
+	hv.set(HeaderStage, c.Stage)
+	hv.set(HeaderEnergy, string(c.Energy.Grade))
+	hv.set(HeaderMethod, c.Energy.Method)
+	hv.set(HeaderCoverage, c.Energy.Coverage)
+	hv.set(HeaderReceipt, c.Receipt)
+	if c.Energy.Reason != "" {
+		hv.set(HeaderReason, c.Energy.Reason)
 	}
-	if o.fig.Saved > 0 {
-		hv.set(HeaderJoulesSaved, formatJoules(o.fig.Saved))
+	if c.Energy.Saved > 0 {
+		hv.set(HeaderJoulesSaved, formatJoules(c.Energy.Saved))
 	}
-	if o.remaining != nil {
-		hv.set(HeaderBudgetRemaining, formatJoules(*o.remaining))
-		hv.set(HeaderBudgetCoverage, o.budgetCoverage)
+	if c.remaining != nil {
+		hv.set(HeaderBudgetRemaining, formatJoules(*c.remaining))
+		hv.set(HeaderBudgetCoverage, c.coverage)
 	}
-	setBoundsHeaders(hv.set, o)
+	setBoundsHeaders(hv.set, c)
 }
 
-// energyHeaders is the most X-EOC headers one outcome sets.
+// energyHeaders is the most X-EOC headers one call sets.
 const energyHeaders = 15
 
-// setEnergyHeaders sets the X-EOC headers of o.
-func setEnergyHeaders(h http.Header, o outcome) {
+// setEnergyHeaders sets the X-EOC headers of c.
+func setEnergyHeaders(h http.Header, c *Call) {
 	hv := headerVals{h: h, vals: make([]string, 0, energyHeaders)}
-	hv.energy(o)
+	hv.energy(c)
 }
 
-// writeOK writes a JSON answer with o's X-EOC headers.
-func writeOK(w http.ResponseWriter, o outcome, body []byte) {
+// writeOK writes a JSON answer with c's X-EOC headers.
+func writeOK(w http.ResponseWriter, c *Call, body []byte) {
 	hv := headerVals{h: w.Header(), vals: make([]string, 0, energyHeaders+2)}
-	hv.energy(o)
+	hv.energy(c)
 	hv.set("Content-Type", "application/json")
 	hv.set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)

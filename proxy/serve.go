@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
 )
 
@@ -80,34 +81,35 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 		if sw == nil && err == nil {
 			whole, err = x.Whole(res.Answer)
 		}
-		st := settlement{id: req.ID, tenant: req.Tenant, key: req.Key(), model: req.Chat.Model,
-			stage: res.Stage, attempts: res.Attempts, wrote: res.Wrote, span: trace.SpanFromContext(ctx), settle: res.Settle}
-		if res.Answer != nil {
-			st.answered, st.fig, st.backend = true, res.Answer.Energy, res.Answer.Backend
-			st.backendAttempts = res.Answer.Attempts
-			if u := res.Answer.Usage; u != nil {
-				st.tokens, st.promptTokens = u.CompletionTokens, u.PromptTokens
-				if res.Answer.Backend != "" { // a backend's tokens, not a cache hit's
+		c := newCall(req.ID, req.Tenant, req.Key(), req.Chat.Model, start, trace.SpanFromContext(ctx))
+		c.wrote = res.Wrote
+		if ans := res.Answer; ans != nil {
+			c.answer(res.Stage, res.Attempts, true, ans.Energy, ans.Backend, ans.Attempts, res.Settle)
+			if u := ans.Usage; u != nil {
+				c.tokens, c.promptTokens = u.CompletionTokens, u.PromptTokens
+				if ans.Backend != "" { // a backend's tokens, not a cache hit's
 					s.limits.addTokens(req.Tenant, u.CompletionTokens)
 				}
 			}
+		} else {
+			c.answer(res.Stage, res.Attempts, false, energy.Figure{}, "", nil, res.Settle)
 		}
-		o := s.settle(st, resv, err, start, lf)
+		s.settle(c, resv, err, lf)
 		if sw == nil || !sw.started {
-			setBackendHeaders(w.Header(), st.backend, st.backendAttempts)
+			setBackendHeaders(w.Header(), c.Backend, c.Attempts)
 		}
 		switch {
 		case sw != nil && (sw.started || err == nil):
-			if s.finishStream(w, sw, res.Answer, o, err) != nil {
+			if s.finishStream(w, sw, res.Answer, c, err) != nil {
 				return
 			}
 		case err != nil:
 			// The walk ran: what it spent, and its receipt, go on the error response too.
-			setEnergyHeaders(w.Header(), o)
-			writeErrorAs(w, d, o.apiErr)
+			setEnergyHeaders(w.Header(), c)
+			writeErrorAs(w, d, c.err)
 			return
 		default:
-			writeOK(w, o, whole)
+			writeOK(w, c, whole)
 		}
 		if derr := x.Done(ctx, res.Answer); derr != nil {
 			s.log.Warn().Err(derr).Str("request_id", req.ID).Msg("dialect: after the answer")

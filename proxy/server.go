@@ -2,8 +2,6 @@
 package proxy
 
 import (
-	"github.com/eoc-proxy/eoc-proxy/energy"
-
 	"context"
 	"encoding/json"
 	"maps"
@@ -65,27 +63,6 @@ type Options struct {
 	// the same admission, walk and settlement as OpenAI's chat, which is always served at
 	// /v1/chat/completions.
 	Dialects map[string]dialect.Dialect
-}
-
-// Call is what the edge reports about one cascade call, for the ledger.
-type Call struct {
-	Time         time.Time
-	RequestID    string
-	KeyID        string
-	Key          string // the request's canonical key hash; never the API key
-	Model        string
-	Stage        string
-	Backend      string
-	Status       int
-	Energy       energy.Figure
-	Receipt      string
-	Disconnected bool
-	// Attempts are the backend calls the neural stage made, in order, the answering one last
-	// (nil when no backend was called).
-	Attempts []cascade.BackendAttempt
-	// Settles, on a settlement, is the Receipt of the call it settles: Energy is that call's
-	// settled figure, Receipt and Time this settlement's own, Attempts nil. "" on a call.
-	Settles string
 }
 
 // Server serves the OpenAI-compatible API. It is safe for concurrent use.

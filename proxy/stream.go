@@ -108,13 +108,13 @@ func (sw *sseWriter) write(b []byte) error {
 // finishStream ends a stream that has begun: the dialect's closing events with the call's
 // figures, then the trailers; or, if the walk failed after bytes went out, a cut connection so
 // the client sees a terminated stream.
-func (s *Server) finishStream(w http.ResponseWriter, sw *sseWriter, ans *cascade.Answer, o outcome, err error) error {
+func (s *Server) finishStream(w http.ResponseWriter, sw *sseWriter, ans *cascade.Answer, c *Call, err error) error {
 	if err != nil {
 		panic(http.ErrAbortHandler)
 	}
-	if err := sw.enc.End(ans, figures(o), sw.emit); err != nil {
+	if err := sw.enc.End(ans, figures(c), sw.emit); err != nil {
 		return err
 	}
-	setEnergyHeaders(w.Header(), o)
+	setEnergyHeaders(w.Header(), c)
 	return nil
 }

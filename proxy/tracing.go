@@ -78,21 +78,22 @@ func (s *Server) traced(next http.Handler) http.Handler {
 }
 
 // endCall puts the settled call's figures on its span (a no-op span when untraced).
-func endCall(span trace.Span, st *settlement, o outcome, status int) {
+func endCall(c *Call) {
+	span := c.span
 	if span == nil || !span.IsRecording() {
 		return
 	}
-	span.SetAttributes(attrStage.String(o.stage), attrModel.String(st.model), attrBackend.String(st.backend),
-		attrStatusCode.Int(status), attrReceipt.String(o.receipt), attrInTokens.Int(st.promptTokens), attrOutTokens.Int(st.tokens),
-		attribute.Int("eoc.attempts", len(st.backendAttempts)))
-	if st.answered {
+	span.SetAttributes(attrStage.String(c.Stage), attrModel.String(c.Model), attrBackend.String(c.Backend),
+		attrStatusCode.Int(c.Status), attrReceipt.String(c.Receipt), attrInTokens.Int(c.promptTokens), attrOutTokens.Int(c.tokens),
+		attribute.Int("eoc.attempts", len(c.Attempts)))
+	if c.answered {
 		// The span ends with the response: a provisional figure is marked so (its settled
 		// figure goes to the ledger, the metrics and the page, not to the trace).
-		span.SetAttributes(callFigure.attrs(o.fig)...)
-		span.SetAttributes(attrJoulesState.String(stateOf(o.fig)))
+		span.SetAttributes(callFigure.attrs(c.Energy)...)
+		span.SetAttributes(attrJoulesState.String(stateOf(c.Energy)))
 	}
-	if o.apiErr != nil {
-		span.SetStatus(codes.Error, o.apiErr.Message)
+	if c.err != nil {
+		span.SetStatus(codes.Error, c.err.Message)
 	}
 }
 
