@@ -269,8 +269,8 @@ const (
 // it cost.
 type BackendAttempt struct {
 	Backend string
-	// Outcome is "ok", or the class of the failure: "status" (Status says which),
-	// "unreachable", "timeout", "canceled" or "error".
+	// Outcome is "ok", or the class of the failure (Failure.Outcome): "status" (Status says
+	// which), "unreachable", "timeout", "canceled" or "error".
 	Outcome string
 	// Status is the upstream's HTTP status when it sent one (200 for "ok"), else 0.
 	Status int

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -127,16 +126,13 @@ func (s *Server) settle(c *Call, resv reservation, err error, lf *logFields) {
 }
 
 // disconnected tells a client that went away from the other ways a call can fail: a cancelled
-// context, or a write that failed after bytes went out. An upstream that failed mid-stream (a
-// backend or upstream error) and a timeout are not the client's doing.
+// context, or, once bytes went out, an error that is neither a backend's nor a deadline (a
+// write to the client that failed). An upstream that failed mid-stream and a timeout are not
+// the client's doing.
 func disconnected(err error, wrote bool) bool {
-	if errors.Is(err, context.Canceled) {
-		return true
+	f := cascade.Classify(err)
+	if wrote {
+		f = f.AfterWrite()
 	}
-	if err == nil || !wrote || isTimeout(err) {
-		return false
-	}
-	var be *cascade.BackendError
-	var up *cascade.UpstreamError
-	return !errors.As(err, &be) && !errors.As(err, &up)
+	return f == cascade.ClientGone
 }
