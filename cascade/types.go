@@ -33,8 +33,12 @@ type Request struct {
 	// learners (Assembler.MaxBytes): past it the answer is served but not recorded, and comes
 	// back Oversize. The walk sets it from its learners' bounds; 0 records everything.
 	RecordBytes int
+	// Tracer, when set, opens a span for each stage the walk tries and each backend attempt a
+	// stage makes (StartSpan); nil traces nothing.
+	Tracer Tracer
 
-	key string
+	key      string
+	backends BackendSink // the walk's sink, when it wants each backend attempt (Announce)
 }
 
 // Stream reports whether the client asked for a stream.

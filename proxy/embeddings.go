@@ -99,7 +99,7 @@ func (s *Server) decodeEmbeddings(w http.ResponseWriter, r *http.Request) (*casc
 	default:
 		return nil, false, badRequest("encoding_format", "encoding_format: %q is not one of float, base64", in.EncodingFormat)
 	}
-	call := &cascade.EmbedCall{Req: cascade.EmbedRequest{Model: in.Model, Input: texts}, ID: RequestID(r.Context())}
+	call := &cascade.EmbedCall{Req: cascade.EmbedRequest{Model: in.Model, Input: texts}, ID: RequestID(r.Context()), Tracer: s.stages}
 	if in.Dimensions != nil {
 		if *in.Dimensions < 1 {
 			return nil, false, badRequest("dimensions", "dimensions: must be at least 1")

@@ -148,7 +148,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, d dialect.Dialec
 	if derr != nil {
 		return nil, nil, fromWire(derr)
 	}
-	req := &cascade.Request{Tenant: tenant, Chat: *x.Chat(), Raw: x.RawChat(), ID: RequestID(r.Context())}
+	req := &cascade.Request{Tenant: tenant, Chat: *x.Chat(), Raw: x.RawChat(), ID: RequestID(r.Context()), Tracer: s.stages}
 	req.NoCache, req.NoStore = cacheControl(r)
 	return req, x, nil
 }

@@ -77,6 +77,8 @@ type Server struct {
 	metrics *metrics
 	ui      *uiStats
 	tracer  trace.Tracer // nil: no spans
+	// stages opens the cascade's spans of each call (cascade.Request.Tracer); nil without tracer.
+	stages  cascade.Tracer
 	decoded *decodedChats
 	calls   *callsTable
 	// dialects are the chat-like routes' wire formats by path, paths their order; fixed once New
@@ -118,6 +120,7 @@ func New(o Options) *Server {
 	s.limits = newLimiter(o.Keys, o.SharedLimits, time.Now)
 	if o.Tracing != nil {
 		s.tracer = o.Tracing.Tracer(tracerName)
+		s.stages = stageTracer{s.tracer}
 	}
 	r := chi.NewRouter()
 	r.Use(s.requestID, s.accessLog, s.recoverer, s.limitHeaders)

@@ -57,9 +57,9 @@ func (k figureKeys) attrs(f energy.Figure) []attribute.KeyValue {
 var traceContext propagation.TraceContext
 
 // traced takes the client's W3C traceparent, so backends pass it upstream, and, when the edge
-// has a tracer, opens the call's server span under it and puts the cascade's tracer in the
-// context, so each stage and backend attempt gets a child span. Without a tracer and without a
-// traceparent it costs one header lookup.
+// has a tracer, opens the call's server span under it (each call hands the cascade its tracer,
+// Server.stages, so each stage and backend attempt gets a child span). Without a tracer and
+// without a traceparent it costs one header lookup.
 func (s *Server) traced(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.tracer == nil {
@@ -73,7 +73,7 @@ func (s *Server) traced(next http.Handler) http.Handler {
 		ctx, span := s.tracer.Start(ctx, r.Method+" "+r.URL.Path, trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path)))
 		defer span.End()
-		next.ServeHTTP(w, r.WithContext(cascade.WithTracer(ctx, stageTracer{s.tracer})))
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

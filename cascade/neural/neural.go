@@ -102,8 +102,8 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Si
 	waited := false
 	for i := 0; i < len(cands); i++ {
 		route := cands[i]
-		cascade.Announce(ctx, route.Name, len(tries)+1)
-		actx, span := cascade.StartSpan(ctx, cascade.SpanAttempt, route.Name)
+		req.Announce(route.Name, len(tries)+1)
+		actx, span := cascade.StartSpan(ctx, req.Tracer, cascade.SpanAttempt, route.Name)
 		ans, fig, ms, err := s.attempt(actx, route, req, tracked)
 		spent = spent.Plus(fig)
 		spans = append(spans, ms)
