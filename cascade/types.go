@@ -1,4 +1,4 @@
-// Package cascade walks a chat or embeddings request through the configured stages, cheapest first, and attributes what the answer cost.
+// Package cascade holds a call's vocabulary (Request, Answer, Chunk, Stage, Backend, one Failure per error) and walks a chat or embeddings request through the configured stages, cheapest first, attributing what the answer cost.
 package cascade
 
 import (
@@ -127,10 +127,9 @@ func (m *Message) Text() string {
 	if len(m.Content) == 0 || string(m.Content) == "null" {
 		return ""
 	}
-	// jsontext's unquoting first, not a json.Unmarshal: several stages ask for the text, and this
-	// takes a third of the time (0.4 against 1.3 µs for an 80-character question). What it
-	// refuses (not a string, invalid UTF-8, a lone surrogate) goes to encoding/json as before,
-	// which replaces what is invalid.
+	// jsontext's unquoting first, not a json.Unmarshal: several stages ask for the text, and it
+	// is the faster of the two. What it refuses (not a string, invalid UTF-8, a lone surrogate)
+	// goes to encoding/json as before, which replaces what is invalid.
 	if b, err := jsontext.AppendUnquote(nil, m.Content); err == nil {
 		return string(b)
 	}

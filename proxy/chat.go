@@ -25,16 +25,15 @@ var _ dialect.Dialect = chatDialect{}
 // Decode validates body, or takes what it made of the same bytes of tenant's before
 // (decodedChats); every failure names the field.
 func (d chatDialect) Decode(_ context.Context, tenant string, body []byte) (dialect.Exchange, *dialect.Error) {
-	x := &chatExchange{raw: body}
 	known, h := d.decoded.get(tenant, body)
 	if known != nil {
-		x.chat = *known
-		return x, nil
+		return &chatExchange{chat: known, raw: body}, nil // read-only, as the memo's requests are
 	}
-	if e := decodeChat(body, &x.chat); e != nil {
+	x := &chatExchange{chat: new(cascade.ChatRequest), raw: body}
+	if e := decodeChat(body, x.chat); e != nil {
 		return nil, e.wire()
 	}
-	d.decoded.put(h, tenant, body, &x.chat)
+	d.decoded.put(h, tenant, body, x.chat)
 	return x, nil
 }
 
@@ -52,13 +51,14 @@ func decodeChat(body []byte, c *cascade.ChatRequest) *APIError {
 	return validateThink(body)
 }
 
-// chatExchange is one chat call: its body is the cascade's request as it came.
+// chatExchange is one chat call: its body is the cascade's request as it came. chat may be the
+// decoded-body memo's, shared between calls: nothing modifies it.
 type chatExchange struct {
-	chat cascade.ChatRequest
+	chat *cascade.ChatRequest
 	raw  []byte
 }
 
-func (x *chatExchange) Chat() *cascade.ChatRequest { return &x.chat }
+func (x *chatExchange) Chat() *cascade.ChatRequest { return x.chat }
 func (x *chatExchange) RawChat() []byte            { return x.raw }
 func (x *chatExchange) Stream() bool               { return x.chat.Stream }
 

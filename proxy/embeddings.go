@@ -38,8 +38,8 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	call.Tenant = lf.tenant
-	ctx := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
-	defer ctx.end()
+	ctx, bound := withRequestTimeout(r.Context(), s.opts.RequestTimeout, false)
+	defer bound.end()
 	resv, ok := s.admit(ctx, w, openAIErrors{}, lf, call.Req.Model)
 	if !ok {
 		return

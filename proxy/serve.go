@@ -58,8 +58,8 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 		// The request timeout bounds the wait for an answer, admission included: a stream that
 		// has begun is bounded by the backend's own timeouts instead, which cut it only when it
 		// stops flowing.
-		ctx := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
-		defer ctx.end()
+		ctx, bound := withRequestTimeout(r.Context(), s.opts.RequestTimeout, x.Stream())
+		defer bound.end()
 		resv, ok := s.admit(ctx, w, d, lf, req.Chat.Model)
 		if !ok {
 			return
@@ -70,7 +70,7 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 		var sw *sseWriter
 		var sink cascade.StageSink
 		if x.Stream() {
-			sw = newSSEWriter(w, x.Encoder(), s.opts.StreamIdle, ctx.stop)
+			sw = newSSEWriter(w, x.Encoder(), s.opts.StreamIdle, bound.stop)
 			s.setBudgetHeader(w.Header(), req.Tenant)
 			sink = sw
 		}
