@@ -16,8 +16,10 @@ import (
 )
 
 // Error is a refusal or failure as the edge means it; each dialect renders it in its own shape
-// (Dialect.Error). Type and Code are OpenAI's vocabulary (invalid_request_error, rate_limit_error,
-// …); a dialect with another vocabulary maps them.
+// (Dialect.Error). Type and Code are OpenAI's vocabulary: the edge's own Types are
+// invalid_request_error, server_error, upstream_error, requests (a key's rate limit, 429) and
+// insufficient_quota (a key's joule budget, 429), and an upstream's 4xx passes its own Type
+// through; a dialect with another vocabulary maps them, by Status first.
 type Error struct {
 	Status  int
 	Type    string
