@@ -76,10 +76,13 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 		}
 		err := s.guard(req.ID, func() error { return s.cascade.Walk(ctx, req, &res, sink) })
 		// A whole answer is rendered before the call is settled, so the record holds the status
-		// the client gets, also when the answer cannot be rendered.
+		// the client gets, also when the dialect cannot render it (an error, or a panic).
 		var whole []byte
 		if sw == nil && err == nil {
-			whole, err = x.Whole(res.Answer)
+			err = s.guard(req.ID, func() (werr error) {
+				whole, werr = x.Whole(res.Answer)
+				return werr
+			})
 		}
 		c := newCall(req.ID, req.Tenant, req.Key(), req.Chat.Model, start, trace.SpanFromContext(ctx))
 		c.wrote = res.Wrote

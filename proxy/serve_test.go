@@ -31,7 +31,7 @@ func (d plainDialect) Decode(_ context.Context, _ string, body []byte) (dialect.
 		return nil, &dialect.Error{Status: 400, Type: "invalid_request_error", Param: "prompt", Message: "prompt: required"}
 	}
 	content, _ := json.Marshal(in.Prompt)
-	x := &plainExchange{d: d, chat: cascade.ChatRequest{Model: in.Model, Stream: in.Stream,
+	x := &plainExchange{d: d, prompt: in.Prompt, chat: cascade.ChatRequest{Model: in.Model, Stream: in.Stream,
 		Messages: []cascade.Message{{Role: "user", Content: content}}}}
 	x.raw, _ = json.Marshal(x.chat)
 	return x, nil
@@ -43,15 +43,19 @@ func (plainDialect) Error(e *dialect.Error) []byte {
 }
 
 type plainExchange struct {
-	d    plainDialect
-	chat cascade.ChatRequest
-	raw  []byte
+	d      plainDialect
+	prompt string
+	chat   cascade.ChatRequest
+	raw    []byte
 }
 
 func (x *plainExchange) Chat() *cascade.ChatRequest { return &x.chat }
 func (x *plainExchange) RawChat() []byte            { return x.raw }
 func (x *plainExchange) Stream() bool               { return x.chat.Stream }
 func (x *plainExchange) Whole(ans *cascade.Answer) ([]byte, error) {
+	if x.prompt == "render-panic" {
+		panic("a dialect's bug")
+	}
 	return json.Marshal(map[string]string{"text": ans.Text()})
 }
 func (x *plainExchange) Encoder() dialect.Encoder { return plainEncoder{} }
@@ -80,13 +84,18 @@ func (plainEncoder) End(_ *cascade.Answer, fig dialect.Figures, emit dialect.Emi
 
 func newPlainEdge(t *testing.T, keys ...APIKey) (*httptest.Server, *atomic.Int32) {
 	t.Helper()
+	return newPlainEdgeRecording(t, nil, keys...)
+}
+
+func newPlainEdgeRecording(t *testing.T, record func(Call) error, keys ...APIKey) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
 	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := cascade.New(router, []cascade.Stage{echoStage{}}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
 	done := &atomic.Int32{}
-	srv := httptest.NewServer(New(Options{Cascade: c, Logger: zerolog.Nop(), MaxBodyBytes: 256, Keys: keys,
+	srv := httptest.NewServer(New(Options{Cascade: c, Logger: zerolog.Nop(), MaxBodyBytes: 256, Keys: keys, Record: record,
 		Dialects: map[string]dialect.Dialect{"/v1/plain": plainDialect{done: done}}}))
 	t.Cleanup(srv.Close)
 	return srv, done
@@ -208,5 +217,23 @@ func TestSSEMultilineData(t *testing.T) {
 	}
 	if got := strings.Join(lines, "|"); got != "event: x|data: a|data: b|" {
 		t.Fatalf("event lines %q", got)
+	}
+}
+
+// A dialect that cannot render a whole answer (here it panics) gets a 500 in its own shape, and
+// the call is recorded with the status the client got.
+func TestDialectRenderFailureIsRecorded(t *testing.T) {
+	got := make(chan Call, 1)
+	srv, done := newPlainEdgeRecording(t, func(c Call) error { got <- c; return nil })
+	resp, body := plainPost(t, "POST", srv.URL+"/v1/plain", `{"model":"known-1","prompt":"render-panic"}`, nil)
+	var e map[string]string
+	if resp.StatusCode != 500 || json.Unmarshal([]byte(body), &e) != nil || e["kind"] != "server_error" {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if c := <-got; c.Status != 500 || c.Stage != "echo" || c.Receipt == "" {
+		t.Fatalf("record %+v", c)
+	}
+	if done.Load() != 0 {
+		t.Fatal("Done after a failed render")
 	}
 }
