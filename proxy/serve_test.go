@@ -237,3 +237,18 @@ func TestDialectRenderFailureIsRecorded(t *testing.T) {
 		t.Fatal("Done after a failed render")
 	}
 }
+
+// A key past its joule budget is refused in the dialect's shape, with the budget headers.
+func TestDialectBudgetRefusal(t *testing.T) {
+	srv, _ := newPlainEdge(t, APIKey{ID: "k", Key: "sk-1", Budget: &Budget{Joules: 1e-12, Per: "day"}})
+	hdr := map[string]string{"X-Api-Key": "sk-1"}
+	if resp, body := plainPost(t, "POST", srv.URL+"/v1/plain", `{"model":"known-1","prompt":"a"}`, hdr); resp.StatusCode != 200 {
+		t.Fatalf("first call: %d %s", resp.StatusCode, body)
+	}
+	resp, body := plainPost(t, "POST", srv.URL+"/v1/plain", `{"model":"known-1","prompt":"a"}`, hdr)
+	var e map[string]string
+	if resp.StatusCode != 429 || json.Unmarshal([]byte(body), &e) != nil || e["kind"] != "insufficient_quota" ||
+		resp.Header.Get(HeaderBudgetRemaining) == "" {
+		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, body)
+	}
+}
