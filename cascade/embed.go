@@ -60,6 +60,8 @@ type EmbedCall struct {
 	NoCache, NoStore bool
 	// ID is the request id, for logs.
 	ID string
+	// Tracer is Request.Tracer's counterpart: nil traces nothing.
+	Tracer Tracer
 
 	key string
 }
@@ -125,7 +127,7 @@ func (c *Cascade) Embed(ctx context.Context, call *EmbedCall, res *EmbedResult) 
 	for i, st := range stages {
 		res.Stage = st.Name()
 		start := time.Now()
-		sctx, span := StartSpan(ctx, SpanStage, st.Name())
+		sctx, span := StartSpan(ctx, call.Tracer, SpanStage, st.Name())
 		e, err := st.(EmbedStage).ServeEmbed(sctx, call)
 		took := time.Since(start)
 		res.Attempts = append(res.Attempts, Attempt{Stage: st.Name(), Duration: took, Err: err})

@@ -131,7 +131,7 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 	var tracked Sink
 	var ts *trackedSink // nil without a sink: a walk that streams nothing allocates nothing for it
 	if bs, ok := sink.(BackendSink); ok {
-		ctx = context.WithValue(ctx, announceKey{}, bs)
+		req.backends = bs // told of each backend attempt (Request.Announce)
 	}
 	if sink != nil {
 		ts = &trackedSink{sink: sink, res: res}
@@ -148,7 +148,7 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 			ts.writing = res.Stage
 		}
 		start := time.Now()
-		sctx, span := StartSpan(ctx, SpanStage, st.Name())
+		sctx, span := StartSpan(ctx, req.Tracer, SpanStage, st.Name())
 		ans, err := st.Serve(sctx, req, tracked)
 		took := time.Since(start)
 		res.Attempts = append(res.Attempts, Attempt{Stage: st.Name(), Duration: took, Err: err})
@@ -303,19 +303,17 @@ func Replay(ans *Answer, includeUsage bool, sink Sink) error {
 }
 
 // BackendSink is a StageSink that also wants to know which backend writes: the neural stage
-// announces each backend it tries, with the number of attempts so far, before the attempt; the
-// last announcement before the first chunk names the backend that writes the stream, since no
-// call is retried after its first byte.
+// announces each backend it tries (Request.Announce), with the number of attempts so far, before
+// the attempt; the last announcement before the first chunk names the backend that writes the
+// stream, since no call is retried after its first byte.
 type BackendSink interface {
 	Backend(name string, attempts int)
 }
 
-type announceKey struct{}
-
-// Announce tells the walk's sink, when it is a BackendSink, that backend is about to be tried
-// as the attempts-th attempt of the call whose context is ctx.
-func Announce(ctx context.Context, backend string, attempts int) {
-	if bs, ok := ctx.Value(announceKey{}).(BackendSink); ok {
-		bs.Backend(backend, attempts)
+// Announce tells the sink of the walk serving r, when it is a BackendSink, that backend is about
+// to be tried as the attempts-th attempt.
+func (r *Request) Announce(backend string, attempts int) {
+	if r.backends != nil {
+		r.backends.Backend(backend, attempts)
 	}
 }

@@ -138,7 +138,7 @@ func FuzzDecode(f *testing.F) {
 	s := New(Options{Cascade: cascade.New(&routing.Router{}, nil, cascade.Options{}), Logger: zerolog.Nop(), MaxBodyBytes: 1 << 20})
 	f.Fuzz(func(t *testing.T, body string) {
 		r := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(body))
-		req, apiErr := s.decode(httptest.NewRecorder(), r, "")
+		req, _, apiErr := s.decode(httptest.NewRecorder(), r, s.dialects["/v1/chat/completions"], "")
 		if (req == nil) == (apiErr == nil) {
 			t.Fatalf("decode returned req=%v err=%v", req, apiErr)
 		}

@@ -462,3 +462,31 @@ func TestMidStreamBrokenPipeIsAClientThatLeft(t *testing.T) {
 		t.Fatalf("record: disconnected %v, status %d; want a client that left (499)", call.Disconnected, call.Status)
 	}
 }
+
+// An upstream that resets the connection after taking the request means one thing to the client
+// and to the ledger: the backend failed (502 "failed", not "unreachable"), and the attempt's
+// outcome is "error".
+func TestUpstreamResetAgrees(t *testing.T) {
+	reset := func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // close with RST
+		}
+		_ = conn.Close()
+	}
+	got := make(chan Call, 1)
+	srv := upstreamEdge(t, reset, Options{Record: func(c Call) error { got <- c; return nil }})
+	status, _, body := postChat(t, srv.URL, nil)
+	if status != http.StatusBadGateway || !strings.Contains(body, `backend \"up\" failed`) {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	c := <-got
+	if len(c.Attempts) != 1 || c.Attempts[0].Outcome != "error" || c.Status != http.StatusBadGateway {
+		t.Fatalf("record: status %d, attempts %+v", c.Status, c.Attempts)
+	}
+}

@@ -31,7 +31,7 @@ func (s *Stage) ServeEmbed(ctx context.Context, call *cascade.EmbedCall) (*casca
 		}
 		done := s.router.Start(route)
 		var e cascade.Embeddings
-		actx, tr := cascade.StartSpan(ctx, cascade.SpanAttempt, route.Name)
+		actx, tr := cascade.StartSpan(ctx, call.Tracer, cascade.SpanAttempt, route.Name)
 		var ms meterSpan
 		e, ms, err = embed(actx, s.begin, route.Name, be, call.Req)
 		done(verdict(ctx, err))

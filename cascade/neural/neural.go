@@ -5,7 +5,6 @@ package neural
 import (
 	"context"
 	"errors"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -105,8 +104,8 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Si
 	waited := false
 	for i := 0; i < len(cands); i++ {
 		route := cands[i]
-		cascade.Announce(ctx, route.Name, len(tries)+1)
-		actx, tr := cascade.StartSpan(ctx, cascade.SpanAttempt, route.Name)
+		req.Announce(route.Name, len(tries)+1)
+		actx, tr := cascade.StartSpan(ctx, req.Tracer, cascade.SpanAttempt, route.Name)
 		ans, fig, ms, err := s.attempt(actx, route, req, tracked)
 		spent = spent.Plus(fig)
 		spans = append(spans, ms)
@@ -208,40 +207,24 @@ func settleOf(spans []meterSpan, tries []cascade.BackendAttempt) cascade.SettleF
 	}
 }
 
-// retryable reports whether another backend may answer after err: the upstream was unreachable,
-// reset, timed out, failed (5xx) or limited the rate (429). A 4xx other than 429 is the
-// client's, and would be the same elsewhere.
-func retryable(err error) bool {
-	var up *cascade.UpstreamError
-	if errors.As(err, &up) {
-		return up.Status == statusTooMany || up.Status >= 500
-	}
-	var be *cascade.BackendError
-	return errors.As(err, &be)
-}
+// retryable reports whether another backend may answer after err (cascade.Failure.Retryable).
+func retryable(err error) bool { return cascade.Classify(err).Retryable() }
 
 // verdict is what err says about the backend's health.
 func verdict(ctx context.Context, err error) routing.Verdict {
-	var up *cascade.UpstreamError
-	switch {
-	case err == nil:
+	if err == nil {
 		return routing.Succeeded
-	case ctx.Err() != nil:
+	}
+	if ctx.Err() != nil {
 		return routing.Neutral // the call ended on this side: the client left, or its time ran out
-	case errors.As(err, &up):
-		switch {
-		case up.Status == statusTooMany:
-			return routing.Neutral
-		case up.Status >= 500:
-			return routing.Failed
-		}
+	}
+	switch cascade.Classify(err) {
+	case cascade.Upstream5xx, cascade.Unreachable, cascade.BrokenTransport, cascade.Timeout:
+		return routing.Failed
+	case cascade.Upstream4xx, cascade.UpstreamAuth:
 		return routing.Succeeded // it answered: the request was at fault
 	}
-	var be *cascade.BackendError
-	if errors.As(err, &be) {
-		return routing.Failed
-	}
-	return routing.Neutral // the sink's error: the client went away
+	return routing.Neutral // a 429, or the sink's error: the client went away
 }
 
 // attemptResult is what an attempt's trace span ends with.
@@ -253,29 +236,21 @@ func attemptResult(model string, a cascade.BackendAttempt, ans *cascade.Answer, 
 	return r
 }
 
-// attemptOf describes one attempt for the ledger.
+// attemptOf describes one attempt for the ledger. An attempt writes to the client's sink, so
+// an error that is not a backend's is the client's (AfterWrite); one that came after the call's
+// context ended, other than a deadline or an upstream's status, is the call's end on this side.
 func attemptOf(ctx context.Context, backend string, fig energy.Figure, err error) cascade.BackendAttempt {
-	a := cascade.BackendAttempt{Backend: backend, Outcome: "ok", Status: statusOK, Energy: fig}
-	if err == nil {
-		return a
+	f := cascade.Classify(err).AfterWrite()
+	if err != nil && ctx.Err() != nil && !f.Upstream() && !errors.Is(err, context.DeadlineExceeded) {
+		f = cascade.ClientGone
 	}
-	a.Status = 0
+	a := cascade.BackendAttempt{Backend: backend, Outcome: f.Outcome(), Energy: fig}
 	var up *cascade.UpstreamError
-	var ne interface{ Timeout() bool } // net.Error's test, without importing net
-	var be *cascade.BackendError
 	switch {
+	case err == nil:
+		a.Status = statusOK
 	case errors.As(err, &up):
-		a.Outcome, a.Status = "status", up.Status
-	case ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded):
-		a.Outcome = "canceled"
-	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
-		a.Outcome = "timeout"
-	case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ECONNRESET):
-		a.Outcome = "unreachable"
-	case errors.As(err, &be):
-		a.Outcome = "error"
-	default:
-		a.Outcome = "canceled" // the sink's error: the client went away
+		a.Status = up.Status
 	}
 	return a
 }
