@@ -429,3 +429,21 @@ func TestStream(t *testing.T) {
 		})
 	}
 }
+
+// TestBoundsHold takes bodies at each bound: the refusals above are for one more.
+func TestBoundsHold(t *testing.T) {
+	msg := `{"role":"user","content":"x"},`
+	many := `{"model":"m","max_tokens":5,"messages":[` + strings.Repeat(msg, maxMessages-1) + `{"role":"user","content":"x"}]}`
+	if x := decodeOK(t, many); len(x.Chat().Messages) != maxMessages {
+		t.Errorf("%d messages", len(x.Chat().Messages))
+	}
+	blocks := `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[` + strings.Repeat(`{"type":"text","text":"x"},`, maxBlocks-1) + `{"type":"text","text":"x"}]}]}`
+	decodeOK(t, blocks)
+	tool := `{"name":"f","input_schema":{"type":"object"}},`
+	tools := `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}],"tools":[` + strings.Repeat(tool, maxTools-1) + strings.TrimSuffix(tool, ",") + `]}`
+	if x := decodeOK(t, tools); len(x.Chat().Tools) != maxTools {
+		t.Errorf("%d tools", len(x.Chat().Tools))
+	}
+	deep := `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}],"metadata":` + strings.Repeat(`{"a":`, maxDepth-1) + `1` + strings.Repeat(`}`, maxDepth-1) + `}`
+	decodeOK(t, deep)
+}
