@@ -151,7 +151,7 @@ func TestDecodeRefuses(t *testing.T) {
 	const msgs = `"messages":[{"role":"user","content":"x"}]`
 	for _, tc := range []struct {
 		name, body, param string
-		code           string
+		code              string
 	}{
 		{"not JSON", `{"model":`, "", ""},
 		{"not an object", `[1]`, "", ""},
