@@ -2,6 +2,7 @@ package messages
 
 import (
 	"encoding/json"
+	"unicode/utf8"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
@@ -25,7 +26,7 @@ type encoder struct {
 	anonTools int // tool calls without an index, numbered downwards from -1
 	finish    string
 	usage     *cascade.Usage
-	outLen    int
+	outLen    int // runes streamed, for an estimate of output_tokens when no usage came
 }
 
 var _ dialect.Encoder = (*encoder)(nil)
@@ -87,7 +88,7 @@ func (en *encoder) text(s string, emit dialect.Emit) error {
 			return err
 		}
 	}
-	en.outLen += len(s)
+	en.outLen += utf8.RuneCountInString(s)
 	return send(emit, "content_block_delta", blockDelta{Type: "content_block_delta", Index: en.open,
 		Delta: delta{Type: "text_delta", Text: &s}})
 }
@@ -112,7 +113,7 @@ func (en *encoder) toolCall(tc *cascade.ToolCall, emit dialect.Emit) error {
 		return nil
 	}
 	args := tc.Function.Arguments
-	en.outLen += len(args)
+	en.outLen += utf8.RuneCountInString(args)
 	return send(emit, "content_block_delta", blockDelta{Type: "content_block_delta", Index: idx,
 		Delta: delta{Type: "input_json_delta", PartialJSON: &args}})
 }
