@@ -1,14 +1,14 @@
 // The OpenAI Node SDK's legacy completions.create against a running eoc-proxy's
 // POST /v1/completions (run by e2e/messages_test.go). Env: EOC_BASE_URL (the proxy, with /v1),
-// EOC_MODEL, EOC_E2E_NODE_MODULES (where `npm ci` put the SDK). Prints "ok - CHECK" per check;
-// exits 1 at the first failure.
+// EOC_MODEL, EOC_KEY (optional: a proxy key), EOC_E2E_NODE_MODULES (where `npm ci` put the SDK).
+// Prints "ok - CHECK" per check; exits 1 at the first failure.
 "use strict";
 const assert = require("node:assert/strict");
 const path = require("node:path");
 
 const sdk = require(path.join(process.env.EOC_E2E_NODE_MODULES, "openai"));
 const model = process.env.EOC_MODEL;
-const client = new sdk.OpenAI({ baseURL: process.env.EOC_BASE_URL, apiKey: "unused", maxRetries: 0, timeout: 120_000 });
+const client = new sdk.OpenAI({ baseURL: process.env.EOC_BASE_URL, apiKey: process.env.EOC_KEY || "unused", maxRetries: 0, timeout: 120_000 });
 
 function prompt() {
   return Array.from({ length: 8 }, () => Math.random().toString(36).slice(2, 8)).join(" ");
