@@ -132,7 +132,7 @@ type toolEcho struct {
 	Name        string          `json:"name"`
 	Description *string         `json:"description"`
 	Parameters  json.RawMessage `json:"parameters"`
-	Strict      bool            `json:"strict"`
+	Strict      *bool           `json:"strict"`
 }
 
 type usage struct {
@@ -209,7 +209,8 @@ func (x *exchange) skeleton(model string) *response {
 		r.Text.Format, _ = json.Marshal(x.format)
 	}
 	for _, t := range x.echoTools {
-		te := toolEcho{Type: "function", Name: t.Name, Parameters: t.Parameters, Strict: t.Strict == nil || *t.Strict}
+		// strict as it was sent upstream: null when the request left it to the backend.
+		te := toolEcho{Type: "function", Name: t.Name, Parameters: t.Parameters, Strict: t.Strict}
 		if t.Description != "" {
 			te.Description = &t.Description
 		}
