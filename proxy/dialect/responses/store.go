@@ -202,3 +202,49 @@ func (m *Memory) remove(e *memEntry) {
 		delete(m.tenants, e.tenant)
 	}
 }
+
+// Layered is a shared store (Redis, so any replica can continue a conversation) in front of a
+// local one that keeps working while the shared one is down: a Put goes to both, and a Get or
+// Delete asks the shared store first and the local one when the shared one fails or has no such
+// entry (one stored while it was down). It is safe for concurrent use when both stores are.
+type Layered struct {
+	Local, Shared Store
+}
+
+var _ Store = Layered{}
+
+// Get returns the shared store's entry, else the local one's.
+func (l Layered) Get(ctx context.Context, tenant, id string) ([]byte, bool, error) {
+	b, found, err := l.Shared.Get(ctx, tenant, id)
+	if err == nil && found {
+		return b, true, nil
+	}
+	lb, lfound, lerr := l.Local.Get(ctx, tenant, id)
+	if lerr == nil && lfound {
+		return lb, true, nil
+	}
+	if err != nil {
+		return nil, false, err // the shared store could not say, and the local one has none
+	}
+	return nil, false, lerr
+}
+
+// Put stores val in both; it fails only when neither kept it.
+func (l Layered) Put(ctx context.Context, tenant, id string, val []byte) error {
+	lerr := l.Local.Put(ctx, tenant, id, val)
+	serr := l.Shared.Put(ctx, tenant, id, val)
+	if lerr != nil && serr != nil {
+		return errors.Join(serr, lerr)
+	}
+	return nil
+}
+
+// Delete removes the entry from both; found says whether either had it.
+func (l Layered) Delete(ctx context.Context, tenant, id string) (bool, error) {
+	sfound, serr := l.Shared.Delete(ctx, tenant, id)
+	lfound, lerr := l.Local.Delete(ctx, tenant, id)
+	if serr != nil && !lfound {
+		return false, serr
+	}
+	return sfound || lfound, lerr
+}
