@@ -125,7 +125,7 @@ func (d *Dialect) Decode(ctx context.Context, tenant string, body []byte) (diale
 	if e := unmarshal(body, &r); e != nil {
 		return nil, e
 	}
-	x := &exchange{d: d, tenant: tenant, store: r.Store == nil || *r.Store}
+	x := &exchange{d: d, tenant: tenant, store: r.Store == nil || *r.Store, ctx: ctx}
 	if e := x.build(&r); e != nil {
 		return nil, e
 	}

@@ -267,6 +267,10 @@ func TestRetrieveDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Stored before the body goes out: a client may continue at once.
+	if _, e := d.Retrieve(ctx, "t1", x.ID()); e != nil {
+		t.Fatalf("not stored by Whole: %v", e)
+	}
 	if err := x.Done(ctx, answer("hello", "stop")); err != nil {
 		t.Fatal(err)
 	}

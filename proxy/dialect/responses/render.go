@@ -3,8 +3,10 @@ package responses
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
@@ -30,8 +32,13 @@ type exchange struct {
 	created int64
 	store   bool
 	enc     *encoder
-	// final is the Response the client got (Whole's, or the stream's last), which Done stores.
-	final *response
+	// ctx is Decode's, for the store's Put (save): Whole and End take none.
+	ctx context.Context
+	// final is the Response the client got (Whole's, or the stream's last); saved says it was
+	// stored, saveErr how that failed.
+	final   *response
+	saved   bool
+	saveErr error
 }
 
 var _ dialect.Exchange = (*exchange)(nil)
@@ -284,10 +291,11 @@ func (x *exchange) fromAnswer(ans *cascade.Answer) *response {
 	return r
 }
 
-// Whole renders a whole answer as the Response object.
+// Whole renders a whole answer as the Response object, and stores it first when asked to: the
+// client may continue the conversation the moment it has the body.
 func (x *exchange) Whole(ans *cascade.Answer) ([]byte, error) {
 	r := x.fromAnswer(ans)
-	x.final = r
+	x.save(r)
 	return json.Marshal(r)
 }
 
@@ -309,27 +317,42 @@ type record struct {
 
 const recordVersion = 1
 
-// Done stores the response when the request asked to (store, true by default).
-func (x *exchange) Done(ctx context.Context, ans *cascade.Answer) error {
-	if !x.store {
-		return nil
+// storeTimeout bounds one Put of a stored response.
+const storeTimeout = 5 * time.Second
+
+// save stores r, the Response the client gets, when the request asked to (store, true by
+// default). It runs before the answer goes out (Whole, End), so a continuation sent the moment
+// the client has it finds it; a client that leaves does not cancel it. A failure is kept for Done
+// to report: the answer goes out without it.
+func (x *exchange) save(r *response) {
+	x.final = r
+	if !x.store || x.saved {
+		return
 	}
-	r := x.final
-	if r == nil {
-		r = x.fromAnswer(ans)
-	}
+	x.saved = true
 	saved := *r
 	saved.EOC = nil // the figures belong to the call, not to the stored object
 	body, err := json.Marshal(&saved)
-	if err != nil {
-		return err
+	if err == nil {
+		rec := record{Version: recordVersion, Messages: append(x.conv[:len(x.conv):len(x.conv)], outputMessage(r)), Response: body}
+		var val []byte
+		if val, err = json.Marshal(&rec); err == nil {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), storeTimeout)
+			err = x.d.store.Put(ctx, x.tenant, x.ID(), val)
+			cancel()
+		}
 	}
-	rec := record{Version: recordVersion, Messages: append(x.conv[:len(x.conv):len(x.conv)], outputMessage(r)), Response: body}
-	val, err := json.Marshal(&rec)
 	if err != nil {
-		return err
+		x.saveErr = fmt.Errorf("storing response: %w", err)
 	}
-	return x.d.store.Put(ctx, x.tenant, x.ID(), val)
+}
+
+// Done stores the response if Whole or End did not, and reports a store that failed.
+func (x *exchange) Done(_ context.Context, ans *cascade.Answer) error {
+	if x.final == nil && ans != nil {
+		x.save(x.fromAnswer(ans))
+	}
+	return x.saveErr
 }
 
 // outputMessage is a Response's output as the assistant's chat message, for the conversation a

@@ -182,16 +182,16 @@ func TestStream(t *testing.T) {
 				t.Errorf("stream's response differs from the whole one\nstream %s\nwhole  %s", g, ww)
 			}
 
-			// Done stores what the client got, without the figures.
-			if err := x.Done(context.Background(), tc.ans); err != nil {
-				t.Fatal(err)
-			}
+			// End stored what the client got, without the figures, before the last event.
 			got, e := d.Retrieve(context.Background(), "t1", x.ID())
 			if e != nil {
 				t.Fatal(e)
 			}
 			if !bytes.Equal(got, w) {
 				t.Errorf("stored %s\nwant %s", got, w)
+			}
+			if err := x.Done(context.Background(), tc.ans); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
