@@ -204,36 +204,48 @@ func (m *Memory) remove(e *memEntry) {
 }
 
 // Layered is a shared store (Redis, so any replica can continue a conversation) in front of a
-// local one that keeps working while the shared one is down: a Put goes to both, and a Get or
-// Delete asks the shared store first and the local one when the shared one fails or has no such
-// entry (one stored while it was down). It is safe for concurrent use when both stores are.
+// local one that keeps a replica going while the shared one is down. While the shared store
+// answers, its answer is the truth (a response deleted through another replica is gone here
+// too); the local store keeps a copy of each Put for when it does not, and holds alone what was
+// stored while it was down (a Put it refused), which stays readable here. It is safe for
+// concurrent use when both stores are.
 type Layered struct {
 	Local, Shared Store
 }
 
 var _ Store = Layered{}
 
-// Get returns the shared store's entry, else the local one's.
+// localOnly names, in the local store, an entry the shared store refused: ids never hold a NUL.
+func localOnly(id string) string { return "\x00" + id }
+
+// Get returns the shared store's entry; when it has none, one stored only here; when it
+// cannot answer, the local copy.
 func (l Layered) Get(ctx context.Context, tenant, id string) ([]byte, bool, error) {
 	b, found, err := l.Shared.Get(ctx, tenant, id)
 	if err == nil && found {
 		return b, true, nil
 	}
-	lb, lfound, lerr := l.Local.Get(ctx, tenant, id)
-	if lerr == nil && lfound {
+	if lb, ok, lerr := l.Local.Get(ctx, tenant, localOnly(id)); lerr == nil && ok {
 		return lb, true, nil
 	}
-	if err != nil {
-		return nil, false, err // the shared store could not say, and the local one has none
+	if err == nil {
+		return nil, false, nil
 	}
-	return nil, false, lerr
+	if lb, ok, lerr := l.Local.Get(ctx, tenant, id); lerr == nil && ok {
+		return lb, true, nil
+	}
+	return nil, false, err // the shared store could not say, and nothing here says
 }
 
-// Put stores val in both; it fails only when neither kept it.
+// Put stores val in the shared store and a copy here; when the shared store refuses it, here
+// alone. It fails only when neither kept it.
 func (l Layered) Put(ctx context.Context, tenant, id string, val []byte) error {
-	lerr := l.Local.Put(ctx, tenant, id, val)
 	serr := l.Shared.Put(ctx, tenant, id, val)
-	if lerr != nil && serr != nil {
+	if serr == nil {
+		_ = l.Local.Put(ctx, tenant, id, val) // a copy for an outage; the shared store has it
+		return nil
+	}
+	if lerr := l.Local.Put(ctx, tenant, localOnly(id), val); lerr != nil {
 		return errors.Join(serr, lerr)
 	}
 	return nil
@@ -242,9 +254,14 @@ func (l Layered) Put(ctx context.Context, tenant, id string, val []byte) error {
 // Delete removes the entry from both; found says whether either had it.
 func (l Layered) Delete(ctx context.Context, tenant, id string) (bool, error) {
 	sfound, serr := l.Shared.Delete(ctx, tenant, id)
-	lfound, lerr := l.Local.Delete(ctx, tenant, id)
-	if serr != nil && !lfound {
-		return false, serr
+	cfound, _ := l.Local.Delete(ctx, tenant, id)
+	ofound, lerr := l.Local.Delete(ctx, tenant, localOnly(id))
+	switch {
+	case serr == nil:
+		return sfound || ofound, lerr
+	case ofound:
+		return true, nil // it was here alone, and is gone
 	}
-	return sfound || lfound, lerr
+	_ = cfound // the copy goes too; the shared entry could not, so the delete failed
+	return false, serr
 }

@@ -178,3 +178,84 @@ func TestMemoryConcurrent(t *testing.T) {
 		t.Errorf("%d entries, bound 2 tenants × 8", n)
 	}
 }
+
+// switchable is a store that can be made to fail, as Redis does when it goes away.
+type switchable struct {
+	Store
+	down bool
+}
+
+var errDown = errors.New("down")
+
+func (s *switchable) Get(ctx context.Context, tenant, id string) ([]byte, bool, error) {
+	if s.down {
+		return nil, false, errDown
+	}
+	return s.Store.Get(ctx, tenant, id)
+}
+
+func (s *switchable) Put(ctx context.Context, tenant, id string, val []byte) error {
+	if s.down {
+		return errDown
+	}
+	return s.Store.Put(ctx, tenant, id, val)
+}
+
+func (s *switchable) Delete(ctx context.Context, tenant, id string) (bool, error) {
+	if s.down {
+		return false, errDown
+	}
+	return s.Store.Delete(ctx, tenant, id)
+}
+
+func TestLayered(t *testing.T) {
+	ctx := context.Background()
+	shared := &switchable{Store: NewMemory(MemoryOptions{})}
+	// Two replicas: their own local stores, one shared store.
+	a := Layered{Local: NewMemory(MemoryOptions{}), Shared: shared}
+	b := Layered{Local: NewMemory(MemoryOptions{}), Shared: shared}
+	mustPut(t, a, "t", "resp_1", "one")
+	if v, ok := mustGet(t, b, "t", "resp_1"); !ok || v != "one" {
+		t.Fatalf("b reads a's entry: %q %v", v, ok)
+	}
+	// Deleted through b, it is gone through a as well, though a keeps a copy for outages.
+	if found, err := b.Delete(ctx, "t", "resp_1"); !found || err != nil {
+		t.Fatalf("delete through b: %v %v", found, err)
+	}
+	if _, ok := mustGet(t, a, "t", "resp_1"); ok {
+		t.Error("a still reads an entry deleted through b")
+	}
+
+	mustPut(t, a, "t", "resp_2", "two")
+	shared.down = true
+	if v, ok := mustGet(t, a, "t", "resp_2"); !ok || v != "two" {
+		t.Errorf("a's copy while the shared store is down: %q %v", v, ok)
+	}
+	if _, _, err := b.Get(ctx, "t", "resp_2"); !errors.Is(err, errDown) {
+		t.Errorf("b has no copy and the shared store is down: %v", err)
+	}
+	// Stored while the shared store is down: here alone, and still readable once it is back.
+	mustPut(t, a, "t", "resp_3", "three")
+	if found, err := a.Delete(ctx, "t", "resp_2"); found || !errors.Is(err, errDown) {
+		t.Errorf("deleting a shared entry while the shared store is down: %v %v", found, err)
+	}
+	shared.down = false
+	if v, ok := mustGet(t, a, "t", "resp_3"); !ok || v != "three" {
+		t.Errorf("an entry stored during the outage, after it: %q %v", v, ok)
+	}
+	if _, ok := mustGet(t, b, "t", "resp_3"); ok {
+		t.Error("b reads what a stored alone")
+	}
+	if found, err := a.Delete(ctx, "t", "resp_3"); !found || err != nil {
+		t.Errorf("deleting an entry stored during the outage: %v %v", found, err)
+	}
+	if _, ok := mustGet(t, a, "t", "resp_3"); ok {
+		t.Error("read after delete")
+	}
+	// Neither store keeps it: the Put fails.
+	shared.down = true
+	tiny := Layered{Local: NewMemory(MemoryOptions{MaxValue: 1}), Shared: shared}
+	if err := tiny.Put(ctx, "t", "resp_4", []byte("too big")); err == nil {
+		t.Error("a Put neither store kept succeeded")
+	}
+}
