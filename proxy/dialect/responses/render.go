@@ -295,8 +295,12 @@ func (x *exchange) fromAnswer(ans *cascade.Answer) *response {
 // client may continue the conversation the moment it has the body.
 func (x *exchange) Whole(ans *cascade.Answer) ([]byte, error) {
 	r := x.fromAnswer(ans)
-	x.save(r)
-	return json.Marshal(r)
+	body, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	x.save(r, body)
+	return body, nil
 }
 
 // Encoder returns the encoder of this call's stream.
@@ -324,19 +328,21 @@ const storeTimeout = 5 * time.Second
 // default). It runs before the answer goes out (Whole, End), so a continuation sent the moment
 // the client has it finds it; a client that leaves does not cancel it. A failure is kept for Done
 // to report: the answer goes out without it.
-func (x *exchange) save(r *response) {
+func (x *exchange) save(r *response, body []byte) {
 	x.final = r
 	if !x.store || x.saved {
 		return
 	}
 	x.saved = true
-	saved := *r
-	saved.EOC = nil // the figures belong to the call, not to the stored object
-	body, err := json.Marshal(&saved)
+	var err error
+	if body == nil {
+		saved := *r
+		saved.EOC = nil // the figures belong to the call, not to the stored object
+		body, err = json.Marshal(&saved)
+	}
 	if err == nil {
-		rec := record{Version: recordVersion, Messages: append(x.conv[:len(x.conv):len(x.conv)], outputMessage(r)), Response: body}
 		var val []byte
-		if val, err = json.Marshal(&rec); err == nil {
+		if val, err = x.record(r, body); err == nil {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), storeTimeout)
 			err = x.d.store.Put(ctx, x.tenant, x.ID(), val)
 			cancel()
@@ -347,10 +353,27 @@ func (x *exchange) save(r *response) {
 	}
 }
 
+// record is the stored record of r, whose JSON (without the figures) is body: written by hand
+// around body, which encoding/json would otherwise scan again.
+func (x *exchange) record(r *response, body []byte) ([]byte, error) {
+	msgs, err := json.Marshal(append(x.conv[:len(x.conv):len(x.conv)], outputMessage(r)))
+	if err != nil {
+		return nil, err
+	}
+	val := make([]byte, 0, len(msgs)+len(body)+32)
+	val = append(val, `{"v":`...)
+	val = strconv.AppendInt(val, recordVersion, 10)
+	val = append(val, `,"messages":`...)
+	val = append(val, msgs...)
+	val = append(val, `,"response":`...)
+	val = append(val, body...)
+	return append(val, '}'), nil
+}
+
 // Done stores the response if Whole or End did not, and reports a store that failed.
 func (x *exchange) Done(_ context.Context, ans *cascade.Answer) error {
 	if x.final == nil && ans != nil {
-		x.save(x.fromAnswer(ans))
+		x.save(x.fromAnswer(ans), nil)
 	}
 	return x.saveErr
 }

@@ -256,7 +256,7 @@ func (e *encoder) End(ans *cascade.Answer, fig dialect.Figures, emit dialect.Emi
 	}
 	r.Usage = usageOf(u)
 	e.x.finish(r, finish)
-	e.x.save(r)
+	e.x.save(r, nil)
 	typ := "response.completed"
 	if r.Status == "incomplete" {
 		typ = "response.incomplete"
