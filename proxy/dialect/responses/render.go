@@ -186,6 +186,24 @@ type refusalPart struct {
 	Refusal string `json:"refusal"`
 }
 
+// reasoningItem is the model's reasoning (a chat answer's reasoning_content), as its text.
+type reasoningItem struct {
+	ID      string `json:"id"`
+	Type    string `json:"type"`
+	Status  string `json:"status"`
+	Summary []any  `json:"summary"`
+	Content []any  `json:"content"`
+}
+
+type reasoningText struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+func newReasoningText(text string) *reasoningText {
+	return &reasoningText{Type: "reasoning_text", Text: text}
+}
+
 type functionCallItem struct {
 	ID        string `json:"id"`
 	Type      string `json:"type"`
@@ -242,7 +260,8 @@ func (x *exchange) finish(r *response, finishReason string) {
 	r.CompletedAt = &at
 }
 
-func (x *exchange) msgID() string { return "msg_" + x.id }
+func (x *exchange) msgID() string       { return "msg_" + x.id }
+func (x *exchange) reasoningID() string { return "rs_" + x.id }
 
 // callIDs are the ids of a tool call: the item's, and the call's own when the backend gave none.
 func (x *exchange) callIDs(i int, id string) (itemID, callID string) {
@@ -269,6 +288,10 @@ func (x *exchange) fromAnswer(ans *cascade.Answer) *response {
 	text := ""
 	if msg.Content != nil {
 		text = *msg.Content
+	}
+	if msg.ReasoningContent != "" {
+		r.Output = append(r.Output, &reasoningItem{ID: x.reasoningID(), Type: "reasoning", Status: "completed", Summary: []any{},
+			Content: []any{newReasoningText(msg.ReasoningContent)}})
 	}
 	if text != "" || msg.Refusal != "" || len(msg.ToolCalls) == 0 {
 		m := &messageItem{ID: x.msgID(), Type: "message", Status: "completed", Role: "assistant", Content: []any{}}

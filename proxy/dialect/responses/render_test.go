@@ -101,6 +101,14 @@ func textChunks() []*cascade.Chunk {
 	}
 }
 
+func reasoningChunks() []*cascade.Chunk {
+	think := func(d string) *cascade.Chunk {
+		return &cascade.Chunk{Model: "m", Choices: []cascade.ChunkChoice{{Delta: cascade.Delta{ReasoningContent: d}}}}
+	}
+	text := textChunks()
+	return append([]*cascade.Chunk{think("The user greets; "), think("greet back.")}, text[1:]...)
+}
+
 func toolChunks() []*cascade.Chunk {
 	tc := func(i int, id, name, args string) *cascade.Chunk {
 		return &cascade.Chunk{Model: "m", Choices: []cascade.ChunkChoice{{Delta: cascade.Delta{ToolCalls: []cascade.ToolCall{
@@ -154,6 +162,8 @@ func TestStream(t *testing.T) {
 		{"stream_tool.sse", `{"model":"m","input":"weather?","stream":true,"tools":[{"type":"function","name":"weather"}]}`, toolChunks(),
 			answer("", "tool_calls", call("call_x", `{"city":"Paris"}`), call("call_y", `{"city":"Oslo"}`))},
 		{"stream_empty.sse", `{"model":"m","input":"hi","stream":true}`, nil, &cascade.Answer{Model: "m", Choices: []cascade.Choice{{FinishReason: "length"}}}},
+		{"stream_reasoning.sse", `{"model":"m","input":"hi","stream":true,"reasoning":{"effort":"low"}}`, reasoningChunks(), reasoned("The user greets; greet back.", "Hello there.")},
+		{"stream_reasoning_only.sse", `{"model":"m","input":"hi","stream":true}`, reasoningChunks()[:2], reasoned("The user greets; greet back.", "")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := testDialect(nil)
@@ -220,6 +230,8 @@ func TestSDKReadsStream(t *testing.T) {
 		{"stream_text.sse", "Hello there.", "completed", 1},
 		{"stream_tool.sse", "", "completed", 2},
 		{"stream_empty.sse", "", "incomplete", 1},
+		{"stream_reasoning.sse", "Hello there.", "completed", 2},
+		{"stream_reasoning_only.sse", "", "completed", 2},
 		{"whole_text.json", "Hello there.", "completed", 1},
 		{"whole_tool.json", "", "completed", 1},
 	} {
@@ -253,4 +265,11 @@ func TestSDKReadsStream(t *testing.T) {
 			}
 		})
 	}
+}
+
+// reasoned is a whole answer with reasoning and text.
+func reasoned(reasoning, text string) *cascade.Answer {
+	a := answer(text, "stop")
+	a.Choices[0].Message.ReasoningContent = reasoning
+	return a
 }

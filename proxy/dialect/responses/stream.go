@@ -20,6 +20,7 @@ type encoder struct {
 	model   string
 	items   []*streamItem // in output order
 	msg     *streamItem   // the message item, once open
+	reason  *streamItem   // the reasoning item, once open
 	calls   map[int]*streamItem
 	finish  string
 	usage   *cascade.Usage
@@ -29,7 +30,8 @@ type encoder struct {
 type streamItem struct {
 	index  int
 	msg    *messageItem      // a message
-	text   strings.Builder   // its text so far
+	reason *reasoningItem    // or the model's reasoning
+	text   strings.Builder   // its text so far (a message's or the reasoning's)
 	call   *functionCallItem // or a tool call
 	args   strings.Builder   // its arguments so far
 	callNo int               // the tool call's index in the chat stream
@@ -78,6 +80,22 @@ type textDoneEvent struct {
 	ContentIndex int    `json:"content_index"`
 	Text         string `json:"text"`
 	Logprobs     []any  `json:"logprobs"`
+}
+
+type reasoningDeltaEvent struct {
+	event
+	ItemID       string `json:"item_id"`
+	OutputIndex  int    `json:"output_index"`
+	ContentIndex int    `json:"content_index"`
+	Delta        string `json:"delta"`
+}
+
+type reasoningDoneEvent struct {
+	event
+	ItemID       string `json:"item_id"`
+	OutputIndex  int    `json:"output_index"`
+	ContentIndex int    `json:"content_index"`
+	Text         string `json:"text"`
 }
 
 type argsDeltaEvent struct {
@@ -142,6 +160,11 @@ func (e *encoder) Chunk(ch *cascade.Chunk, emit dialect.Emit) error {
 		if c.FinishReason != nil && *c.FinishReason != "" {
 			e.finish = *c.FinishReason
 		}
+		if d := c.Delta.ReasoningContent; d != "" {
+			if err := e.reasoning(emit, d); err != nil {
+				return err
+			}
+		}
 		if d := c.Delta.Content; d != nil && *d != "" {
 			if err := e.text(emit, *d); err != nil {
 				return err
@@ -166,6 +189,28 @@ func (e *encoder) text(emit dialect.Emit, delta string) error {
 	e.msg.text.WriteString(delta)
 	ev := textDeltaEvent{ItemID: e.msg.msg.ID, OutputIndex: e.msg.index, Delta: delta, Logprobs: []any{}}
 	return e.send(emit, "response.output_text.delta", &ev, &ev.event)
+}
+
+// reasoning emits a reasoning delta, opening the reasoning item and its one reasoning_text
+// part first.
+func (e *encoder) reasoning(emit dialect.Emit, delta string) error {
+	if e.reason == nil {
+		it := &streamItem{index: len(e.items), reason: &reasoningItem{ID: e.x.reasoningID(), Type: "reasoning", Status: "in_progress",
+			Summary: []any{}, Content: []any{}}}
+		e.items = append(e.items, it)
+		e.reason = it
+		added := itemEvent{OutputIndex: it.index, Item: it.reason}
+		if err := e.send(emit, "response.output_item.added", &added, &added.event); err != nil {
+			return err
+		}
+		part := partEvent{ItemID: it.reason.ID, OutputIndex: it.index, Part: newReasoningText("")}
+		if err := e.send(emit, "response.content_part.added", &part, &part.event); err != nil {
+			return err
+		}
+	}
+	e.reason.text.WriteString(delta)
+	ev := reasoningDeltaEvent{ItemID: e.reason.reason.ID, OutputIndex: e.reason.index, Delta: delta}
+	return e.send(emit, "response.reasoning_text.delta", &ev, &ev.event)
 }
 
 // openMessage opens the message item and its one output_text part.
@@ -225,8 +270,8 @@ func (e *encoder) End(ans *cascade.Answer, fig dialect.Figures, emit dialect.Emi
 		return err
 	}
 	r := e.x.skeleton(e.model)
-	if len(e.items) == 0 {
-		// An empty answer is an empty message, as a whole one is.
+	if e.msg == nil && len(e.calls) == 0 {
+		// An answer without text or tool calls has an empty message, as a whole one has.
 		if err := e.openMessage(emit); err != nil {
 			return err
 		}
@@ -236,10 +281,13 @@ func (e *encoder) End(ans *cascade.Answer, fig dialect.Figures, emit dialect.Emi
 		if err := e.close(emit, it); err != nil {
 			return err
 		}
-		if it.msg != nil {
+		switch {
+		case it.msg != nil:
 			r.Output = append(r.Output, it.msg)
 			text.WriteString(it.text.String())
-		} else {
+		case it.reason != nil:
+			r.Output = append(r.Output, it.reason)
+		default:
 			r.Output = append(r.Output, it.call)
 		}
 	}
@@ -267,9 +315,25 @@ func (e *encoder) End(ans *cascade.Answer, fig dialect.Figures, emit dialect.Emi
 	return e.send(emit, typ, &ev, &ev.event)
 }
 
-// close emits an item's closing events: for a message its text's, its part's and its own; for
-// a tool call its arguments' and its own.
+// close emits an item's closing events: for a message or the reasoning its text's, its part's
+// and its own; for a tool call its arguments' and its own.
 func (e *encoder) close(emit dialect.Emit, it *streamItem) error {
+	if it.reason != nil {
+		text := it.text.String()
+		done := reasoningDoneEvent{ItemID: it.reason.ID, OutputIndex: it.index, Text: text}
+		if err := e.send(emit, "response.reasoning_text.done", &done, &done.event); err != nil {
+			return err
+		}
+		part := newReasoningText(text)
+		pd := partEvent{ItemID: it.reason.ID, OutputIndex: it.index, Part: part}
+		if err := e.send(emit, "response.content_part.done", &pd, &pd.event); err != nil {
+			return err
+		}
+		it.reason.Status = "completed"
+		it.reason.Content = []any{part}
+		ev := itemEvent{OutputIndex: it.index, Item: it.reason}
+		return e.send(emit, "response.output_item.done", &ev, &ev.event)
+	}
 	if it.msg != nil {
 		text := it.text.String()
 		done := textDoneEvent{ItemID: it.msg.ID, OutputIndex: it.index, Text: text, Logprobs: []any{}}
