@@ -157,6 +157,7 @@ func TestDecodeRefusals(t *testing.T) {
 		{"verbosity", `{"model":"m","input":"x","text":{"verbosity":"low"}}`, "text.verbosity", 400},
 		{"reasoning effort", `{"model":"m","input":"x","reasoning":{"effort":"max"}}`, "reasoning.effort", 400},
 		{"background", `{"model":"m","input":"x","background":true}`, "background", 400},
+		{"background in capitals", `{"model":"m","input":"x","BACKGROUND":true}`, "background", 400},
 		{"conversation", `{"model":"m","input":"x","conversation":"conv_1"}`, "conversation", 400},
 		{"prompt", `{"model":"m","input":"x","prompt":{"id":"p"}}`, "prompt", 400},
 		{"include file search results", `{"model":"m","input":"x","include":["file_search_call.results"]}`, "include[0]", 400},
@@ -311,6 +312,22 @@ func (failing) Get(context.Context, string, string) ([]byte, bool, error) {
 func (failing) Put(context.Context, string, string, []byte) error { return fmt.Errorf("down") }
 func (failing) Delete(context.Context, string, string) (bool, error) {
 	return false, fmt.Errorf("down")
+}
+
+// A stored value this version did not write is as good as absent.
+func TestForeignRecord(t *testing.T) {
+	m := NewMemory(MemoryOptions{})
+	d := testDialect(m)
+	ctx := context.Background()
+	for _, val := range []string{`not json`, `{"v":2,"response":{}}`, `{"v":1}`, `[]`} {
+		mustPut(t, m, "t1", "resp_x", val)
+		if _, e := d.Retrieve(ctx, "t1", "resp_x"); e == nil || e.Status != 404 {
+			t.Errorf("retrieve of %s: %v", val, e)
+		}
+		if _, e := d.Decode(ctx, "t1", []byte(`{"model":"m","input":"x","previous_response_id":"resp_x"}`)); e == nil || e.Status != 404 || e.Param != "previous_response_id" {
+			t.Errorf("continuation of %s: %v", val, e)
+		}
+	}
 }
 
 func TestStoreDown(t *testing.T) {
