@@ -427,6 +427,10 @@ func inputMessages(raw json.RawMessage) ([]cascade.Message, *dialect.Error) {
 				return nil, e
 			}
 			msgs = append(msgs, cascade.Message{Role: "tool", ToolCallID: it.CallID, Content: out})
+		case "reasoning":
+			// A reasoning item this proxy returned, sent back as a client that does not store
+			// does. The chat request has no place for it: chat templates drop earlier turns'
+			// reasoning, so leaving it out is what the model would see anyway.
 		case "":
 			return nil, badRequest(param+".type", "%s.type: required", param)
 		default:

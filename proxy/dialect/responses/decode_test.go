@@ -72,6 +72,8 @@ func TestDecodeFields(t *testing.T) {
 			`{"model":"m","messages":[{"role":"user","content":"x"}],"reasoning_effort":"low"}`},
 		{"harmless fields", `{"model":"m","input":"x","metadata":{"k":"v"},"store":false,"truncation":"auto","background":false,"service_tier":"auto","safety_identifier":"s","prompt_cache_key":"p","prompt_cache_retention":"24h","include":["reasoning.encrypted_content"],"top_logprobs":0,"conversation":null,"prompt":null,"context_management":[]}`,
 			`{"model":"m","messages":[{"role":"user","content":"x"}]}`},
+		{"reasoning items sent back are left out", `{"model":"m","input":[{"role":"user","content":"q"},{"type":"reasoning","id":"rs_1","summary":[],"content":[{"type":"reasoning_text","text":"hmm"}]},{"role":"assistant","content":"a"},{"role":"user","content":"q2"}]}`,
+			`{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a"},{"role":"user","content":"q2"}]}`},
 		{"names match case-insensitively", `{"Model":"m","INPUT":"x"}`,
 			`{"model":"m","messages":[{"role":"user","content":"x"}]}`},
 	} {
@@ -128,7 +130,6 @@ func TestDecodeRefusals(t *testing.T) {
 		{"file part", `{"model":"m","input":[{"role":"user","content":[{"type":"input_file","file_id":"f"}]}]}`, "input[0].content[0].type", 400},
 		{"image by file_id", `{"model":"m","input":[{"role":"user","content":[{"type":"input_image","file_id":"f"}]}]}`, "input[0].content[0].image_url", 400},
 		{"item_reference", `{"model":"m","input":[{"type":"item_reference","id":"x"}]}`, "input[0].type", 400},
-		{"reasoning item", `{"model":"m","input":[{"type":"reasoning","summary":[]}]}`, "input[0].type", 400},
 		{"function_call without call_id", `{"model":"m","input":[{"type":"function_call","name":"f","arguments":"{}"}]}`, "input[0].call_id", 400},
 		{"function_call without name", `{"model":"m","input":[{"type":"function_call","call_id":"c","arguments":"{}"}]}`, "input[0].name", 400},
 		{"function_call without arguments", `{"model":"m","input":[{"type":"function_call","call_id":"c","name":"f"}]}`, "input[0].arguments", 400},
