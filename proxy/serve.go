@@ -31,9 +31,12 @@ func (s *Server) route(path string, d dialect.Dialect) {
 }
 
 // errorsFor is the shape of r's errors: its route's dialect, OpenAI's for the other routes.
+// A path under a dialect's (its stored answers, its count_tokens) takes that dialect's shape.
 func (s *Server) errorsFor(r *http.Request) errorRenderer {
-	if d, ok := s.dialects[r.URL.Path]; ok {
-		return d
+	for p := r.URL.Path; p != ""; p = p[:strings.LastIndexByte(p, '/')] {
+		if d, ok := s.dialects[p]; ok {
+			return d
+		}
 	}
 	return openAIErrors{}
 }

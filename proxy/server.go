@@ -132,6 +132,15 @@ func New(o Options) *Server {
 		for _, path := range s.paths {
 			r.Post(path, s.serve(s.dialects[path]))
 		}
+		for _, path := range s.paths {
+			if sr, ok := s.dialects[path].(storedResponses); ok {
+				r.Get(path+"/{id}", s.storedResponse(sr.Retrieve))
+				r.Delete(path+"/{id}", s.storedResponse(sr.Delete))
+			}
+			if tc, ok := s.dialects[path].(tokenCounter); ok {
+				r.Post(path+"/count_tokens", s.countTokens(tc))
+			}
+		}
 		r.Post("/v1/embeddings", s.embeddings)
 		r.Get("/v1/models", s.models)
 		r.Get("/v1/eoc/calls/{request_id}", s.callFigure)
@@ -212,4 +221,62 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+}
+
+// storedResponses is a dialect that keeps its answers (the Responses API's store): GET and
+// DELETE {path}/{id}.
+type storedResponses interface {
+	Retrieve(ctx context.Context, tenant, id string) ([]byte, *dialect.Error)
+	Delete(ctx context.Context, tenant, id string) ([]byte, *dialect.Error)
+}
+
+// storedResponse serves one of storedResponses' operations for the caller's tenant, errors in
+// the route's dialect.
+func (s *Server) storedResponse(op func(ctx context.Context, tenant, id string) ([]byte, *dialect.Error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		lf := fields(r.Context())
+		b, e := op(r.Context(), lf.tenant, chi.URLParam(r, "id"))
+		if e != nil {
+			apiErr := fromWire(e)
+			lf.err = apiErr
+			s.writeRouteError(w, r, apiErr)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(b)
+	}
+}
+
+// tokenCounter is a dialect that counts a request's input tokens without walking the cascade
+// (Anthropic's count_tokens): POST {path}/count_tokens. estimated says the count is an estimate,
+// which the answer's X-EOC-Token-Count header then says.
+type tokenCounter interface {
+	CountTokens(body []byte) (out []byte, estimated bool, e *dialect.Error)
+}
+
+// HeaderTokenCount says how a count_tokens answer counted: "estimate" when it is one.
+const HeaderTokenCount = "X-Eoc-Token-Count"
+
+// countTokens serves tc's count: no budget, no cascade, the body read as a call's.
+func (s *Server) countTokens(tc tokenCounter) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		lf := fields(r.Context())
+		body, apiErr := s.readJSON(w, r)
+		if apiErr == nil {
+			out, estimated, e := tc.CountTokens(body)
+			if e == nil {
+				if estimated {
+					w.Header().Set(HeaderTokenCount, "estimate")
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusOK)
+				_, _ = w.Write(out)
+				return
+			}
+			apiErr = fromWire(e)
+		}
+		lf.err = apiErr
+		s.writeRouteError(w, r, apiErr)
+	}
 }

@@ -28,6 +28,9 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/ledger"
 	"github.com/eoc-proxy/eoc-proxy/meter"
 	"github.com/eoc-proxy/eoc-proxy/proxy"
+	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
+	"github.com/eoc-proxy/eoc-proxy/proxy/dialect/completions"
+	"github.com/eoc-proxy/eoc-proxy/proxy/dialect/messages"
 	"github.com/eoc-proxy/eoc-proxy/telemetry"
 )
 
@@ -253,6 +256,11 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 		Tracing:        tracing,
 	}
 	shareEdge(&opts, shared)
+	opts.Dialects = map[string]dialect.Dialect{
+		"/v1/responses":   responsesDialect(shared),
+		"/v1/messages":    messages.New(),
+		"/v1/completions": completions.New(),
+	}
 	edge := proxy.New(opts)
 	a.handler = edge
 	// Closed first (closers run last opened first): the calls still settling are recorded

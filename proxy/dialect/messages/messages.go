@@ -39,6 +39,9 @@ func (Dialect) Decode(_ context.Context, _ string, body []byte) (dialect.Exchang
 	return &exchange{d: d, raw: raw}, nil
 }
 
+// CountTokens answers POST /v1/messages/count_tokens (the package's CountTokens).
+func (Dialect) CountTokens(body []byte) ([]byte, bool, *dialect.Error) { return CountTokens(body) }
+
 // CountTokensHeader is the response header that says how CountTokens counted: EstimateValue when
 // it estimated.
 const (
