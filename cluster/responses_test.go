@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/internal/redistest"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/redistest"
 	"github.com/eoc-proxy/eoc-proxy/proxy/dialect/responses"
 )
 

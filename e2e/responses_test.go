@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
-	"github.com/eoc-proxy/eoc-proxy/internal/redistest"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/redistest"
 )
 
 // responsesConfig serves the real Ollama's models (eoc-tiny*) and two fakes: fake-tools always
