@@ -72,3 +72,51 @@ func TestLayers(t *testing.T) {
 		}
 	}
 }
+
+// testEnv holds what tests and measuring commands run against (fake model servers, a Redis, the
+// tiny model, a browser): it may import the app's packages, as a test does.
+const testEnv = "internal/testenv"
+
+// TestInternalSplit keeps internal/ in two parts: the leaf helpers the app imports (jsonx, procs,
+// text, ...), which import nothing of ours, so nothing there points back up into the app; and
+// internal/testenv, which only tests, e2e and scripts import.
+func TestInternalSplit(t *testing.T) {
+	leaves, envs := 0, 0
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || (path != "." && strings.HasPrefix(d.Name(), "."))) {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		dir := filepath.ToSlash(filepath.Dir(path))
+		leaf := strings.HasPrefix(dir, "internal/") && !strings.HasPrefix(dir, testEnv)
+		if leaf {
+			leaves++
+		}
+		mayUseEnv := strings.HasPrefix(dir, testEnv) || strings.HasPrefix(dir, "scripts/") || strings.HasPrefix(dir, "e2e")
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if leaf && (p == module || strings.HasPrefix(p, module+"/")) {
+				t.Errorf("%s imports %s: a leaf helper in internal/ imports nothing of ours", path, p)
+			}
+			if strings.HasPrefix(p, module+"/"+testEnv) {
+				envs++
+				if !mayUseEnv {
+					t.Errorf("%s imports %s: only tests, e2e and scripts use %s", path, p, testEnv)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil || leaves == 0 || envs == 0 {
+		t.Fatalf("%d leaf files, %d imports of %s seen: %v", leaves, envs, testEnv, err)
+	}
+}

@@ -55,13 +55,6 @@ func TestPackageDocs(t *testing.T) {
 	if len(docs) < 5 {
 		t.Fatalf("found only %d packages; the walk is broken", len(docs))
 	}
-	for dir := range docsPending {
-		if p := docs[dir]; p == nil {
-			t.Errorf("%s is in docsPending but holds no package", dir)
-		} else if _, ok := oneSentence(p.doc); ok {
-			t.Errorf("%s: its doc now opens with one sentence; take it out of docsPending", dir)
-		}
-	}
 	for dir, p := range docs {
 		want := "Package " + p.name + " "
 		if p.name == "main" {
@@ -74,16 +67,10 @@ func TestPackageDocs(t *testing.T) {
 		if len(p.files) > 1 {
 			t.Errorf("%s: %d files carry a package comment (%s); go doc joins them, keep one", dir, len(p.files), strings.Join(p.files, ", "))
 		}
-		if first, ok := oneSentence(p.doc); !ok && !docsPending[dir] {
+		if first, ok := oneSentence(p.doc); !ok {
 			t.Errorf("%s: the doc's first paragraph is not one sentence; go doc's synopsis is %q of %q", dir, new(doc.Package).Synopsis(p.doc), first)
 		}
 	}
-}
-
-// docsPending are the packages whose doc opens with more than one sentence and whose owner is
-// rewriting it; the list only shrinks.
-var docsPending = map[string]bool{
-	"cmd/eoc-wasm": true,
 }
 
 // oneSentence reports whether the first paragraph of a doc comment is a single sentence ending

@@ -86,12 +86,12 @@ const (
 	readBufSize = 32 << 10 // the stream reader's buffer
 )
 
-// base is what every dialect shares: name, URL, key, timeout and the HTTP client.
+// base is what every dialect shares: name, URL, API key, timeout and the HTTP client.
 type base struct {
 	name    string
 	url     string   // without a trailing slash
-	auth    []string // the Authorization header value, nil without a key
-	key     string
+	auth    []string // the Authorization header value, nil without an API key
+	apiKey  string
 	timeout time.Duration
 	maxDur  time.Duration
 	client  *http.Client
@@ -111,7 +111,7 @@ func newBase(o Options) (base, error) {
 	if o.Timeout < 0 || o.MaxDuration < 0 {
 		return base{}, fmt.Errorf("backend %s: negative timeout %v or max duration %v", o.Name, o.Timeout, o.MaxDuration)
 	}
-	b := base{name: o.Name, url: strings.TrimRight(o.URL, "/"), key: o.APIKey, timeout: o.Timeout, maxDur: o.MaxDuration, client: o.Client}
+	b := base{name: o.Name, url: strings.TrimRight(o.URL, "/"), apiKey: o.APIKey, timeout: o.Timeout, maxDur: o.MaxDuration, client: o.Client}
 	if o.APIKey != "" {
 		b.auth = []string{"Bearer " + o.APIKey}
 	}
@@ -150,20 +150,21 @@ func (b *base) Name() string { return b.name }
 func (b *base) CloseIdleConnections() { b.client.CloseIdleConnections() }
 
 // attempt bounds one upstream call: by the backend's max duration as a whole, and by its
-// timeout for each silence of the upstream (a watchdog that do arms and the reply's body
-// re-arms at each read). Cancel it when the call is over.
-func (b *base) attempt(ctx context.Context) (context.Context, context.CancelFunc) {
+// timeout for each silence of the upstream: the watchdog it returns (nil without a timeout) is
+// armed now, and do hands it to the reply's body, which re-arms it at each read. Cancel the
+// call when it is over.
+func (b *base) attempt(ctx context.Context) (context.Context, *watchdog, context.CancelFunc) {
 	stopMax := context.CancelFunc(func() {})
 	if b.maxDur > 0 {
 		ctx, stopMax = context.WithTimeoutCause(ctx, b.maxDur, &timeoutError{what: "the call did not end", d: b.maxDur})
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	if b.timeout <= 0 {
-		return ctx, func() { cancel(nil); stopMax() }
+		return ctx, nil, func() { cancel(nil); stopMax() }
 	}
 	w := &watchdog{d: b.timeout}
 	w.t = time.AfterFunc(b.timeout, func() { cancel(&timeoutError{what: "the upstream sent nothing", d: b.timeout}) })
-	return context.WithValue(ctx, watchKey{}, w), func() { w.t.Stop(); cancel(nil); stopMax() }
+	return ctx, w, func() { w.t.Stop(); cancel(nil); stopMax() }
 }
 
 // timeoutError is why a call was cut by its own bounds. It is a timeout (net.Error) and wraps
@@ -185,8 +186,6 @@ type watchdog struct {
 	d time.Duration
 	t *time.Timer
 }
-
-type watchKey struct{}
 
 // watchedBody re-arms the call's watchdog at each read and stops it when bytes came.
 type watchedBody struct {
@@ -210,9 +209,10 @@ var (
 	hdrUA     = []string{"eoc-proxy"}
 )
 
-// do sends one request. A transport failure comes back as a *cascade.BackendError and a non-2xx
-// reply as a *cascade.UpstreamError, with the body closed; otherwise the caller closes it.
-func (b *base) do(ctx context.Context, method, u string, body []byte, accept []string) (*http.Response, error) {
+// do sends one request and hands the reply's body to the call's watchdog w (nil: none). A
+// transport failure comes back as a *cascade.BackendError and a non-2xx reply as a
+// *cascade.UpstreamError, with the body closed; otherwise the caller closes it.
+func (b *base) do(ctx context.Context, w *watchdog, method, u string, body []byte, accept []string) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -235,7 +235,7 @@ func (b *base) do(ctx context.Context, method, u string, body []byte, accept []s
 	if err != nil {
 		return nil, b.transportError(ctx, err)
 	}
-	if w, ok := ctx.Value(watchKey{}).(*watchdog); ok {
+	if w != nil {
 		resp.Body = &watchedBody{ReadCloser: resp.Body, w: w}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
@@ -253,9 +253,9 @@ func (b *base) getJSON(ctx context.Context, u string, v any) error {
 // callJSON sends body (nil: none) to u and decodes the whole reply into v (nil: read and
 // dropped), with the backend's timeout, auth and error mapping.
 func (b *base) callJSON(ctx context.Context, method, u string, body []byte, v any) error {
-	ctx, cancel := b.attempt(ctx)
+	ctx, w, cancel := b.attempt(ctx)
 	defer cancel()
-	resp, err := b.do(ctx, method, u, body, hdrJSON)
+	resp, err := b.do(ctx, w, method, u, body, hdrJSON)
 	if err != nil {
 		return err
 	}
@@ -332,10 +332,10 @@ func (b *base) midStreamError(data []byte) *cascade.UpstreamError {
 	return e
 }
 
-// redact removes the backend's own key from text that goes to a client.
+// redact removes the backend's own API key from text that goes to a client.
 func (b *base) redact(s string) string {
-	if b.key != "" && strings.Contains(s, b.key) {
-		s = strings.ReplaceAll(s, b.key, "[redacted]")
+	if b.apiKey != "" && strings.Contains(s, b.apiKey) {
+		s = strings.ReplaceAll(s, b.apiKey, "[redacted]")
 	}
 	return s
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/ollama/ollama/api"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
 	"github.com/eoc-proxy/eoc-proxy/internal/jsonx"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 )
 
 const benchBody = `{"model":"fake-model","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}],"temperature":0.2,"max_tokens":32,"x_unknown":{"keep":true}}`

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 )
 
 // wantTimings is what each dialect's fake reports with fakes.DefaultTimings, 12 prompt and 4

@@ -24,7 +24,7 @@ import (
 	"github.com/ollama/ollama/api"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/internal/tinymodel"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/tinymodel"
 )
 
 // startOllama starts bin/ollama on a free loopback port with its own models directory and

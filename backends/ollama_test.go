@@ -12,7 +12,7 @@ import (
 	"github.com/ollama/ollama/api"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 )
 
 // sentToOllama sends body through an Ollama backend and returns what the fake received.

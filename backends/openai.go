@@ -98,13 +98,13 @@ func (o *OpenAI) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 	if err != nil {
 		return nil, &cascade.UpstreamError{Backend: o.name, Status: http.StatusBadRequest, Type: "invalid_request_error", Message: err.Error()}
 	}
-	ctx, cancel := o.attempt(ctx)
+	ctx, w, cancel := o.attempt(ctx)
 	defer cancel()
 	accept := hdrJSON
 	if sink != nil {
 		accept = hdrSSE
 	}
-	resp, err := o.do(ctx, http.MethodPost, o.chatURL, body, accept)
+	resp, err := o.do(ctx, w, http.MethodPost, o.chatURL, body, accept)
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 )
 
 func base64Std(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

@@ -60,6 +60,8 @@ type EmbedCall struct {
 	NoCache, NoStore bool
 	// ID is the request id, for logs.
 	ID string
+	// Tracer is Request.Tracer's counterpart: nil traces nothing.
+	Tracer Tracer
 
 	key string
 }
@@ -112,7 +114,7 @@ type EmbedResult struct {
 // the first answer wins, and the stages before it that learn (EmbedLearner) remember it. A
 // failing stage is skipped with a warning unless it is the last or ctx is done.
 func (c *Cascade) Embed(ctx context.Context, call *EmbedCall, res *EmbedResult) error {
-	if _, err := c.router.Route(call.Req.Model); err != nil {
+	if err := c.router.Known(call.Req.Model); err != nil {
 		return err
 	}
 	call.Key()
@@ -125,7 +127,7 @@ func (c *Cascade) Embed(ctx context.Context, call *EmbedCall, res *EmbedResult) 
 	for i, st := range stages {
 		res.Stage = st.Name()
 		start := time.Now()
-		sctx, span := StartSpan(ctx, SpanStage, st.Name())
+		sctx, span := StartSpan(ctx, call.Tracer, SpanStage, st.Name())
 		e, err := st.(EmbedStage).ServeEmbed(sctx, call)
 		took := time.Since(start)
 		res.Attempts = append(res.Attempts, Attempt{Stage: st.Name(), Duration: took, Err: err})

@@ -2,60 +2,27 @@ package cascade
 
 import (
 	"context"
-	"errors"
-	"testing"
-	"time"
+	"fmt"
+	"path"
 )
 
-// hangingPing is a health check that ignores its context until released.
-type hangingPing struct {
-	stubBackend
-	release chan struct{}
-}
+// patternRouter is the walk's tests' Router (routing imports cascade): it knows the models its
+// path.Match patterns match, with one backend, "b", that is always up. The error is always nil.
+func patternRouter(patterns ...string) (Router, error) { return patternSet(patterns), nil }
 
-func (h *hangingPing) Ping(context.Context) error { <-h.release; return nil }
+type patternSet []string
 
-// Ready probes an ejected backend whose cooldown has ended and waits for the probe: a backend
-// that is up again makes the router ready in the same call.
-func TestReadyWaitsForTheProbeItStarts(t *testing.T) {
-	clk := &clock{now: time.Unix(1000, 0)}
-	pb := &pingBackend{}
-	r, err := NewRouterWith([]Route{{Name: "a", Patterns: []string{"m*"}, Backend: pb}},
-		RoutingOptions{EjectAfter: 1, Cooldown: 10 * time.Second, Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Start(&r.routes[0])(Failed)
-	if err := r.Ready(context.Background()); err == nil {
-		t.Fatal("ready within the cooldown")
-	}
-	clk.Add(11 * time.Second)
-	if err := r.Ready(context.Background()); err != nil {
-		t.Fatalf("the probe re-admits the backend, but Ready said: %v", err)
-	}
-	if !r.Up("a") || pb.pings.Load() != 1 {
-		t.Fatalf("up %v, %d pings", r.Up("a"), pb.pings.Load())
-	}
-}
-
-// Ready is bounded by its context even when a health check ignores it.
-func TestReadyBoundedByContext(t *testing.T) {
-	h := &hangingPing{release: make(chan struct{})}
-	defer close(h.release)
-	r, err := NewRouterWith([]Route{{Name: "slow", Patterns: []string{"m*"}, Backend: h}}, RoutingOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- r.Ready(ctx) }()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("err = %v, want the deadline", err)
+func (ps patternSet) Known(model string) error {
+	for _, p := range ps {
+		if ok, _ := path.Match(p, model); ok {
+			return nil
 		}
-	case <-time.After(30 * time.Second): // bounds a hang only; generous for a loaded machine
-		t.Fatal("Ready outlived its context")
 	}
+	return fmt.Errorf("%w: %q", ErrModelNotFound, model)
 }
+
+func (patternSet) Ready(context.Context) error               { return nil }
+func (patternSet) Models(context.Context) ([]Model, []error) { return nil, nil }
+func (patternSet) LiteralModels() []string                   { return nil }
+func (patternSet) Names() []string                           { return []string{"b"} }
+func (patternSet) Up(name string) bool                       { return name == "b" }

@@ -37,7 +37,7 @@ func (k *keeper) Learn(_ *Request, ans *Answer) { k.kept = append(k.kept, *ans) 
 // TestWalkMovesSettle: the walk hands the answering stage's Settle to the result, with what it
 // added to the figure, and the answer a learner keeps has none.
 func TestWalkMovesSettle(t *testing.T) {
-	router, err := NewRouter([]Route{{Name: "b", Patterns: []string{"*"}, Backend: stubBackend{}}})
+	router, err := patternRouter("*")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func (k kvLike) Serve(_ context.Context, req *Request, _ Sink) (*Answer, error) 
 // kv hit (Answer.SpentSettle) and when kv missed before the neural stage answered
 // (SpentError.Settle).
 func TestWalkSettlesSpent(t *testing.T) {
-	router, err := NewRouter([]Route{{Name: "b", Patterns: []string{"*"}, Backend: stubBackend{}}})
+	router, err := patternRouter("*")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 )
 
 // Tracer opens a span for each stage a walk tries and each backend attempt a stage makes. The
-// edge implements it (with OpenTelemetry) and puts it in the request's context (WithTracer); the
-// cascade knows no tracing library. StartSpan returns the context the traced work runs in, so a
+// edge implements it (with OpenTelemetry) and hands it over as Request.Tracer (EmbedCall.Tracer);
+// the cascade knows no tracing library. StartSpan returns the context the traced work runs in, so a
 // backend called with it passes the span on upstream. It must be safe for concurrent use.
 type Tracer interface {
 	StartSpan(ctx context.Context, kind SpanKind, name string) (context.Context, Span)
@@ -39,21 +39,14 @@ type SpanResult struct {
 	Energy  energy.Figure
 }
 
-type tracerKey struct{}
-
-// WithTracer returns ctx carrying t for the walks and stages that run in it.
-func WithTracer(ctx context.Context, t Tracer) context.Context {
-	return context.WithValue(ctx, tracerKey{}, t)
-}
-
-// TraceSpan is a span opened by StartSpan. Its zero value, what StartSpan returns when ctx has no
-// tracer, does nothing, so untraced calls pay one context lookup and no allocation.
+// TraceSpan is a span opened by StartSpan. Its zero value, what StartSpan returns without a
+// tracer, does nothing, so untraced calls pay no allocation.
 type TraceSpan struct{ s Span }
 
-// StartSpan opens a span of kind named name under ctx's tracer, if it has one.
-func StartSpan(ctx context.Context, kind SpanKind, name string) (context.Context, TraceSpan) {
-	t, ok := ctx.Value(tracerKey{}).(Tracer)
-	if !ok || t == nil {
+// StartSpan opens a span of kind named name with t, under ctx's span; with a nil t it opens
+// nothing and returns ctx.
+func StartSpan(ctx context.Context, t Tracer, kind SpanKind, name string) (context.Context, TraceSpan) {
+	if t == nil {
 		return ctx, TraceSpan{}
 	}
 	ctx, s := t.StartSpan(ctx, kind, name)

@@ -53,15 +53,15 @@ func (f fixedStage) Serve(_ context.Context, req *Request, _ Sink) (*Answer, err
 // A walk opens one span per stage it tries and ends each once: a miss as "miss" with no error,
 // the answer as "hit" with the stage's figure.
 func TestWalkOpensAStageSpanPerStage(t *testing.T) {
-	router, err := NewRouter([]Route{{Name: "b", Patterns: []string{"*"}, Backend: stubBackend{}}})
+	router, err := patternRouter("*")
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := New(router, []Stage{fixedStage{name: "cache", miss: true}, fixedStage{name: "graph"}}, Options{StageWatts: 10, Logger: zerolog.Nop()})
 	tr := &recTracer{}
-	req := &Request{Chat: ChatRequest{Model: "m", Messages: []Message{{Role: "user", Content: []byte(`"q"`)}}}}
+	req := &Request{Chat: ChatRequest{Model: "m", Messages: []Message{{Role: "user", Content: []byte(`"q"`)}}}, Tracer: tr}
 	var res Result
-	if err := c.Walk(WithTracer(context.Background(), tr), req, &res, nil); err != nil {
+	if err := c.Walk(context.Background(), req, &res, nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(tr.spans) != 2 {
@@ -77,11 +77,11 @@ func TestWalkOpensAStageSpanPerStage(t *testing.T) {
 	}
 }
 
-// Without a tracer in the context, opening and ending a span allocates nothing.
+// Without a tracer, opening and ending a span allocates nothing.
 func TestUntracedSpanIsFree(t *testing.T) {
 	ctx := context.Background()
 	if n := testing.AllocsPerRun(100, func() {
-		_, s := StartSpan(ctx, SpanStage, "cache")
+		_, s := StartSpan(ctx, nil, SpanStage, "cache")
 		s.End(SpanResult{Outcome: "miss"})
 	}); n != 0 {
 		t.Errorf("%v allocations per untraced span", n)

@@ -66,7 +66,7 @@ type Options struct {
 // Cascade walks requests through its stages. It is safe for concurrent use.
 type Cascade struct {
 	stages []Stage
-	router *Router
+	router Router
 	opts   Options
 	record int // Request.RecordBytes for a request that leaves it 0
 }
@@ -77,7 +77,7 @@ type EntryBounder interface {
 }
 
 // New returns a Cascade over stages in order. The router decides which models exist.
-func New(router *Router, stages []Stage, opts Options) *Cascade {
+func New(router Router, stages []Stage, opts Options) *Cascade {
 	return &Cascade{stages: stages, router: router, opts: opts, record: recordBound(stages)}
 }
 
@@ -100,7 +100,7 @@ func recordBound(stages []Stage) int {
 }
 
 // Router returns the cascade's router.
-func (c *Cascade) Router() *Router { return c.router }
+func (c *Cascade) Router() Router { return c.router }
 
 // StageSink is where a walk streams an answer. Stage is called once, with the name of the stage
 // that writes, right before its first chunk (the proxy sends that name in the headers that go
@@ -116,7 +116,7 @@ type StageSink interface {
 // answer. A failing stage is skipped with a warning unless it is the last, it already wrote to
 // the sink, or ctx is done; then res.Answer may still hold what was spent, for the ledger.
 func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink StageSink) error {
-	if _, err := c.router.Route(req.Chat.Model); err != nil {
+	if err := c.router.Known(req.Chat.Model); err != nil {
 		return err
 	}
 	req.Key() // computed once, before any stage or learner reads it concurrently
@@ -131,7 +131,7 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 	var tracked Sink
 	var ts *trackedSink // nil without a sink: a walk that streams nothing allocates nothing for it
 	if bs, ok := sink.(BackendSink); ok {
-		ctx = context.WithValue(ctx, announceKey{}, bs)
+		req.backends = bs // told of each backend attempt (Request.Announce)
 	}
 	if sink != nil {
 		ts = &trackedSink{sink: sink, res: res}
@@ -148,7 +148,7 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 			ts.writing = res.Stage
 		}
 		start := time.Now()
-		sctx, span := StartSpan(ctx, SpanStage, st.Name())
+		sctx, span := StartSpan(ctx, req.Tracer, SpanStage, st.Name())
 		ans, err := st.Serve(sctx, req, tracked)
 		took := time.Since(start)
 		res.Attempts = append(res.Attempts, Attempt{Stage: st.Name(), Duration: took, Err: err})
@@ -303,19 +303,17 @@ func Replay(ans *Answer, includeUsage bool, sink Sink) error {
 }
 
 // BackendSink is a StageSink that also wants to know which backend writes: the neural stage
-// announces each backend it tries, with the number of attempts so far, before the attempt; the
-// last announcement before the first chunk names the backend that writes the stream, since no
-// call is retried after its first byte.
+// announces each backend it tries (Request.Announce), with the number of attempts so far, before
+// the attempt; the last announcement before the first chunk names the backend that writes the
+// stream, since no call is retried after its first byte.
 type BackendSink interface {
 	Backend(name string, attempts int)
 }
 
-type announceKey struct{}
-
-// Announce tells the walk's sink, when it is a BackendSink, that backend is about to be tried
-// as the attempts-th attempt of the call whose context is ctx.
-func Announce(ctx context.Context, backend string, attempts int) {
-	if bs, ok := ctx.Value(announceKey{}).(BackendSink); ok {
-		bs.Backend(backend, attempts)
+// Announce tells the sink of the walk serving r, when it is a BackendSink, that backend is about
+// to be tried as the attempts-th attempt.
+func (r *Request) Announce(backend string, attempts int) {
+	if r.backends != nil {
+		r.backends.Backend(backend, attempts)
 	}
 }

@@ -11,10 +11,10 @@ import (
 )
 
 // Budgets keeps the joule budgets' figures in Redis for every replica (proxy.SharedBudgets).
-// Per key, a hash eoc:budget:{id} holds the period, the joules spent in it, how many of those
-// came from partial figures ('partial') and the largest cost ever settled, a sorted set
-// eoc:budget:{id}:inflight the calls in flight, scored by when they stop counting (a replica
-// that died mid-call), and a sorted set eoc:budget:{id}:settled the reservations settled in the
+// Per tenant (an API key's id), a hash eoc:budget:{id} holds the period, the joules spent in it,
+// how many of those came from partial figures ('partial') and the largest cost ever settled,
+// a sorted set eoc:budget:{id}:inflight the calls in flight, scored by when they stop counting
+// (a replica that died mid-call), and a sorted set eoc:budget:{id}:settled the reservations settled in the
 // last hour, scored by when they are forgotten. None of these keys carries a TTL, so a Redis
 // run with maxmemory-policy volatile-lru never evicts them (only the cache's entries, which all
 // expire); the scripts trim the sets' members by score instead. The admission rule runs in one Lua
@@ -26,8 +26,8 @@ type Budgets struct{ c *Client }
 // Budgets returns the shared budget figures.
 func (c *Client) Budgets() *Budgets { return &Budgets{c: c} }
 
-func budgetKeys(key string) []string {
-	h := "eoc:budget:{" + key + "}"
+func budgetKeys(tenant string) []string {
+	h := "eoc:budget:{" + tenant + "}"
 	return []string{h, h + ":inflight", h + ":settled"}
 }
 
@@ -137,15 +137,15 @@ func (b *Budgets) OnBack(f func()) { b.c.OnBack(f) }
 
 func fmtF(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
-// Admit applies the admission rule to key atomically; on verdict 0 id names the reservation.
-func (b *Budgets) Admit(ctx context.Context, key, period string, limit, headroom float64, hold time.Duration) (id string, verdict int, spent, reserved float64, err error) {
+// Admit applies the admission rule to tenant atomically; on verdict 0 id names the reservation.
+func (b *Budgets) Admit(ctx context.Context, tenant, period string, limit, headroom float64, hold time.Duration) (id string, verdict int, spent, reserved float64, err error) {
 	id = newID()
 	var res []any
 	sent := false
 	err = b.c.do(ctx, func(ctx context.Context, rdb *redis.Client) error {
 		sent = true
 		var err error
-		res, err = admitScript.Run(ctx, rdb, budgetKeys(key), period, fmtF(limit), fmtF(headroom), hold.Milliseconds(), id).Slice()
+		res, err = admitScript.Run(ctx, rdb, budgetKeys(tenant), period, fmtF(limit), fmtF(headroom), hold.Milliseconds(), id).Slice()
 		return err
 	})
 	if err != nil {
@@ -153,7 +153,7 @@ func (b *Budgets) Admit(ctx context.Context, key, period string, limit, headroom
 		if sent && !errors.As(err, &re) {
 			// No answer: Redis may hold the script and run it later, reserving for a call that
 			// by then runs on local figures. Release the id once Redis answers again.
-			b.c.addOrphan(key, id)
+			b.c.addOrphan(tenant, id)
 		}
 		return "", 0, 0, 0, err
 	}
@@ -169,26 +169,26 @@ func (b *Budgets) Admit(ctx context.Context, key, period string, limit, headroom
 // Settle books cost, from a partial figure when partial is true, and ends reservation id (""
 // books the cost alone). partialSpent is how many of the period's spent joules came from
 // partial figures.
-func (b *Budgets) Settle(ctx context.Context, key, period, id string, cost float64, partial bool, headroom float64) (spent, reserved, partialSpent float64, err error) {
+func (b *Budgets) Settle(ctx context.Context, tenant, period, id string, cost float64, partial bool, headroom float64) (spent, reserved, partialSpent float64, err error) {
 	p := "0"
 	if partial {
 		p = "1"
 	}
-	return b.usage(ctx, settleScript, key, period, id, fmtF(cost), fmtF(headroom), p)
+	return b.usage(ctx, settleScript, tenant, period, id, fmtF(cost), fmtF(headroom), p)
 }
 
-// Usage is key's spent and reserved joules for period, and how many of the spent joules came
+// Usage is tenant's spent and reserved joules for period, and how many of the spent joules came
 // from partial figures.
-func (b *Budgets) Usage(ctx context.Context, key, period string, headroom float64) (spent, reserved, partialSpent float64, err error) {
-	return b.usage(ctx, usageScript, key, period, fmtF(headroom))
+func (b *Budgets) Usage(ctx context.Context, tenant, period string, headroom float64) (spent, reserved, partialSpent float64, err error) {
+	return b.usage(ctx, usageScript, tenant, period, fmtF(headroom))
 }
 
 // usage runs a script that returns spent, reserved and partial joules.
-func (b *Budgets) usage(ctx context.Context, s *redis.Script, key string, args ...any) (spent, reserved, partial float64, err error) {
+func (b *Budgets) usage(ctx context.Context, s *redis.Script, tenant string, args ...any) (spent, reserved, partial float64, err error) {
 	var res []any
 	err = b.c.do(ctx, func(ctx context.Context, rdb *redis.Client) error {
 		var err error
-		res, err = s.Run(ctx, rdb, budgetKeys(key), args...).Slice()
+		res, err = s.Run(ctx, rdb, budgetKeys(tenant), args...).Slice()
 		return err
 	})
 	if err != nil {
@@ -207,15 +207,15 @@ func parseF(v any) float64 {
 }
 
 // orphan is a reservation whose admission got no answer.
-type orphan struct{ key, id string }
+type orphan struct{ tenant, id string }
 
 // maxOrphans bounds the reservations kept for release; past it they expire with their hold.
 const maxOrphans = 10000
 
-func (c *Client) addOrphan(key, id string) {
+func (c *Client) addOrphan(tenant, id string) {
 	c.mu.Lock()
 	if len(c.orphans) < maxOrphans {
-		c.orphans = append(c.orphans, orphan{key, id})
+		c.orphans = append(c.orphans, orphan{tenant, id})
 	}
 	c.mu.Unlock()
 }
@@ -247,7 +247,7 @@ func (c *Client) releaseOrphans() {
 		o := c.orphans[0]
 		c.mu.Unlock()
 		err := c.do(context.Background(), func(ctx context.Context, rdb *redis.Client) error {
-			return releaseScript.Run(ctx, rdb, budgetKeys(o.key), o.id).Err()
+			return releaseScript.Run(ctx, rdb, budgetKeys(o.tenant), o.id).Err()
 		})
 		var re redis.Error
 		if errors.As(err, &re) {

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
-	"github.com/eoc-proxy/eoc-proxy/internal/redistest"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/redistest"
 )
 
 func open(t *testing.T, url, replica string) *Client {

@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
-	"github.com/eoc-proxy/eoc-proxy/internal/redistest"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/redistest"
 )
 
 // A Redis that hangs (SIGSTOP) holds no call longer than one operation's deadline: every

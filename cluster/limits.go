@@ -7,7 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Limits counts the keys' rate limits for every replica (proxy.SharedLimits): per key, a
+// Limits counts the tenants' rate limits for every replica (proxy.SharedLimits): per tenant, a
 // sorted set eoc:rate:{id}:calls of the calls admitted in the last minute (a sliding log, so
 // exactly RPM calls pass in any minute) and a hash eoc:rate:{id}:tokens of completion tokens
 // per second. Redis's clock times both. Neither key carries a TTL (so volatile-lru never evicts
@@ -17,8 +17,8 @@ type Limits struct{ c *Client }
 // Limits returns the shared rate-limit counts.
 func (c *Client) Limits() *Limits { return &Limits{c: c} }
 
-func limitKeys(key string) []string {
-	h := "eoc:rate:{" + key + "}"
+func limitKeys(tenant string) []string {
+	h := "eoc:rate:{" + tenant + "}"
 	return []string{h + ":calls", h + ":tokens"}
 }
 
@@ -54,7 +54,7 @@ return {1, 0}
 `)
 
 // ARGV: tokens. It drops the seconds older than a minute, as takeScript does: the hash carries
-// no TTL, so a memory policy that evicts expiring keys never drops a key's count.
+// no TTL, so a memory policy that evicts expiring keys never drops a tenant's count.
 var tokensScript = redis.NewScript(`
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
@@ -66,13 +66,13 @@ redis.call('HINCRBY', KEYS[2], t[1], ARGV[1])
 return 1
 `)
 
-// Take admits one call of key under rpm calls and tpm completion tokens per minute (0: no
+// Take admits one call of tenant under rpm calls and tpm completion tokens per minute (0: no
 // limit), or says how long to wait.
-func (l *Limits) Take(ctx context.Context, key string, rpm, tpm int) (bool, time.Duration, error) {
+func (l *Limits) Take(ctx context.Context, tenant string, rpm, tpm int) (bool, time.Duration, error) {
 	var res []any
 	err := l.c.do(ctx, func(ctx context.Context, rdb *redis.Client) error {
 		var err error
-		res, err = takeScript.Run(ctx, rdb, limitKeys(key), rpm, tpm, newID()).Slice()
+		res, err = takeScript.Run(ctx, rdb, limitKeys(tenant), rpm, tpm, newID()).Slice()
 		return err
 	})
 	if err != nil {
@@ -83,9 +83,9 @@ func (l *Limits) Take(ctx context.Context, key string, rpm, tpm int) (bool, time
 	return ok == 1, time.Duration(wait) * time.Millisecond, nil
 }
 
-// AddTokens books a call's completion tokens against key.
-func (l *Limits) AddTokens(ctx context.Context, key string, tokens int) error {
+// AddTokens books a call's completion tokens against tenant.
+func (l *Limits) AddTokens(ctx context.Context, tenant string, tokens int) error {
 	return l.c.do(ctx, func(ctx context.Context, rdb *redis.Client) error {
-		return tokensScript.Run(ctx, rdb, limitKeys(key), tokens).Err()
+		return tokensScript.Run(ctx, rdb, limitKeys(tenant), tokens).Err()
 	})
 }

@@ -60,6 +60,7 @@ const DefaultMaxDuration = Duration(30 * time.Minute)
 
 // Limits bound each request.
 type Limits struct {
+	// MaxBodyBytes bounds a request's body (0: proxy.DefaultMaxBodyBytes).
 	MaxBodyBytes    int64    `yaml:"max_body_bytes"`
 	RequestTimeout  Duration `yaml:"request_timeout"`
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
@@ -140,14 +141,13 @@ type Routing struct {
 	// Groups give models a strategy; the first group with a matching pattern wins, and a model
 	// in none is routed by fallback (config order).
 	Groups []RoutingGroup `yaml:"groups"`
-	// EjectAfter failed attempts in a row eject a backend (default 3).
+	// EjectAfter failed attempts in a row eject a backend (0: routing.DefaultEjectAfter).
 	EjectAfter int `yaml:"eject_after"`
 	// Cooldown is how long an ejected backend is skipped before a probe may re-admit it
-	// (default 30s).
+	// (0: routing.DefaultCooldown).
 	Cooldown Duration `yaml:"cooldown"`
 	// Explore is the share of least-joules calls sent to a random backend so that every
-	// backend keeps a fresh figure (default 0.05; 0 in the file means the default, a negative
-	// value none).
+	// backend keeps a fresh figure (0: routing.DefaultExplore; negative: none).
 	Explore float64 `yaml:"explore"`
 }
 
@@ -175,15 +175,15 @@ type Meter struct {
 }
 
 // RAPL switches the RAPL counter. SysfsRoot is where the meter reads sysfs (RAPL's powercap
-// zones and the backends' cgroups).
+// zones and the backends' cgroups; "": meter.DefaultSysfsRoot).
 type RAPL struct {
-	Enabled   string `yaml:"enabled"` // auto | on | off
+	Enabled   string `yaml:"enabled"` // one of Registry.Switches; "": the first
 	SysfsRoot string `yaml:"sysfs_root"`
 }
 
 // NVML switches the NVIDIA GPU counter.
 type NVML struct {
-	Enabled string `yaml:"enabled"` // auto | on | off
+	Enabled string `yaml:"enabled"` // one of Registry.Switches; "": the first
 	// SettleInline makes a call's response wait for NVML's counter to settle its GPU figure, so
 	// that it never carries a provisional one (meter.Options.SettleInline). Off by default: the
 	// response goes out at once and the settled figure follows.
@@ -317,10 +317,12 @@ func yamlQuoteInline(v string) string {
 	return v
 }
 
-// fillDefaults fills the config-level defaults: the settings no other package owns (the listen
-// address, the edge's limits, the cache's bounds, backend routing, the counter switches and
-// the ledger's rotation). Defaults that a package owns (kv's thresholds, the meter's prices)
-// come from Registry.Defaults.
+// fillDefaults fills the defaults config owns: those of settings whose package reads zero as
+// "none" or takes no default (the listen address, the log level, the request and shutdown
+// timeouts, the cache's entries and TTL, a backend's models and bounds, a group's strategy,
+// the ledger's rotation). A default that a package owns (its Default constant, applied to a zero
+// value: routing, the body limit, the counter switches, kv, the meter's prices) is left zero
+// here and filled by Registry.Defaults from the owner, so each is written once.
 func (c *Config) fillDefaults(reg Registry) {
 	def := func(p *string, v string) {
 		if *p == "" {
@@ -329,9 +331,6 @@ func (c *Config) fillDefaults(reg Registry) {
 	}
 	def(&c.Listen, "127.0.0.1:8080")
 	def(&c.LogLevel, "info")
-	if c.Limits.MaxBodyBytes == 0 {
-		c.Limits.MaxBodyBytes = 10 << 20
-	}
 	if c.Limits.RequestTimeout == 0 {
 		c.Limits.RequestTimeout = Duration(300 * time.Second)
 	}
@@ -359,23 +358,11 @@ func (c *Config) fillDefaults(reg Registry) {
 			b.MaxDuration = max(DefaultMaxDuration, b.Timeout)
 		}
 	}
-	if c.Routing.EjectAfter == 0 {
-		c.Routing.EjectAfter = 3
-	}
-	if c.Routing.Cooldown == 0 {
-		c.Routing.Cooldown = Duration(30 * time.Second)
-	}
-	if c.Routing.Explore == 0 {
-		c.Routing.Explore = 0.05
-	}
 	for i := range c.Routing.Groups {
 		if c.Routing.Groups[i].Strategy == "" && len(reg.Strategies) > 0 {
 			c.Routing.Groups[i].Strategy = reg.Strategies[0]
 		}
 	}
-	def(&c.Meter.RAPL.Enabled, "auto")
-	def(&c.Meter.RAPL.SysfsRoot, "/sys")
-	def(&c.Meter.NVML.Enabled, "auto")
 	if c.Ledger.MaxBytes == 0 {
 		c.Ledger.MaxBytes = 64 << 20
 	}

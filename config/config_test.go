@@ -15,6 +15,7 @@ var testRegistry = Registry{
 	BackendTypes: []string{"ollama", "openai", "llamacpp"},
 	Embedders:    map[string]bool{"builtin": false, "ollama": true, "openai": true},
 	Strategies:   []string{"fallback", "round-robin", "least-busy", "least-joules"},
+	Switches:     []string{"auto", "on", "off"},
 	Defaults: func(c *Config) {
 		if c.Cascade.KV.Embedder.Type == "" {
 			c.Cascade.KV.Embedder.Type = "builtin"
@@ -98,8 +99,10 @@ func TestRoutingDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The ejection and exploration defaults are routing's: config leaves them zero for
+	// Registry.Defaults (cmd/eoc-proxy's TestOwnerDefaults checks the values filled).
 	r := c.Routing
-	if r.EjectAfter != 3 || r.Cooldown.D() != 30*time.Second || r.Explore != 0.05 ||
+	if r.EjectAfter != 0 || r.Cooldown != 0 || r.Explore != 0 ||
 		r.Groups[0].Strategy != "fallback" || r.Groups[1].Strategy != "least-joules" {
 		t.Fatalf("routing %+v", r)
 	}

@@ -19,6 +19,9 @@ type Registry struct {
 	BackendTypes []string
 	// Strategies are the accepted routing.groups[].strategy values, the default first.
 	Strategies []string
+	// Switches are the accepted meter.rapl.enabled and meter.nvml.enabled values, the default
+	// first; an empty switch is left for Defaults.
+	Switches []string
 	// Embedders maps each cascade.kv.embedder.type to whether it calls a server, and so needs
 	// a url.
 	Embedders map[string]bool

@@ -32,7 +32,7 @@ func (c *Config) Validate(reg Registry) error {
 	c.validateKV(&p, reg)
 	c.validateBackends(&p, reg)
 	c.validateRouting(&p, reg)
-	c.validateMeter(&p)
+	c.validateMeter(&p, reg)
 	c.validateAuth(&p)
 	c.validateLedger(&p)
 	c.validateReplicas(&p)
@@ -150,8 +150,8 @@ func (c *Config) validateRouting(p *problems, reg Registry) {
 		}
 		p.oneOf(f+".strategy", g.Strategy, reg.Strategies)
 	}
-	if r.EjectAfter < 1 {
-		p.add("routing.eject_after", "must be at least 1")
+	if r.EjectAfter < 0 {
+		p.add("routing.eject_after", "must be at least 1 (0: the default)")
 	}
 	if r.Cooldown < 0 {
 		p.add("routing.cooldown", "must be positive")
@@ -162,10 +162,12 @@ func (c *Config) validateRouting(p *problems, reg Registry) {
 }
 
 // validateMeter checks the counter switches and the estimate models.
-func (c *Config) validateMeter(p *problems) {
-	switches := []string{"auto", "on", "off"}
-	p.oneOf("meter.rapl.enabled", c.Meter.RAPL.Enabled, switches)
-	p.oneOf("meter.nvml.enabled", c.Meter.NVML.Enabled, switches)
+func (c *Config) validateMeter(p *problems, reg Registry) {
+	for _, sw := range []struct{ field, v string }{{"meter.rapl.enabled", c.Meter.RAPL.Enabled}, {"meter.nvml.enabled", c.Meter.NVML.Enabled}} {
+		if sw.v != "" {
+			p.oneOf(sw.field, sw.v, reg.Switches)
+		}
+	}
 	if c.Meter.CPUWattsPerCore < 0 {
 		p.add("meter.cpu_watts_per_core", "must be positive")
 	}

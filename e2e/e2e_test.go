@@ -1,7 +1,7 @@
 //go:build e2e && linux
 
 // Package e2e runs the real eoc-proxy binary against a real Ollama serving
-// the tiny test model (internal/tinymodel).
+// the tiny test model (internal/testenv/tinymodel).
 //
 // TestMain builds cmd/eoc-proxy into a temp dir, starts its own Ollama from
 // bin/ollama (scripts/build-ollama.sh) on a free loopback port with a temp
@@ -46,7 +46,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	goopenai "github.com/sashabaranov/go-openai"
 
-	"github.com/eoc-proxy/eoc-proxy/internal/tinymodel"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/tinymodel"
 )
 
 const model = tinymodel.ChatName

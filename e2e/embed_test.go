@@ -22,7 +22,7 @@ import (
 
 	"github.com/ollama/ollama/api"
 
-	"github.com/eoc-proxy/eoc-proxy/internal/tinymodel"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/tinymodel"
 )
 
 type embedReply struct {

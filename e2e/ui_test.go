@@ -18,7 +18,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/eoc-proxy/eoc-proxy/internal/browsertest"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/browsertest"
 )
 
 // TestUIPage: after a neural call, a cache hit and a graph hit on a proxy of its own, headless

@@ -109,12 +109,12 @@ func (t *Tracker) Estimate(model string, completionTokens int) (joules float64, 
 	return 0, "", false
 }
 
-// PerToken is the running joules per completion token of key: the measured mean when there is
+// PerToken is the running joules per completion token of model: the measured mean when there is
 // one (measured true), else the estimated one; ok is false while neither is known.
-func (t *Tracker) PerToken(key string) (joules float64, measured, ok bool) {
+func (t *Tracker) PerToken(model string) (joules float64, measured, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c := t.models[key]
+	c := t.models[model]
 	if c == nil {
 		return 0, false, false
 	}
@@ -126,11 +126,11 @@ func (t *Tracker) PerToken(key string) (joules float64, measured, ok bool) {
 	return 0, false, false
 }
 
-// Calls is how many calls have been observed for key, with or without completion tokens.
-func (t *Tracker) Calls(key string) int {
+// Calls is how many calls have been observed for model, with or without completion tokens.
+func (t *Tracker) Calls(model string) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c := t.models[key]
+	c := t.models[model]
 	if c == nil {
 		return 0
 	}

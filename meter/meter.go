@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -40,6 +41,15 @@ type BackendInfo struct {
 	// default); a prompt token costs DefaultPromptRatio of it.
 	JoulesPerToken float64
 }
+
+// Defaults of Options: a counter switch left empty is DefaultSwitch, one of Switches.
+const (
+	DefaultSwitch    = "auto"
+	DefaultSysfsRoot = "/sys"
+)
+
+// Switches lists the values of a counter switch (Options.RAPL, NVML, Apple), the default first.
+func Switches() []string { return []string{DefaultSwitch, "on", "off"} }
 
 // Options configure a Meter. The zero value is usable: counters on "auto", the real /sys,
 // /proc and /dev, and the documented default prices.
@@ -81,14 +91,14 @@ func (o Options) withDefaults() (Options, error) {
 			*p = v
 		}
 	}
-	def(&o.RAPL, "auto")
-	def(&o.NVML, "auto")
-	def(&o.Apple, "auto")
-	def(&o.SysfsRoot, "/sys")
+	def(&o.RAPL, DefaultSwitch)
+	def(&o.NVML, DefaultSwitch)
+	def(&o.Apple, DefaultSwitch)
+	def(&o.SysfsRoot, DefaultSysfsRoot)
 	def(&o.ProcRoot, "/proc")
 	def(&o.DevRoot, "/dev")
 	for _, s := range []string{o.RAPL, o.NVML, o.Apple} {
-		if s != "auto" && s != "on" && s != "off" {
+		if !slices.Contains(Switches(), s) {
 			return o, fmt.Errorf("meter: counter switch %q is not one of auto, on, off", s)
 		}
 	}

@@ -37,28 +37,40 @@ func (k *keyring) lookup(presented string) (string, bool) {
 	return id, ok
 }
 
-// authenticate requires `Authorization: Bearer <key>` when keys are configured, and puts the key's
-// id on the request as its tenant.
+// authenticate requires a key when keys are configured, as `Authorization: Bearer <key>` or
+// as Anthropic's `x-api-key: <key>`, and puts the key's id on the request as its tenant. A
+// refusal is in the shape of the request's route.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	if s.keys == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		auth := r.Header.Get("Authorization")
-		scheme, token, found := strings.Cut(strings.TrimSpace(auth), " ")
-		token = strings.TrimSpace(token)
-		if !found || !strings.EqualFold(scheme, "Bearer") || token == "" { // the scheme is case-insensitive (RFC 9110)
-			writeError(w, &APIError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "missing_api_key",
+		token, ok := apiKeyOf(r.Header)
+		if !ok {
+			s.writeRouteError(w, r, &APIError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "missing_api_key",
 				Message: "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'."})
 			return
 		}
 		id, ok := s.keys.lookup(token)
 		if !ok {
-			writeError(w, &APIError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+			s.writeRouteError(w, r, &APIError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
 				Message: "Incorrect API key provided."})
 			return
 		}
 		fields(r.Context()).tenant = id
 		next.ServeHTTP(w, r)
 	})
+}
+
+// apiKeyOf is the key a request presents: Authorization's bearer token when the request
+// sends Authorization, else x-api-key's value.
+func apiKeyOf(h http.Header) (string, bool) {
+	if auth := h.Get("Authorization"); auth != "" {
+		scheme, token, found := strings.Cut(strings.TrimSpace(auth), " ")
+		token = strings.TrimSpace(token)
+		// The scheme is case-insensitive (RFC 9110).
+		return token, found && strings.EqualFold(scheme, "Bearer") && token != ""
+	}
+	token := strings.TrimSpace(h.Get("X-Api-Key"))
+	return token, token != ""
 }

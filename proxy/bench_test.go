@@ -13,6 +13,7 @@ import (
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/cascade/cache"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 )
 
 // benchWriter is a ResponseWriter that keeps nothing between calls but its header map, so the
@@ -34,7 +35,7 @@ func (w *benchWriter) Write(b []byte) (int, error) {
 // to io.Discard, metrics, request timeout, ledger callback), for profiling and counting
 // allocations; scripts/bench.sh measures it from outside.
 func BenchmarkCacheHit(b *testing.B) {
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 )
 
 // hostileBody is a body of n elements elem between head and tail, comma-separated.
@@ -178,7 +179,7 @@ func FuzzScanBody(f *testing.F) {
 // echoCascade answers every known-* model with "hi" and embeds nothing.
 func echoCascade(t testing.TB) *cascade.Cascade {
 	t.Helper()
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
@@ -37,7 +38,7 @@ func (figureStage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Si
 // unknown, beside what remains: plain answers, streams (the header sent up front, the trailer
 // and the eoc chunk) and refusals alike (issue 10).
 func TestBudgetCoverageHeader(t *testing.T) {
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 )
 
 // TestDecodedChatsAnswersOnlyTheSameBytes: a remembered request comes back only for the same
@@ -59,7 +60,7 @@ func (c *captureStage) Serve(_ context.Context, req *cascade.Request, _ cascade.
 // gets the request decoded then, equal to what decoding it again makes; other bytes with the
 // same meaning, and a body that was refused, are decoded again.
 func TestRepeatedBodyTakesItsDecodedRequest(t *testing.T) {
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

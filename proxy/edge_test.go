@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 )
 
 // echoStage answers every request with a fixed text, or panics when the prompt says so.
@@ -35,7 +36,7 @@ func (nopBackend) Chat(context.Context, *cascade.Request, cascade.Sink) (*cascad
 
 func newEdge(t *testing.T, maxBody int64) *httptest.Server {
 	t.Helper()
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,10 +135,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	f.Add(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"stop":["x"],"tools":[{"type":"function","function":{"name":"f"}}]}`)
 	f.Add(`{"model":"m","messages":[{"role":"tool","content":null}],"n":0}`)
-	s := New(Options{Cascade: cascade.New(&cascade.Router{}, nil, cascade.Options{}), Logger: zerolog.Nop(), MaxBodyBytes: 1 << 20})
+	s := New(Options{Cascade: cascade.New(&routing.Router{}, nil, cascade.Options{}), Logger: zerolog.Nop(), MaxBodyBytes: 1 << 20})
 	f.Fuzz(func(t *testing.T, body string) {
 		r := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(body))
-		req, apiErr := s.decode(httptest.NewRecorder(), r, "")
+		req, _, apiErr := s.decode(httptest.NewRecorder(), r, s.dialects["/v1/chat/completions"], "")
 		if (req == nil) == (apiErr == nil) {
 			t.Fatalf("decode returned req=%v err=%v", req, apiErr)
 		}

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 // maxEmbedInputs is OpenAI's limit on the texts of one embeddings call.
@@ -33,13 +34,13 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	lf := fields(r.Context())
 	call, base64Out, apiErr := s.decodeEmbeddings(w, r)
 	if apiErr != nil {
-		s.refuse(w, lf, apiErr)
+		s.refuse(w, openAIErrors{}, lf, apiErr)
 		return
 	}
 	call.Tenant = lf.tenant
-	ctx := withRequestTimeout(r.Context(), s.opts.RequestTimeout)
-	defer ctx.end()
-	resv, ok := s.admit(ctx, w, lf, call.Req.Model)
+	ctx, bound := withRequestTimeout(r.Context(), s.opts.RequestTimeout, false)
+	defer bound.end()
+	resv, ok := s.admit(ctx, w, openAIErrors{}, lf, call.Req.Model)
 	if !ok {
 		return
 	}
@@ -47,12 +48,12 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	defer s.metrics.callOut()
 	var res cascade.EmbedResult
 	err := s.guard(call.ID, func() error { return s.cascade.Embed(ctx, call, &res) })
-	st := settlement{id: call.ID, tenant: call.Tenant, key: call.Key(), model: call.Req.Model,
-		stage: res.Stage, attempts: res.Attempts, span: trace.SpanFromContext(ctx), settle: res.Settle}
-	if res.Embeddings != nil {
-		st.answered, st.fig, st.backend = true, res.Embeddings.Energy, res.Embeddings.Backend
-		st.backendAttempts = res.Embeddings.Attempts
-		st.promptTokens = res.Embeddings.PromptTokens // the call span's input tokens, as a chat call's
+	c := newCall(call.ID, call.Tenant, call.Key(), call.Req.Model, start, trace.SpanFromContext(ctx))
+	if e := res.Embeddings; e != nil {
+		c.answer(res.Stage, res.Attempts, true, e.Energy, e.Backend, e.Attempts, res.Settle)
+		c.promptTokens = e.PromptTokens // the call span's input tokens, as a chat call's
+	} else {
+		c.answer(res.Stage, res.Attempts, false, energy.Figure{}, "", nil, res.Settle)
 	}
 	// The body is rendered before the call is settled, so the record holds the status the
 	// client gets, also when the vectors cannot be encoded.
@@ -60,14 +61,14 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		body, err = embeddingsBody(call.Req.Model, res.Embeddings, base64Out)
 	}
-	o := s.settle(st, resv, err, start, lf)
-	setBackendHeaders(w.Header(), st.backend, st.backendAttempts)
+	s.settle(c, resv, err, lf)
+	setBackendHeaders(w.Header(), c.Backend, c.Attempts)
 	if err != nil {
-		setEnergyHeaders(w.Header(), o)
-		writeError(w, o.apiErr)
+		setEnergyHeaders(w.Header(), c)
+		writeError(w, c.err)
 		return
 	}
-	writeOK(w, o, body)
+	writeOK(w, c, body)
 }
 
 // decodeEmbeddings reads and validates the body; every failure names the field.
@@ -98,7 +99,7 @@ func (s *Server) decodeEmbeddings(w http.ResponseWriter, r *http.Request) (*casc
 	default:
 		return nil, false, badRequest("encoding_format", "encoding_format: %q is not one of float, base64", in.EncodingFormat)
 	}
-	call := &cascade.EmbedCall{Req: cascade.EmbedRequest{Model: in.Model, Input: texts}, ID: RequestID(r.Context())}
+	call := &cascade.EmbedCall{Req: cascade.EmbedRequest{Model: in.Model, Input: texts}, ID: RequestID(r.Context()), Tracer: s.stages}
 	if in.Dimensions != nil {
 		if *in.Dimensions < 1 {
 			return nil, false, badRequest("dimensions", "dimensions: must be at least 1")

@@ -25,7 +25,8 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/cascade/cache"
 	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
-	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 )
 
 // embedEdge is the edge over a cache and a neural stage in front of one fake upstream (models
@@ -54,10 +55,10 @@ func newTracedEmbedEdge(t *testing.T, typ string, f *fakes.Server, tp trace.Trac
 	if err != nil {
 		t.Fatal(err)
 	}
-	router, err := cascade.NewRouter([]cascade.Route{
+	router, err := routing.New([]routing.Route{
 		{Name: "up", Type: typ, Patterns: []string{"fake-*"}, Backend: be},
 		{Name: "chat-only", Type: "custom", Patterns: []string{"chat-only-*"}, Backend: nopBackend{}},
-	})
+	}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

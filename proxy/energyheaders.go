@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/energy"
+	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
 )
 
 // The X-EOC headers of a figure's bounds and receipt time (issue 10), in Go's canonical form.
@@ -44,14 +45,14 @@ var boundsTrailerNames = strings.Join([]string{HeaderJoulesLow, HeaderJoulesHigh
 
 // setBoundsHeaders sets the bounds, the figure's state, the receipt time and the saving's grade
 // of o through set.
-func setBoundsHeaders(set func(k, v string), o outcome) {
-	set(HeaderJoulesLow, formatJoules(o.fig.Low))
-	set(HeaderJoulesHigh, formatJoules(o.fig.High))
-	set(HeaderJoulesState, stateOf(o.fig))
-	if !o.receiptTime.IsZero() {
-		set(HeaderReceiptTime, o.receiptTime.UTC().Format(time.RFC3339Nano))
+func setBoundsHeaders(set func(k, v string), c *Call) {
+	set(HeaderJoulesLow, formatJoules(c.Energy.Low))
+	set(HeaderJoulesHigh, formatJoules(c.Energy.High))
+	set(HeaderJoulesState, stateOf(c.Energy))
+	if !c.Time.IsZero() {
+		set(HeaderReceiptTime, c.Time.UTC().Format(time.RFC3339Nano))
 	}
-	if o.fig.Saved > 0 {
+	if c.Energy.Saved > 0 {
 		set(HeaderJoulesSavedGrade, string(energy.Estimated))
 	}
 }
@@ -71,14 +72,19 @@ type eocBounds struct {
 	TokenSplit string `json:"token_split,omitempty"`
 }
 
-func boundsOf(o outcome) eocBounds {
-	b := eocBounds{JoulesLow: o.fig.Low, JoulesHigh: o.fig.High, State: stateOf(o.fig), TokenSplit: o.fig.Split}
-	if !o.receiptTime.IsZero() {
-		b.ReceiptTime = o.receiptTime.UTC().Format(time.RFC3339Nano)
+// figures is what a stream's final event says of c: the X-EOC values.
+func figures(c *Call) dialect.Figures {
+	f := dialect.Figures{View: c.Energy.View(), Stage: c.Stage, Receipt: c.Receipt, State: stateOf(c.Energy), JoulesSaved: c.Energy.Saved,
+		TokenSplit: c.Energy.Split}
+	if c.remaining != nil {
+		f.BudgetRemaining, f.BudgetCoverage = c.remaining, c.coverage
 	}
-	if o.fig.Saved > 0 {
-		b.JoulesSavedGrade = string(energy.Estimated)
+	if !c.Time.IsZero() {
+		f.ReceiptTime = c.Time.UTC().Format(time.RFC3339Nano)
 	}
-	b.JoulesPerPromptToken, b.JoulesPerCompletionToken = o.fig.PerToken()
-	return b
+	if c.Energy.Saved > 0 {
+		f.JoulesSavedGrade = string(energy.Estimated)
+	}
+	f.JoulesPerPromptToken, f.JoulesPerCompletionToken = c.Energy.PerToken()
+	return f
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 )
 
 // textStage answers every request with one fixed text.
@@ -37,7 +38,7 @@ func FuzzChatHandler(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -22,12 +22,13 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/backends"
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 )
 
 // A panic in a stage is a 500 in OpenAI's shape, and the call is still settled: it has a ledger
 // record, and a budgeted key whose first call it was is not blocked afterwards.
 func TestPanicSettlesAndRecords(t *testing.T) {
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func TestMidStreamUpstreamFailureIsNotADisconnect(t *testing.T) {
 // to its end, and returns the call's ledger record.
 func streamRecord(t *testing.T, stage cascade.Stage) Call {
 	t.Helper()
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func rawPost(t *testing.T, srv *httptest.Server, contentLength string, trickle s
 // A client that trickles its body is cut after BodyTimeout with a 408 in OpenAI's shape, and a
 // declared Content-Length beyond the limit gets 413 before any of the body is read.
 func TestBodyReadIsBounded(t *testing.T) {
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +259,7 @@ func upstreamEdge(t *testing.T, h http.HandlerFunc, o Options) *httptest.Server 
 	if err != nil {
 		t.Fatal(err)
 	}
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "up", Type: "openai", Patterns: []string{"*"}, Backend: be}})
+	router, err := routing.New([]routing.Route{{Name: "up", Type: "openai", Patterns: []string{"*"}, Backend: be}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +411,7 @@ func (g gateStage) Serve(ctx context.Context, req *cascade.Request, sink cascade
 // A call waiting in admission for its key's first call to be priced waits no longer than the
 // request timeout.
 func TestAdmissionWaitIsBoundedByTheRequestTimeout(t *testing.T) {
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,5 +460,33 @@ func TestMidStreamBrokenPipeIsAClientThatLeft(t *testing.T) {
 	// A write to a client that left fails with a broken pipe before the request's context is cancelled.
 	if call := streamRecord(t, failingStage{fmt.Errorf("write tcp 127.0.0.1:1->127.0.0.1:2: %w", syscall.EPIPE)}); !call.Disconnected || call.Status != StatusClientClosed {
 		t.Fatalf("record: disconnected %v, status %d; want a client that left (499)", call.Disconnected, call.Status)
+	}
+}
+
+// An upstream that resets the connection after taking the request means one thing to the client
+// and to the ledger: the backend failed (502 "failed", not "unreachable"), and the attempt's
+// outcome is "error".
+func TestUpstreamResetAgrees(t *testing.T) {
+	reset := func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // close with RST
+		}
+		_ = conn.Close()
+	}
+	got := make(chan Call, 1)
+	srv := upstreamEdge(t, reset, Options{Record: func(c Call) error { got <- c; return nil }})
+	status, _, body := postChat(t, srv.URL, nil)
+	if status != http.StatusBadGateway || !strings.Contains(body, `backend \"up\" failed`) {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	c := <-got
+	if len(c.Attempts) != 1 || c.Attempts[0].Outcome != "error" || c.Status != http.StatusBadGateway {
+		t.Fatalf("record: status %d, attempts %+v", c.Status, c.Attempts)
 	}
 }

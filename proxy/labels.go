@@ -23,7 +23,7 @@ const (
 	maxModelLabels    = 1000
 )
 
-// modelLister lists the models the backends serve (a *cascade.Router): Models asks the
+// modelLister lists the models the backends serve (a cascade.Router): Models asks the
 // backends; LiteralModels names those the configuration spells out, without asking anyone.
 type modelLister interface {
 	Models(ctx context.Context) ([]cascade.Model, []error)

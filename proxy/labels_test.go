@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 )
 
 // listingBackend serves every model (its route is "*") and lists only known-1.
@@ -31,7 +32,7 @@ func (b *listingBackend) Models(context.Context) ([]string, error) {
 // a model the backend lists keeps its own label, and the listing behind the labels is throttled.
 func TestInventedModelsShareOneSeries(t *testing.T) {
 	b := &listingBackend{}
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"*"}, Backend: b}})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"*"}, Backend: b}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func (b *hangingLister) Models(ctx context.Context) ([]string, error) {
 func TestFirstListingNeverBlocksACall(t *testing.T) {
 	b := &hangingLister{started: make(chan struct{}), release: make(chan struct{})}
 	defer close(b.release)
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"literal-1", "*"}, Backend: b}})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"literal-1", "*"}, Backend: b}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ type metrics struct {
 	inFlight prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer, router *cascade.Router) *metrics {
+func newMetrics(reg prometheus.Registerer, router cascade.Router) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eoc_requests_total",
 			Help: "Chat completion and embeddings requests by answering stage, model and HTTP status."}, []string{"stage", "model", "status"}),
@@ -61,12 +61,13 @@ func newMetrics(reg prometheus.Registerer, router *cascade.Router) *metrics {
 	return m
 }
 
-// observe counts one call: stage answered it (or "" when none did) after attempts; answered says
-// a figure e came back.
-func (m *metrics) observe(stage string, attempts []cascade.Attempt, answered bool, e energy.Figure, model string, status int, total time.Duration) {
+// observe counts one call c, with e its final figure (counted when a figure came back), under
+// the metric label model, total its time at the edge.
+func (m *metrics) observe(c *Call, e energy.Figure, model string, total time.Duration) {
 	if m == nil {
 		return
 	}
+	stage, attempts, answered, status := c.Stage, c.stages, c.answered, c.Status
 	model = m.labels.label(model)
 	m.requests.WithLabelValues(stage, model, strconv.Itoa(status)).Inc()
 	var answering time.Duration

@@ -24,11 +24,10 @@ type requestInfo struct {
 // logFields is what a handler tells the access log about a request. It is written by the one
 // goroutine serving the request.
 type logFields struct {
-	stage, model, backend, grade, method, tenant string
-	joules, saved                                float64
-	provisional                                  bool          // joules is provisional (X-EOC-Joules-State)
-	upstream                                     time.Duration // time spent in the answering stage
-	err                                          error
+	tenant string
+	model  string // the model of a decoded call, also one refused before the walk
+	call   *Call  // the call, once settled
+	err    error
 }
 
 func fields(ctx context.Context) *logFields {
@@ -66,12 +65,13 @@ func headerSize(r *http.Request) int {
 	return n
 }
 
-// limitHeaders refuses a request whose headers exceed MaxHeaderBytes with a JSON 431.
-func limitHeaders(next http.Handler) http.Handler {
+// limitHeaders refuses a request whose headers exceed MaxHeaderBytes with a JSON 431, in the
+// shape of its route.
+func (s *Server) limitHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if headerSize(r) > MaxHeaderBytes {
 			w.Header().Set("Connection", "close")
-			writeError(w, &APIError{Status: http.StatusRequestHeaderFieldsTooLarge, Type: "invalid_request_error",
+			s.writeRouteError(w, r, &APIError{Status: http.StatusRequestHeaderFieldsTooLarge, Type: "invalid_request_error",
 				Code: "request_header_too_large", Message: fmt.Sprintf("request headers are larger than %d bytes", MaxHeaderBytes)})
 			return
 		}
@@ -140,19 +140,27 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 			}
 			ev = ev.Str("request_id", RequestID(r.Context())).Str("method", r.Method).Str("path", r.URL.Path).
 				Int("status", sw.status).Int64("bytes", sw.bytes).Dur("latency_ms", took)
-			if f.stage != "" || f.model != "" {
-				ev = ev.Str("stage", f.stage).Str("model", f.model).Float64("joules", f.joules).Str("grade", f.grade).
-					Str("energy_method", f.method)
-				if f.backend != "" {
-					ev = ev.Str("backend", f.backend)
+			c := f.call
+			if c == nil {
+				c = &Call{} // a call refused before the walk
+			}
+			if c.Stage != "" || f.model != "" {
+				ev = ev.Str("stage", c.Stage).Str("model", f.model).Float64("joules", c.Energy.Joules).Str("grade", string(c.Energy.Grade)).
+					Str("energy_method", c.Energy.Method)
+				if c.Backend != "" {
+					ev = ev.Str("backend", c.Backend)
 				}
-				if f.saved > 0 {
-					ev = ev.Float64("joules_saved", f.saved)
+				if c.Energy.Saved > 0 {
+					ev = ev.Float64("joules_saved", c.Energy.Saved)
 				}
-				if f.provisional {
+				if c.Energy.Provisional {
 					ev = ev.Str("joules_state", StateProvisional)
 				}
-				ev = ev.Dur("overhead_ms", took-f.upstream)
+				var upstream time.Duration // the time spent in the answering stage
+				if n := len(c.stages); n > 0 {
+					upstream = c.stages[n-1].Duration
+				}
+				ev = ev.Dur("overhead_ms", took-upstream)
 			}
 			if f.tenant != "" {
 				ev = ev.Str("key_id", f.tenant)
@@ -166,7 +174,7 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 	})
 }
 
-// recoverer turns a panic into a 500 in OpenAI's shape that carries the request id; the stack goes
+// recoverer turns a panic into a 500 in its route's shape that carries the request id; the stack goes
 // to the log only. http.ErrAbortHandler passes through: it is how a broken stream is cut.
 func (s *Server) recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -185,7 +193,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 			}
 			s.log.Error().Str("request_id", id).Str("panic", fmt.Sprint(rec)).Bytes("stack", debug.Stack()).Msg("panic")
 			fields(r.Context()).err = fmt.Errorf("panic: %v", rec)
-			writeError(w, &APIError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
+			s.writeRouteError(w, r, &APIError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
 				Message: "internal error; request id " + id})
 		}()
 		next.ServeHTTP(w, r)

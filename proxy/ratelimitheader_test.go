@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 )
 
 // usageCounter is a shared budget store that counts its Usage round trips.
@@ -29,7 +30,7 @@ func (u *usageCounter) Usage(ctx context.Context, key, period string, headroom f
 // A call refused by its rate limit costs the shared store no budget round trip: the refusal
 // carries no X-EOC-Budget-Remaining.
 func TestRateLimitRefusalSkipsBudgetUsage(t *testing.T) {
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

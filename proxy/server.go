@@ -1,12 +1,12 @@
-// Package proxy is eoc-proxy's HTTP edge: OpenAI-compatible handlers, streaming and errors.
+// Package proxy is eoc-proxy's HTTP edge: one path of admission, cascade walk and settlement that every wire dialect (OpenAI chat first) and embeddings share, with their streams, X-EOC headers and errors.
 package proxy
 
 import (
-	"github.com/eoc-proxy/eoc-proxy/energy"
-
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,7 +16,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
 )
+
+// DefaultMaxBodyBytes is Options.MaxBodyBytes when it is not positive.
+const DefaultMaxBodyBytes = 10 << 20
 
 // Options configure the HTTP edge.
 type Options struct {
@@ -58,27 +62,10 @@ type Options struct {
 	// attempt, carrying the energy figure (config: telemetry). Nil traces nothing; a client's
 	// traceparent is still passed upstream.
 	Tracing trace.TracerProvider
-}
-
-// Call is what the edge reports about one cascade call, for the ledger.
-type Call struct {
-	Time         time.Time
-	RequestID    string
-	KeyID        string
-	Key          string // the request's canonical key hash; never the API key
-	Model        string
-	Stage        string
-	Backend      string
-	Status       int
-	Energy       energy.Figure
-	Receipt      string
-	Disconnected bool
-	// Attempts are the backend calls the neural stage made, in order, the answering one last
-	// (nil when no backend was called).
-	Attempts []cascade.BackendAttempt
-	// Settles, on a settlement, is the Receipt of the call it settles: Energy is that call's
-	// settled figure, Receipt and Time this settlement's own, Attempts nil. "" on a call.
-	Settles string
+	// Dialects are more chat-like wire formats, each served at its POST path (the key) through
+	// the same admission, walk and settlement as OpenAI's chat, which is always served at
+	// /v1/chat/completions.
+	Dialects map[string]dialect.Dialect
 }
 
 // Server serves the OpenAI-compatible API. It is safe for concurrent use.
@@ -93,8 +80,14 @@ type Server struct {
 	metrics *metrics
 	ui      *uiStats
 	tracer  trace.Tracer // nil: no spans
+	// stages opens the cascade's spans of each call (cascade.Request.Tracer); nil without tracer.
+	stages  cascade.Tracer
 	decoded *decodedChats
 	calls   *callsTable
+	// dialects are the chat-like routes' wire formats by path, paths their order; fixed once New
+	// returns, so the handlers and middleware read them without a lock.
+	dialects map[string]dialect.Dialect
+	paths    []string
 	// settling counts the calls whose figures are settling after their responses (Close).
 	settling sync.WaitGroup
 	// settleMu guards settleClosed, set by Close, and every settling.Add, made only before it.
@@ -105,7 +98,7 @@ type Server struct {
 // New builds the handler tree.
 func New(o Options) *Server {
 	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = 10 << 20
+		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if o.StreamIdle <= 0 {
 		o.StreamIdle = 60 * time.Second
@@ -114,7 +107,11 @@ func New(o Options) *Server {
 		o.BodyTimeout = 30 * time.Second
 	}
 	s := &Server{opts: o, cascade: o.Cascade, log: o.Logger, keys: newKeyring(o.Keys), ui: newUIStats(time.Now()),
-		decoded: newDecodedChats(), calls: newCallsTable()}
+		decoded: newDecodedChats(), calls: newCallsTable(), dialects: map[string]dialect.Dialect{}}
+	s.route("/v1/chat/completions", chatDialect{decoded: s.decoded})
+	for _, path := range slices.Sorted(maps.Keys(o.Dialects)) {
+		s.route(path, o.Dialects[path])
+	}
 	budgets := map[string]Budget{}
 	for _, k := range o.Keys {
 		if k.Budget != nil {
@@ -126,12 +123,24 @@ func New(o Options) *Server {
 	s.limits = newLimiter(o.Keys, o.SharedLimits, time.Now)
 	if o.Tracing != nil {
 		s.tracer = o.Tracing.Tracer(tracerName)
+		s.stages = stageTracer{s.tracer}
 	}
 	r := chi.NewRouter()
-	r.Use(s.requestID, s.accessLog, s.recoverer, limitHeaders)
+	r.Use(s.requestID, s.accessLog, s.recoverer, s.limitHeaders)
 	r.Group(func(r chi.Router) {
 		r.Use(s.traced, s.authenticate)
-		r.Post("/v1/chat/completions", s.chat)
+		for _, path := range s.paths {
+			r.Post(path, s.serve(s.dialects[path]))
+		}
+		for _, path := range s.paths {
+			if sr, ok := s.dialects[path].(storedResponses); ok {
+				r.Get(path+"/{id}", s.storedResponse(sr.Retrieve))
+				r.Delete(path+"/{id}", s.storedResponse(sr.Delete))
+			}
+			if tc, ok := s.dialects[path].(tokenCounter); ok {
+				r.Post(path+"/count_tokens", s.countTokens(tc))
+			}
+		}
 		r.Post("/v1/embeddings", s.embeddings)
 		r.Get("/v1/models", s.models)
 		r.Get("/v1/eoc/calls/{request_id}", s.callFigure)
@@ -140,7 +149,7 @@ func New(o Options) *Server {
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	if o.Registry != nil {
-		var router *cascade.Router
+		var router cascade.Router
 		if o.Cascade != nil {
 			router = o.Cascade.Router()
 		}
@@ -152,10 +161,10 @@ func New(o Options) *Server {
 		}
 	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: "no route for " + r.Method + " " + r.URL.Path})
+		s.writeRouteError(w, r, &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: "no route for " + r.Method + " " + r.URL.Path})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &APIError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed", Message: r.Method + " is not allowed on " + r.URL.Path})
+		s.writeRouteError(w, r, &APIError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed", Message: r.Method + " is not allowed on " + r.URL.Path})
 	})
 	s.router = r
 	return s
@@ -212,4 +221,62 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+}
+
+// storedResponses is a dialect that keeps its answers (the Responses API's store): GET and
+// DELETE {path}/{id}.
+type storedResponses interface {
+	Retrieve(ctx context.Context, tenant, id string) ([]byte, *dialect.Error)
+	Delete(ctx context.Context, tenant, id string) ([]byte, *dialect.Error)
+}
+
+// storedResponse serves one of storedResponses' operations for the caller's tenant, errors in
+// the route's dialect.
+func (s *Server) storedResponse(op func(ctx context.Context, tenant, id string) ([]byte, *dialect.Error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		lf := fields(r.Context())
+		b, e := op(r.Context(), lf.tenant, chi.URLParam(r, "id"))
+		if e != nil {
+			apiErr := fromWire(e)
+			lf.err = apiErr
+			s.writeRouteError(w, r, apiErr)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(b)
+	}
+}
+
+// tokenCounter is a dialect that counts a request's input tokens without walking the cascade
+// (Anthropic's count_tokens): POST {path}/count_tokens. estimated says the count is an estimate,
+// which the answer's X-EOC-Token-Count header then says.
+type tokenCounter interface {
+	CountTokens(body []byte) (out []byte, estimated bool, e *dialect.Error)
+}
+
+// HeaderTokenCount says how a count_tokens answer counted: "estimate" when it is one.
+const HeaderTokenCount = "X-Eoc-Token-Count"
+
+// countTokens serves tc's count: no budget, no cascade, the body read as a call's.
+func (s *Server) countTokens(tc tokenCounter) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		lf := fields(r.Context())
+		body, apiErr := s.readJSON(w, r)
+		if apiErr == nil {
+			out, estimated, e := tc.CountTokens(body)
+			if e == nil {
+				if estimated {
+					w.Header().Set(HeaderTokenCount, "estimate")
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusOK)
+				_, _ = w.Write(out)
+				return
+			}
+			apiErr = fromWire(e)
+		}
+		lf.err = apiErr
+		s.writeRouteError(w, r, apiErr)
+	}
 }

@@ -27,11 +27,10 @@ const callWait = 2 * time.Second
 // the wait fails, they take the provisional figure, and the call's record, already written,
 // stands as it is (marked provisional). recorded says the call's own record was written: a
 // settlement is recorded only after it. Close waits for these.
-func (s *Server) settleLater(st settlement, held heldCost, o outcome, call Call, recorded bool, model string, status int, total time.Duration) {
+func (s *Server) settleLater(c *Call, held heldCost, recorded bool, model string, total time.Duration) {
 	done := make(chan struct{})
-	s.calls.put(st.tenant, st.id, o, done)
-	settle, stc := st.settle, st
-	stc.settle = nil
+	s.calls.put(c, done)
+	settle := c.settle
 	s.settleMu.Lock()
 	closed := s.settleClosed
 	if !closed {
@@ -41,7 +40,7 @@ func (s *Server) settleLater(st settlement, held heldCost, o outcome, call Call,
 	if closed {
 		// Close has run (the ledger may be closing): the provisional figure stands, and the
 		// budget, metrics and calls table take it now.
-		settle = func(context.Context) (energy.Figure, error) { return o.fig, errShuttingDown }
+		settle = func(context.Context) (energy.Figure, error) { return c.Energy, errShuttingDown }
 	}
 	run := func() {
 		defer close(done)
@@ -58,35 +57,35 @@ func (s *Server) settleLater(st settlement, held heldCost, o outcome, call Call,
 			} else if errors.Is(err, errShuttingDown) {
 				why = "the proxy was shutting down"
 			}
-			s.log.Warn().AnErr("error", err).Str("request_id", st.id).Msg("figure not settled; the call keeps its provisional figure")
-			final = o.fig
+			s.log.Warn().AnErr("error", err).Str("request_id", c.RequestID).Msg("figure not settled; the call keeps its provisional figure")
+			final = c.Energy
 		default:
 			if final.Provisional {
 				// A part with no settlement of its own (an embedder that cannot say how to
 				// settle its figure): the rest settled, that part's bounds still hold.
 				why = "a part of the figure has no settlement of its own"
 			}
-			receipt = energy.Receipt{Key: call.Key, Stage: call.Stage, Model: call.Model, Joules: final.Joules,
+			receipt = energy.Receipt{Key: c.Key, Stage: c.Stage, Model: c.Model, Joules: final.Joules,
 				Grade: final.Grade, Time: now}.Hash()
 			switch {
 			case !recorded && s.opts.Record != nil:
 				// A settlement names the call's record: without it, the chain would not verify
 				// from there. The budget, metrics and calls table still take the settled figure.
-				s.log.Error().Str("request_id", st.id).Msg("ledger: settlement not written, the call's own record was not")
+				s.log.Error().Str("request_id", c.RequestID).Msg("ledger: settlement not written, the call's own record was not")
 				receipt = ""
 			case s.opts.Record != nil:
-				sc := call
-				sc.Time, sc.Energy, sc.Receipt, sc.Settles, sc.Attempts = now, final, receipt, call.Receipt, nil
+				sc := *c
+				sc.Time, sc.Energy, sc.Receipt, sc.Settles, sc.Attempts = now, final, receipt, c.Receipt, nil
 				if rerr := s.opts.Record(sc); rerr != nil {
-					s.log.Error().Err(rerr).Str("request_id", st.id).Msg("ledger: settlement not written")
+					s.log.Error().Err(rerr).Str("request_id", c.RequestID).Msg("ledger: settlement not written")
 					receipt = ""
 				}
 			}
 		}
 		s.budgets.adjust(held, final)
-		s.metrics.observe(stc.stage, stc.attempts, stc.answered, final, model, status, total)
-		s.ui.observe(&stc, o.stage, model, final, status, o.receipt, receipt, now)
-		s.calls.settled(st.tenant, st.id, final, receipt, why)
+		s.metrics.observe(c, final, model, total)
+		s.ui.observe(c, model, final, receipt, now)
+		s.calls.settled(c.KeyID, c.RequestID, final, receipt, why)
 	}
 	if closed {
 		run()
@@ -160,13 +159,14 @@ func entrySize(id string, fig energy.Figure) int {
 	return 320 + len(id) + 2*(len(fig.Method)+len(fig.Reason)+len(fig.Coverage))
 }
 
-// put adds the call id of key with the outcome its response carried; done, when set, is closed
+// put adds call c of its key with the figure its response carried; done, when set, is closed
 // once settled is called for it.
-func (t *callsTable) put(key, id string, o outcome, done chan struct{}) {
-	e := &callEntry{response: o.fig.View(), receipt: o.receipt, receiptTime: o.receiptTime, done: done,
-		size: entrySize(id, o.fig)}
+func (t *callsTable) put(c *Call, done chan struct{}) {
+	key, id := c.KeyID, c.RequestID
+	e := &callEntry{response: c.Energy.View(), receipt: c.Receipt, receiptTime: c.Time, done: done,
+		size: entrySize(id, c.Energy)}
 	if done == nil {
-		e.final, e.finalState, e.settled = e.response, stateOf(o.fig), true
+		e.final, e.finalState, e.settled = e.response, stateOf(c.Energy), true
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

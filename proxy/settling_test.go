@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
@@ -91,7 +92,7 @@ type settleEdge struct {
 
 func newSettleEdge(t *testing.T, st cascade.Stage) *settleEdge {
 	t.Helper()
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "gpu", Patterns: []string{"*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "gpu", Patterns: []string{"*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,10 +382,10 @@ func TestFinalFigureIsSettled(t *testing.T) {
 // first, and another key's stay.
 func TestCallsTableBounds(t *testing.T) {
 	tab := newCallsTable()
-	o := outcome{stage: "neural", fig: gpuFig(1, 1, 1, false), receipt: "r"}
-	tab.put("b", "keep", o, nil)
+	o := Call{Stage: "neural", Energy: gpuFig(1, 1, 1, false), Receipt: "r"}
+	tab.put(callOf("b", "keep", o), nil)
 	for i := range maxCallsPerKey + 10 {
-		tab.put("a", "id-"+strconv.Itoa(i), o, nil)
+		tab.put(callOf("a", "id-"+strconv.Itoa(i), o), nil)
 	}
 	if _, ok := tab.get("a", "id-0"); ok {
 		t.Error("the oldest call beyond the count bound is kept")
@@ -396,9 +397,9 @@ func TestCallsTableBounds(t *testing.T) {
 		t.Errorf("%d calls kept, want %d", n, maxCallsPerKey)
 	}
 	big := o
-	big.fig.Reason = strings.Repeat("r", 64<<10)
+	big.Energy.Reason = strings.Repeat("r", 64<<10)
 	for i := range 100 {
-		tab.put("a", "big-"+strconv.Itoa(i), big, nil)
+		tab.put(callOf("a", "big-"+strconv.Itoa(i), big), nil)
 	}
 	if k := tab.keys["a"]; k.bytes > maxCallBytesPerKey || len(k.byID) != len(k.order) {
 		t.Errorf("%d bytes in %d calls (%d ids), bound %d", k.bytes, len(k.byID), len(k.order), maxCallBytesPerKey)
@@ -524,11 +525,11 @@ func TestSettlementAfterClose(t *testing.T) {
 func TestCallWaitOutlivesEviction(t *testing.T) {
 	e := newSettleEdge(t, newSettlingStage(false))
 	done := make(chan struct{})
-	o := outcome{stage: "neural", fig: gpuFig(10, 8, 14, true), receipt: "r", receiptTime: time.Now()}
-	e.srv.calls.put("team", "req_x", o, done)
+	o := Call{Stage: "neural", Energy: gpuFig(10, 8, 14, true), Receipt: "r", Time: time.Now()}
+	e.srv.calls.put(callOf("team", "req_x", o), done)
 	e.srv.calls.waiting = func(string) {
 		for i := range maxCallsPerKey {
-			e.srv.calls.put("team", "other-"+strconv.Itoa(i), o, nil)
+			e.srv.calls.put(callOf("team", "other-"+strconv.Itoa(i), o), nil)
 		}
 		close(done)
 	}
@@ -545,12 +546,12 @@ func TestCallWaitOutlivesEviction(t *testing.T) {
 // most bytes dropping its oldest first, and every key keeps its newest call.
 func TestCallsTableTotalBytes(t *testing.T) {
 	tab := newCallsTable()
-	big := outcome{stage: "neural", fig: gpuFig(1, 1, 1, false), receipt: "r"}
-	big.fig.Reason = strings.Repeat("r", 64<<10)
+	big := Call{Stage: "neural", Energy: gpuFig(1, 1, 1, false), Receipt: "r"}
+	big.Energy.Reason = strings.Repeat("r", 64<<10)
 	keys := 2 * maxCallBytes / maxCallBytesPerKey
 	for i := range 20 {
 		for k := range keys {
-			tab.put("k"+strconv.Itoa(k), "id-"+strconv.Itoa(i), big, nil)
+			tab.put(callOf("k"+strconv.Itoa(k), "id-"+strconv.Itoa(i), big), nil)
 		}
 	}
 	sum := 0
@@ -582,4 +583,10 @@ func lastEOC(t *testing.T, body string) *eocFigures {
 		eoc = &ch.EOC
 	}
 	return eoc
+}
+
+// callOf is c as key's call id, for the calls table.
+func callOf(key, id string, c Call) *Call {
+	c.KeyID, c.RequestID = key, id
+	return &c
 }

@@ -2,30 +2,35 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
 )
 
-// sseWriter writes chunks as server-sent events, flushing each one. Headers go out with the first
-// chunk, so an error before it can still become a status.
+// sseWriter is the walk's sink for a stream: each chunk goes through the dialect's encoder, and
+// each event it makes goes out as a server-sent event, flushed. Headers go out with the first
+// event, so an error before it can still become a status.
 type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
-	stage   string // the stage that writes, from the walk
-	usage   bool   // the client asked for the usage chunk
+	enc     dialect.Encoder
+	emit    dialect.Emit // sw.event, bound once
+	stage   string       // the stage that writes, from the walk
 	idle    time.Duration
 	onStart func() // called once, when the first byte goes out
 	backend string // the backend that writes, from the neural stage
 	tries   int    // its attempt number
 	started bool
 	buf     bytes.Buffer
-	id      string
-	model   string
-	created int64
+}
+
+func newSSEWriter(w http.ResponseWriter, enc dialect.Encoder, idle time.Duration, onStart func()) *sseWriter {
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w), enc: enc, idle: idle, onStart: onStart}
+	sw.emit = sw.event
+	return sw
 }
 
 func (sw *sseWriter) start() {
@@ -64,32 +69,31 @@ func (sw *sseWriter) Backend(name string, attempts int) {
 // Stage is told by the walk which stage is about to write.
 func (sw *sseWriter) Stage(name string) { sw.stage = name }
 
-// Chunk writes one chunk as an event.
-func (sw *sseWriter) Chunk(ch *cascade.Chunk) error {
-	if sw.id == "" {
-		sw.id, sw.model, sw.created = ch.ID, ch.Model, ch.Created
-	}
-	if ch.Usage != nil && !sw.usage {
-		if len(ch.Choices) == 0 {
-			return nil // the usage chunk the client did not ask for
-		}
-		c := *ch
-		c.Usage = nil
-		ch = &c
-	}
-	return sw.event(ch)
-}
+// Chunk writes the events the dialect makes of one chunk.
+func (sw *sseWriter) Chunk(ch *cascade.Chunk) error { return sw.enc.Chunk(ch, sw.emit) }
 
-func (sw *sseWriter) event(v any) error {
+// event writes e: "event: Name" when it has one, then its data, each line of it a "data:" line,
+// then the blank line that ends an event.
+func (sw *sseWriter) event(e dialect.Event) error {
 	sw.start()
 	sw.buf.Reset()
-	sw.buf.WriteString("data: ")
-	enc := json.NewEncoder(&sw.buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return err
+	if e.Name != "" {
+		sw.buf.WriteString("event: ")
+		sw.buf.WriteString(e.Name)
+		sw.buf.WriteByte('\n')
 	}
-	sw.buf.WriteByte('\n') // Encode wrote one newline; an event ends with a blank line
+	data := e.Data
+	for {
+		line, rest, more := bytes.Cut(data, []byte{'\n'})
+		sw.buf.WriteString("data: ")
+		sw.buf.Write(line)
+		sw.buf.WriteByte('\n')
+		if !more {
+			break
+		}
+		data = rest
+	}
+	sw.buf.WriteByte('\n')
 	return sw.write(sw.buf.Bytes())
 }
 
@@ -101,52 +105,16 @@ func (sw *sseWriter) write(b []byte) error {
 	return sw.rc.Flush()
 }
 
-// eocChunk is the final chunk before [DONE]: no choices, and the energy figures.
-type eocChunk struct {
-	ID      string            `json:"id"`
-	Object  string            `json:"object"`
-	Created int64             `json:"created"`
-	Model   string            `json:"model"`
-	Choices []json.RawMessage `json:"choices"`
-	EOC     eocFigures        `json:"eoc"`
-}
-
-type eocFigures struct {
-	Joules      float64 `json:"joules"`
-	Stage       string  `json:"stage"`
-	Energy      string  `json:"energy"`
-	Coverage    string  `json:"coverage,omitempty"`
-	Method      string  `json:"method,omitempty"`
-	Reason      string  `json:"reason,omitempty"`
-	JoulesSaved float64 `json:"joules_saved,omitempty"`
-	Receipt     string  `json:"receipt"`
-	// BudgetRemaining is the key's joule budget left, for keys with a budget.
-	BudgetRemaining *float64 `json:"budget_remaining,omitempty"`
-	// BudgetCoverage is X-EOC-Budget-Coverage, with BudgetRemaining.
-	BudgetCoverage string `json:"budget_coverage,omitempty"`
-	eocBounds
-}
-
-// finishStream ends a stream that has begun: the final eoc chunk, [DONE] and the trailers, or, if
-// the walk failed after bytes went out, a cut connection so the client sees a terminated stream.
-func (s *Server) finishStream(w http.ResponseWriter, sw *sseWriter, res *cascade.Result, o outcome, err error) {
+// finishStream ends a stream that has begun: the dialect's closing events with the call's
+// figures, then the trailers; or, if the walk failed after bytes went out, a cut connection so
+// the client sees a terminated stream.
+func (s *Server) finishStream(w http.ResponseWriter, sw *sseWriter, ans *cascade.Answer, c *Call, err error) error {
 	if err != nil {
 		panic(http.ErrAbortHandler)
 	}
-	if sw.id == "" && res.Answer != nil {
-		sw.id, sw.model, sw.created = res.Answer.ID, res.Answer.Model, res.Answer.Created
+	if err := sw.enc.End(ans, figures(c), sw.emit); err != nil {
+		return err
 	}
-	final := eocChunk{ID: sw.id, Object: "chat.completion.chunk", Created: sw.created, Model: sw.model, Choices: []json.RawMessage{},
-		EOC: eocFigures{Joules: o.fig.Joules, Stage: o.stage, Energy: string(o.fig.Grade), Coverage: o.fig.Coverage,
-			Method: o.fig.Method, Reason: o.fig.Reason, JoulesSaved: o.fig.Saved, Receipt: o.receipt, eocBounds: boundsOf(o)}}
-	if o.remaining != nil {
-		final.EOC.BudgetRemaining, final.EOC.BudgetCoverage = o.remaining, o.budgetCoverage
-	}
-	if err := sw.event(final); err != nil {
-		return
-	}
-	if err := sw.write([]byte("data: [DONE]\n\n")); err != nil {
-		return
-	}
-	setEnergyHeaders(w.Header(), o)
+	setEnergyHeaders(w.Header(), c)
+	return nil
 }

@@ -8,97 +8,88 @@ import (
 	"time"
 )
 
-type probeKey struct{}
-
-// A call that never waits never arms its timeout: Value and Deadline are the parent's, and no
-// cancel context or timer is made.
-func TestRequestTimeoutUnarmedUntilObserved(t *testing.T) {
-	parent := context.WithValue(context.Background(), probeKey{}, "v")
-	ctx := withRequestTimeout(parent, time.Hour)
-	defer ctx.end()
-	if ctx.Value(probeKey{}) != "v" {
-		t.Fatal("Value is not the parent's")
+// A whole answer's call has a deadline, and Deadline shows it; a stream's bound can be lifted,
+// so its Deadline is the parent's.
+func TestRequestTimeoutDeadline(t *testing.T) {
+	ctx, bound := withRequestTimeout(context.Background(), time.Hour, false)
+	defer bound.end()
+	if at, ok := ctx.Deadline(); !ok || time.Until(at) < 59*time.Minute {
+		t.Fatalf("deadline %v %v, want about an hour from now", at, ok)
 	}
+	ctx, bound = withRequestTimeout(context.Background(), time.Hour, true)
+	defer bound.end()
 	if _, ok := ctx.Deadline(); ok {
-		t.Fatal("a deadline the parent does not have")
-	}
-	if ctx.armed.Load() != nil || ctx.timer != nil {
-		t.Fatal("armed without anything observing it")
-	}
-	if ctx.Err() != nil || ctx.armed.Load() == nil || ctx.timer == nil {
-		t.Fatalf("Err: %v; armed %v, timer %v", ctx.Err(), ctx.armed.Load() != nil, ctx.timer != nil)
+		t.Fatal("a stream's bound shows as a deadline the parent does not have")
 	}
 }
 
-// Armed by Done, the timeout fires with errRequestTimeout as the cause.
+// The timeout fires with errRequestTimeout as the cause, streaming or not.
 func TestRequestTimeoutFires(t *testing.T) {
-	ctx := withRequestTimeout(context.Background(), 20*time.Millisecond)
-	defer ctx.end()
-	select {
-	case <-ctx.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the timeout did not fire")
-	}
-	if !errors.Is(ctx.Err(), context.Canceled) || !errors.Is(context.Cause(ctx), errRequestTimeout) {
-		t.Fatalf("err %v, cause %v", ctx.Err(), context.Cause(ctx))
+	for _, stream := range []bool{false, true} {
+		ctx, bound := withRequestTimeout(context.Background(), 20*time.Millisecond, stream)
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("stream %v: the timeout did not fire", stream)
+		}
+		if ctx.Err() == nil || !errors.Is(context.Cause(ctx), errRequestTimeout) {
+			t.Fatalf("stream %v: err %v, cause %v", stream, ctx.Err(), context.Cause(ctx))
+		}
+		bound.end()
 	}
 }
 
 // Observed only after the bound passed (a call that computed for longer than the timeout), Err
 // says so at once.
 func TestRequestTimeoutPassedBeforeArming(t *testing.T) {
-	ctx := withRequestTimeout(context.Background(), time.Millisecond)
-	defer ctx.end()
+	ctx, bound := withRequestTimeout(context.Background(), time.Millisecond, false)
+	defer bound.end()
 	time.Sleep(5 * time.Millisecond)
 	if !errors.Is(context.Cause(ctx), errRequestTimeout) || ctx.Err() == nil {
 		t.Fatalf("err %v, cause %v", ctx.Err(), context.Cause(ctx))
 	}
 }
 
-// stop lifts the bound whether it comes before or after arming; end still cancels.
+// stop lifts a stream's bound; end still cancels.
 func TestRequestTimeoutStop(t *testing.T) {
-	for _, armFirst := range []bool{false, true} {
-		ctx := withRequestTimeout(context.Background(), 20*time.Millisecond)
-		if armFirst {
-			_ = ctx.Done()
-		}
-		ctx.stop()
-		select {
-		case <-ctx.Done():
-			t.Fatalf("armFirst %v: fired after stop: %v", armFirst, context.Cause(ctx))
-		case <-time.After(200 * time.Millisecond):
-		}
-		ctx.end()
-		if !errors.Is(ctx.Err(), context.Canceled) || errors.Is(context.Cause(ctx), errRequestTimeout) {
-			t.Fatalf("armFirst %v: after end: err %v, cause %v", armFirst, ctx.Err(), context.Cause(ctx))
-		}
-	}
-}
-
-// A context first observed after the call ended is cancelled, and one whose parent is cancelled
-// is done.
-func TestRequestTimeoutEndAndParent(t *testing.T) {
-	ctx := withRequestTimeout(context.Background(), time.Hour)
-	ctx.end()
-	if !errors.Is(ctx.Err(), context.Canceled) {
-		t.Fatalf("after end: %v", ctx.Err())
-	}
-	parent, cancel := context.WithCancel(context.Background())
-	ctx = withRequestTimeout(parent, time.Hour)
-	defer ctx.end()
-	cancel()
+	ctx, bound := withRequestTimeout(context.Background(), 20*time.Millisecond, true)
+	bound.stop()
 	select {
 	case <-ctx.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("not done after its parent")
+		t.Fatalf("fired after stop: %v", context.Cause(ctx))
+	case <-time.After(200 * time.Millisecond):
+	}
+	bound.end()
+	if !errors.Is(ctx.Err(), context.Canceled) || errors.Is(context.Cause(ctx), errRequestTimeout) {
+		t.Fatalf("after end: err %v, cause %v", ctx.Err(), context.Cause(ctx))
 	}
 }
 
-// A child context registers with the armed cancel context, as with any cancel context, instead of
-// starting a goroutine to watch a custom one; and the timeout reaches it.
+// A context ended is cancelled, and one whose parent is cancelled is done.
+func TestRequestTimeoutEndAndParent(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		ctx, bound := withRequestTimeout(context.Background(), time.Hour, stream)
+		bound.end()
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			t.Fatalf("stream %v: after end: %v", stream, ctx.Err())
+		}
+		parent, cancel := context.WithCancel(context.Background())
+		ctx, bound = withRequestTimeout(parent, time.Hour, stream)
+		cancel()
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("stream %v: not done after its parent", stream)
+		}
+		bound.end()
+	}
+}
+
+// Children register with the bound's cancel context instead of starting a goroutine each, and
+// the timeout reaches them.
 func TestRequestTimeoutChildren(t *testing.T) {
-	ctx := withRequestTimeout(context.Background(), 50*time.Millisecond)
-	defer ctx.end()
+	ctx, bound := withRequestTimeout(context.Background(), 50*time.Millisecond, true)
+	defer bound.end()
 	before := runtime.NumGoroutine()
 	children := make([]context.Context, 0, 100)
 	for range 100 {

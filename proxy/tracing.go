@@ -57,9 +57,9 @@ func (k figureKeys) attrs(f energy.Figure) []attribute.KeyValue {
 var traceContext propagation.TraceContext
 
 // traced takes the client's W3C traceparent, so backends pass it upstream, and, when the edge
-// has a tracer, opens the call's server span under it and puts the cascade's tracer in the
-// context, so each stage and backend attempt gets a child span. Without a tracer and without a
-// traceparent it costs one header lookup.
+// has a tracer, opens the call's server span under it (each call hands the cascade its tracer,
+// Server.stages, so each stage and backend attempt gets a child span). Without a tracer and
+// without a traceparent it costs one header lookup.
 func (s *Server) traced(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.tracer == nil {
@@ -73,26 +73,27 @@ func (s *Server) traced(next http.Handler) http.Handler {
 		ctx, span := s.tracer.Start(ctx, r.Method+" "+r.URL.Path, trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path)))
 		defer span.End()
-		next.ServeHTTP(w, r.WithContext(cascade.WithTracer(ctx, stageTracer{s.tracer})))
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
 // endCall puts the settled call's figures on its span (a no-op span when untraced).
-func endCall(span trace.Span, st *settlement, o outcome, status int) {
+func endCall(c *Call) {
+	span := c.span
 	if span == nil || !span.IsRecording() {
 		return
 	}
-	span.SetAttributes(attrStage.String(o.stage), attrModel.String(st.model), attrBackend.String(st.backend),
-		attrStatusCode.Int(status), attrReceipt.String(o.receipt), attrInTokens.Int(st.promptTokens), attrOutTokens.Int(st.tokens),
-		attribute.Int("eoc.attempts", len(st.backendAttempts)))
-	if st.answered {
+	span.SetAttributes(attrStage.String(c.Stage), attrModel.String(c.Model), attrBackend.String(c.Backend),
+		attrStatusCode.Int(c.Status), attrReceipt.String(c.Receipt), attrInTokens.Int(c.promptTokens), attrOutTokens.Int(c.tokens),
+		attribute.Int("eoc.attempts", len(c.Attempts)))
+	if c.answered {
 		// The span ends with the response: a provisional figure is marked so (its settled
 		// figure goes to the ledger, the metrics and the page, not to the trace).
-		span.SetAttributes(callFigure.attrs(o.fig)...)
-		span.SetAttributes(attrJoulesState.String(stateOf(o.fig)))
+		span.SetAttributes(callFigure.attrs(c.Energy)...)
+		span.SetAttributes(attrJoulesState.String(stateOf(c.Energy)))
 	}
-	if o.apiErr != nil {
-		span.SetStatus(codes.Error, o.apiErr.Message)
+	if c.err != nil {
+		span.SetStatus(codes.Error, c.err.Message)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/backends"
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 )
 
 // missStage never answers.
@@ -46,7 +47,7 @@ func tracedEdge(t *testing.T, tp trace.TracerProvider) (*httptest.Server, func()
 		t.Cleanup(srv.Close)
 		return srv.URL
 	}
-	var routes []cascade.Route
+	var routes []routing.Route
 	for _, b := range []struct {
 		name string
 		h    http.HandlerFunc
@@ -55,9 +56,9 @@ func tracedEdge(t *testing.T, tp trace.TracerProvider) (*httptest.Server, func()
 		if err != nil {
 			t.Fatal(err)
 		}
-		routes = append(routes, cascade.Route{Name: b.name, Type: "openai", Patterns: []string{"*"}, Backend: be})
+		routes = append(routes, routing.Route{Name: b.name, Type: "openai", Patterns: []string{"*"}, Backend: be})
 	}
-	router, err := cascade.NewRouter(routes)
+	router, err := routing.New(routes, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

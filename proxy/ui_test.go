@@ -207,9 +207,9 @@ func TestUIStatsSavedAndWindow(t *testing.T) {
 	fig := func(j, saved float64) energy.Figure {
 		return energy.Figure{Joules: j, Saved: saved, Grade: energy.Estimated, Coverage: energy.CoverageWhole, Method: "stage-model"}
 	}
-	u.observe(&settlement{model: "m", backend: "b", answered: true, tokens: 2}, "neural", "m", fig(6, 0), 200, "r1", "", t0)
-	u.observe(&settlement{model: "m", answered: true}, "cache", "m", fig(0.5, 6), 200, "r2", "", t0)
-	u.observe(&settlement{model: "m", answered: true}, "graph", "m", fig(0.5, 12), 200, "r3", "", t0.Add(20*time.Minute))
+	u.observe(&Call{Model: "m", Backend: "b", answered: true, tokens: 2, Stage: "neural", Status: 200, Receipt: "r1"}, "m", fig(6, 0), "", t0)
+	u.observe(&Call{Model: "m", answered: true, Stage: "cache", Status: 200, Receipt: "r2"}, "m", fig(0.5, 6), "", t0)
+	u.observe(&Call{Model: "m", answered: true, Stage: "graph", Status: 200, Receipt: "r3"}, "m", fig(0.5, 12), "", t0.Add(20*time.Minute))
 	d := u.snapshot(t0.Add(20 * time.Minute))
 	if d.Saved.Joules != 18 || d.Saved.ByStage["cache"] != 6 || d.Saved.ByStage["graph"] != 12 || math.Abs(d.Saved.Share-18.0/24) > 1e-12 {
 		t.Errorf("saved: %+v", d.Saved)
@@ -231,11 +231,11 @@ func TestUIStatsSavedAndWindow(t *testing.T) {
 // Once a stage, model and backend were seen, counting a call allocates nothing.
 func TestUIStatsObserveDoesNotAllocate(t *testing.T) {
 	u := newUIStats(time.Now())
-	st := &settlement{model: "m", backend: "b", answered: true, tokens: 5}
+	st := &Call{Model: "m", Backend: "b", answered: true, tokens: 5, Stage: "neural", Status: 200, Receipt: "r"}
 	f := energy.Figure{Joules: 1, Grade: energy.Estimated, Coverage: energy.CoveragePartial, Method: "cpu-time-model", Reason: "no-rapl"}
 	now := time.Now()
-	u.observe(st, "neural", "m", f, 200, "r", "", now)
-	if n := testing.AllocsPerRun(100, func() { u.observe(st, "neural", "m", f, 200, "r", "", now) }); n != 0 {
+	u.observe(st, "m", f, "", now)
+	if n := testing.AllocsPerRun(100, func() { u.observe(st, "m", f, "", now) }); n != 0 {
 		t.Errorf("observe allocates %v times a call", n)
 	}
 }

@@ -91,21 +91,21 @@ type UICall struct {
 
 // observe hands one settled call to the page's figures and to the call's span: settle's one call
 // for both.
-func (s *Server) observe(st *settlement, o outcome, model string, status int, now time.Time) {
+func (s *Server) observe(c *Call, model string) {
 	if s.metrics != nil {
 		model = s.metrics.labels.label(model)
 	}
-	s.ui.observe(st, o.stage, model, o.fig, status, o.receipt, "", now)
-	endCall(st.span, st, o, status)
+	s.ui.observe(c, model, c.Energy, "", c.Time)
+	endCall(c)
 }
 
 func newUIStats(now time.Time) *uiStats {
 	return &uiStats{start: now, stages: map[string]*uiTotal{}, models: map[string]*uiTotal{}, pairs: map[uiPair]*uiPairStats{}}
 }
 
-// observe counts one settled call. stage and model are the labels /metrics used; fig is the
-// rounded figure the headers, receipt, ledger and metrics carry.
-func (u *uiStats) observe(st *settlement, stage, model string, fig energy.Figure, status int, receipt, settledReceipt string, now time.Time) {
+// observe counts one settled call c. model is the label /metrics used; fig is c's final figure
+// (its own, or its settlement's, whose receipt is settledReceipt).
+func (u *uiStats) observe(c *Call, model string, fig energy.Figure, settledReceipt string, now time.Time) {
 	if u == nil {
 		return
 	}
@@ -114,15 +114,16 @@ func (u *uiStats) observe(st *settlement, stage, model string, fig energy.Figure
 	if _, ok := u.models[model]; !ok && (len(u.models) >= uiModels || len(model) > uiModelName) {
 		model = otherModel
 	}
-	asked := st.model
+	stage := c.Stage
+	asked := c.Model
 	if len(asked) > uiModelName {
 		asked = strings.Clone(strings.ToValidUTF8(asked[:uiModelName], ""))
 	}
-	u.recent[u.next] = UICall{Time: now, Stage: stage, Model: asked, Backend: st.backend, Status: status,
-		Tokens: st.tokens, Receipt: receipt, SettledReceipt: settledReceipt, Figure: fig}
+	u.recent[u.next] = UICall{Time: now, Stage: stage, Model: asked, Backend: c.Backend, Status: c.Status,
+		Tokens: c.tokens, Receipt: c.Receipt, SettledReceipt: settledReceipt, Figure: fig}
 	u.next = (u.next + 1) % uiRecent
 	u.filled = min(u.filled+1, uiRecent)
-	if !st.answered {
+	if !c.answered {
 		return
 	}
 	add(u.stages, stage, fig)
@@ -140,13 +141,13 @@ func (u *uiStats) observe(st *settlement, stage, model string, fig energy.Figure
 	s.stages[stage] += fig.Joules
 	s.models[model] += fig.Joules
 	s.saved += fig.Saved
-	if st.backend == "" {
+	if c.Backend == "" {
 		return
 	}
-	p := u.pairs[uiPair{model, st.backend}]
+	p := u.pairs[uiPair{model, c.Backend}]
 	if p == nil {
 		p = &uiPairStats{reasons: map[string]int{}}
-		u.pairs[uiPair{model, st.backend}] = p
+		u.pairs[uiPair{model, c.Backend}] = p
 	}
 	p.calls++
 	p.lastMethod = fig.Method

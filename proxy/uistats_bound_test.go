@@ -40,8 +40,8 @@ func TestUIDataBoundedUnderInventedNames(t *testing.T) {
 			feed := func(from, to int) {
 				for i := from; i < to; i++ {
 					model := fmt.Sprintf("invented-%d-%s", i, strings.Repeat("x", 300))
-					st := &settlement{model: model, backend: "b", answered: true, tokens: 3}
-					s.observe(st, outcome{stage: "neural", fig: fig}, model, 200, now)
+					c := &Call{Model: model, Backend: "b", answered: true, tokens: 3, Stage: "neural", Energy: fig, Status: 200, Time: now}
+					s.observe(c, model)
 				}
 			}
 			feed(0, 2*uiModels)

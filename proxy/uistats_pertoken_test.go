@@ -15,8 +15,8 @@ func TestUIPerTokenIsTheChunks(t *testing.T) {
 	measured := energy.Figure{Joules: 10, Grade: energy.Measured, PromptJoules: 6, CompletionJoules: 4, PromptTokens: 30, CompletionTokens: 2}
 	estimated := energy.Figure{Joules: 9, Grade: energy.Estimated, PromptJoules: 3, CompletionJoules: 6, PromptTokens: 5, CompletionTokens: 3}
 	for _, fig := range []energy.Figure{measured, estimated} {
-		st := &settlement{model: "m", backend: "b", answered: true, tokens: fig.CompletionTokens}
-		u.observe(st, "neural", "m", fig, 200, "", "", now)
+		c := &Call{Model: "m", Backend: "b", answered: true, tokens: fig.CompletionTokens, Stage: "neural", Status: 200}
+		u.observe(c, "m", fig, "", now)
 	}
 	d := u.snapshot(now)
 	if len(d.Backends) != 1 {

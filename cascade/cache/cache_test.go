@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
@@ -43,7 +44,7 @@ func walk(t *testing.T, c *cascade.Cascade, req cascade.Request) string {
 }
 
 func TestCacheControls(t *testing.T) {
-	router, _ := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"*"}, Backend: anyBackend{}}})
+	router, _ := routing.New([]routing.Route{{Name: "b", Patterns: []string{"*"}, Backend: anyBackend{}}}, routing.Options{})
 	raw := json.RawMessage(`{"model":"m","messages":[{"role":"user","content":"q"}]}`)
 	req := func(noCache, noStore bool) cascade.Request {
 		r := cascade.Request{Raw: raw, NoCache: noCache, NoStore: noStore}
@@ -77,7 +78,7 @@ func TestCacheControls(t *testing.T) {
 }
 
 func TestHitCarriesSavedAndFreshID(t *testing.T) {
-	router, _ := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"*"}, Backend: anyBackend{}}})
+	router, _ := routing.New([]routing.Route{{Name: "b", Patterns: []string{"*"}, Backend: anyBackend{}}}, routing.Options{})
 	st := New(100, time.Hour)
 	c := cascade.New(router, []cascade.Stage{st, &countingStage{complete: true}}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
 	mk := func() *cascade.Request {

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 )
 
 // mapRemote is a shared tier in a map; down makes it answer nothing, like an unreachable Redis.
@@ -41,7 +42,7 @@ func (r *mapRemote) Set(_ context.Context, tenant, key string, val []byte, ttl t
 }
 
 func TestSharedTierAcrossReplicas(t *testing.T) {
-	router, _ := cascade.NewRouter([]cascade.Route{{Name: "b", Patterns: []string{"*"}, Backend: anyBackend{}}})
+	router, _ := routing.New([]routing.Route{{Name: "b", Patterns: []string{"*"}, Backend: anyBackend{}}}, routing.Options{})
 	remote := &mapRemote{m: map[string][]byte{}}
 	replica := func() (*cascade.Cascade, *countingStage) {
 		model := &countingStage{complete: true}

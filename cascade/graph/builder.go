@@ -7,10 +7,10 @@ import (
 
 // builder collects triples and names from files, then indexes them.
 type builder struct {
-	nodes    map[string]int32 // node key → id
+	nodes    map[string]int32 // node ident → id
 	labels   []string
 	explicit []bool              // the label came from the data, not a default
-	aliases  map[string][]string // node or predicate key → extra names
+	aliases  map[string][]string // node or predicate ident → extra names
 	preds    map[string]int32
 	pdefs    []predicate
 	palias   map[int32][]predRef
@@ -34,27 +34,27 @@ func newBuilder() *builder {
 	}
 }
 
-func (b *builder) node(key, label string, explicit bool) int32 {
-	if id, ok := b.nodes[key]; ok {
+func (b *builder) node(ident, label string, explicit bool) int32 {
+	if id, ok := b.nodes[ident]; ok {
 		if explicit && !b.explicit[id] {
 			b.labels[id], b.explicit[id] = label, true
 		}
 		return id
 	}
 	id := int32(len(b.labels))
-	b.nodes[key] = id
+	b.nodes[ident] = id
 	b.labels = append(b.labels, label)
 	b.explicit = append(b.explicit, explicit)
 	return id
 }
 
-func (b *builder) pred(key, label string) int32 {
-	if id, ok := b.preds[key]; ok {
+func (b *builder) pred(ident, label string) int32 {
+	if id, ok := b.preds[ident]; ok {
 		return id
 	}
 	id := int32(len(b.pdefs))
-	b.preds[key] = id
-	b.pdefs = append(b.pdefs, predicate{name: key, label: label})
+	b.preds[ident] = id
+	b.pdefs = append(b.pdefs, predicate{name: ident, label: label})
 	b.addPredWords(id, noun, label)
 	return id
 }
@@ -99,17 +99,17 @@ func (b *builder) build(table map[string][]ntLabel) *store {
 	}
 	index := func(name string, id int32) {
 		ws := words(name)
-		key := joinNorm(ws)
-		if key == "" {
+		norm := joinNorm(ws)
+		if norm == "" {
 			return
 		}
-		if !contains(st.byLabel[key], id) {
-			st.byLabel[key] = append(st.byLabel[key], id)
+		if !contains(st.byLabel[norm], id) {
+			st.byLabel[norm] = append(st.byLabel[norm], id)
 		}
 		if (allGlue(ws) || (len(ws) == 1 && utf8.RuneCountInString(ws[0].norm) <= 2)) && ws[0].cap {
-			st.gated[key] = true
+			st.gated[norm] = true
 		}
-		st.maxSpan = max(st.maxSpan, len(ws))
+		st.maxPhrase = max(st.maxPhrase, len(ws))
 		// "The Hobbit" is asked about as "Hobbit" too.
 		if len(ws) > 1 && ws[0].norm == "the" && !allGlue(ws[1:]) {
 			rest := joinNorm(ws[1:])
@@ -118,31 +118,31 @@ func (b *builder) build(table map[string][]ntLabel) *store {
 			}
 		}
 	}
-	for key, id := range b.nodes {
+	for ident, id := range b.nodes {
 		index(b.labels[id], id)
-		for _, a := range b.aliases[key] {
+		for _, a := range b.aliases[ident] {
 			index(a, id)
 		}
 	}
 	for p, refs := range b.palias {
 		for i, ref := range refs {
 			ws := words(b.pwords[p][i])
-			key := joinNorm(ws)
-			if key == "" || containsRef(st.byAlias[key], ref) {
+			norm := joinNorm(ws)
+			if norm == "" || containsRef(st.byAlias[norm], ref) {
 				continue
 			}
-			st.byAlias[key] = append(st.byAlias[key], ref)
-			st.maxSpan = max(st.maxSpan, len(ws))
+			st.byAlias[norm] = append(st.byAlias[norm], ref)
+			st.maxPhrase = max(st.maxPhrase, len(ws))
 		}
 	}
 	st.vocab = map[string]bool{}
-	for key := range st.byLabel {
-		for w := range strings.SplitSeq(key, " ") {
+	for norm := range st.byLabel {
+		for w := range strings.SplitSeq(norm, " ") {
 			st.vocab[w] = true
 		}
 	}
-	for key := range st.byAlias {
-		for w := range strings.SplitSeq(key, " ") {
+	for norm := range st.byAlias {
+		for w := range strings.SplitSeq(norm, " ") {
 			st.vocab[w] = true
 		}
 	}

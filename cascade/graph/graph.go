@@ -53,8 +53,8 @@ func New(o Options) (*Stage, error) {
 }
 
 // Reload reads the files again and swaps the new graph in only when it loaded cleanly; on error
-// the stage keeps serving the old graph. Call it on SIGHUP; the caller logs the outcome (Len
-// is the new size).
+// the stage keeps serving the old graph. Call it on SIGHUP; the caller logs the error, or the new
+// size (Len).
 func (s *Stage) Reload() error {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()

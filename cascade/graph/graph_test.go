@@ -429,7 +429,7 @@ func TestRelationsTable(t *testing.T) {
 	}
 	for _, rel := range []string{"author", "director", "painter", "founder", "composer", "inventor", "capital",
 		"currency", "official_language", "officialLanguage", "population"} {
-		if len(table[relationKey(rel)]) == 0 {
+		if len(table[relationNorm(rel)]) == 0 {
 			t.Errorf("no built-in words for %q", rel)
 		}
 	}

@@ -131,7 +131,7 @@ func allGlue(ws []word) bool {
 	return len(ws) > 0
 }
 
-// mention is a span of the question that names an entity or a predicate.
+// mention is a phrase of the question that names an entity or a predicate.
 type mention struct {
 	start, end int // word positions, end exclusive
 	nodes      []int32
@@ -260,27 +260,27 @@ func (st *store) spot(ws []word) (ents, preds []mention, ok bool) {
 // longest is the longest mention starting at word i; a relation wins over a name of the same
 // length.
 func (st *store) longest(ws []word, i int) (mention, bool) {
-	for l := min(st.maxSpan, len(ws)-i); l >= 1; l-- {
-		span := ws[i : i+l]
-		key := joinNorm(span)
-		if refs := st.byAlias[key]; len(refs) > 0 {
+	for l := min(st.maxPhrase, len(ws)-i); l >= 1; l-- {
+		phrase := ws[i : i+l]
+		norm := joinNorm(phrase)
+		if refs := st.byAlias[norm]; len(refs) > 0 {
 			return mention{start: i, end: i + l, preds: refs}, true
 		}
-		if nodes := st.byLabel[key]; len(nodes) > 0 && st.writtenAsName(key, span) {
+		if nodes := st.byLabel[norm]; len(nodes) > 0 && st.writtenAsName(norm, phrase) {
 			return mention{start: i, end: i + l, nodes: nodes}, true
 		}
 	}
 	return mention{}, false
 }
 
-// writtenAsName reports whether a span may name an entity. Names that are also common words
+// writtenAsName reports whether a phrase may name an entity. Names that are also common words
 // ("It", "Us", "He") or one or two letters (a chemical symbol) count only when written with a
 // capital and not at the start of a sentence.
-func (st *store) writtenAsName(key string, span []word) bool {
-	if !st.gated[key] {
+func (st *store) writtenAsName(norm string, phrase []word) bool {
+	if !st.gated[norm] {
 		return true
 	}
-	return span[0].cap && !span[0].initial
+	return phrase[0].cap && !phrase[0].initial
 }
 
 // directionOf decides which way a question reads a predicate p: from the verb mentions when there

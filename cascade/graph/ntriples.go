@@ -57,9 +57,9 @@ func (b *builder) readNT(r io.Reader) error {
 			}
 			continue
 		}
-		sid := b.node(s.key(), localName(s.value), false)
-		pid := b.pred(p.key(), splitCamel(localName(p.value)))
-		b.triple(sid, pid, b.node(o.key(), o.label(), o.kind == termLiteral))
+		sid := b.node(s.ident(), localName(s.value), false)
+		pid := b.pred(p.ident(), splitCamel(localName(p.value)))
+		b.triple(sid, pid, b.node(o.ident(), o.label(), o.kind == termLiteral))
 	}
 	return sc.Err()
 }
@@ -78,7 +78,7 @@ type term struct {
 	lang  string
 }
 
-func (t term) key() string {
+func (t term) ident() string {
 	switch t.kind {
 	case termIRI:
 		return "<" + t.value + ">"

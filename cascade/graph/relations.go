@@ -12,7 +12,7 @@ import (
 //go:embed relations.tsv
 var relationsTSV string
 
-// relations parses relationsTSV once: relation key (see relationKey) → naming rows. An error is
+// relations parses relationsTSV once: relation name, normalised (relationNorm) → naming rows. An error is
 // a defect of the build (TestRelationsTable reads the table), reported by every load.
 var relations = sync.OnceValues(func() (map[string][]ntLabel, error) {
 	m, err := readRelations(relationsTSV)
@@ -39,25 +39,25 @@ func readRelations(src string) (map[string][]ntLabel, error) {
 		if !known || kind == "label" {
 			return nil, fmt.Errorf("%d: %q is not one of alias, verb, inverse_verb, template, template_many_subjects, template_many_objects", i+1, cols[1])
 		}
-		key := relationKey(name)
+		norm := relationNorm(name)
 		for _, v := range splitValues(kind, cols[2]) {
-			m[key] = append(m[key], ntLabel{text: v, kind: kind})
+			m[norm] = append(m[norm], ntLabel{text: v, kind: kind})
 		}
 	}
 	return m, nil
 }
 
-// relationKey is the form a predicate is looked up in the relations table by: its words,
-// normalised ("official_language", "officialLanguage" and "Official language" are one key).
-func relationKey(name string) string { return joinNorm(words(splitCamel(name))) }
+// relationNorm is the form a predicate is looked up in the relations table by: its words,
+// normalised ("official_language", "officialLanguage" and "Official language" are one).
+func relationNorm(name string) string { return joinNorm(words(splitCamel(name))) }
 
 // applyRelations gives each predicate whose name or label is a built-in relation that relation's
 // words, and its templates where the facts did not set their own.
 func (b *builder) applyRelations(table map[string][]ntLabel) {
 	for p := range b.pdefs {
-		rows := table[relationKey(b.pdefs[p].label)]
+		rows := table[relationNorm(b.pdefs[p].label)]
 		if rows == nil {
-			rows = table[relationKey(localName(strings.Trim(b.pdefs[p].name, "<>")))]
+			rows = table[relationNorm(localName(strings.Trim(b.pdefs[p].name, "<>")))]
 		}
 		set := map[string]bool{
 			"template":     b.pdefs[p].template != "",

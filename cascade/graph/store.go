@@ -10,16 +10,16 @@ import (
 // store is one loaded graph, indexed for questions. It is read-only once built, so a Stage swaps
 // whole stores on reload.
 type store struct {
-	labels  []string           // node → display label
-	byLabel map[string][]int32 // normalised label or alias → nodes
-	gated   map[string]bool    // labels that match only when written with a capital (see spot)
-	preds   []predicate
-	byAlias map[string][]predRef // normalised alias → predicates
-	fwd     map[edge][]int32     // (subject, predicate) → objects
-	inv     map[edge][]int32     // (object, predicate) → subjects
-	vocab   map[string]bool      // every word of a key of byLabel or byAlias
-	maxSpan int                  // longest label or alias, in words
-	triples int
+	labels    []string           // node → display label
+	byLabel   map[string][]int32 // normalised label or alias → nodes
+	gated     map[string]bool    // labels that match only when written with a capital (see spot)
+	preds     []predicate
+	byAlias   map[string][]predRef // normalised alias → predicates
+	fwd       map[edge][]int32     // (subject, predicate) → objects
+	inv       map[edge][]int32     // (object, predicate) → subjects
+	vocab     map[string]bool      // every word of a label or alias in byLabel or byAlias
+	maxPhrase int                  // longest label or alias, in words
+	triples   int
 }
 
 type edge struct{ node, pred int32 }

@@ -39,7 +39,7 @@ func (c *useClock) tick() uint64 { return c.now.Add(1) }
 
 // touchLocked stamps the use of the collection under k. The caller holds s.mu, for reading at
 // least.
-func (s *Stage) touchLocked(k colKey) {
+func (s *Stage) touchLocked(k colID) {
 	if u := s.used[k]; u != nil {
 		u.Store(s.clock.tick())
 	}
@@ -143,7 +143,7 @@ func (s *Stage) colCount() int {
 }
 
 type usedCol struct {
-	k   colKey
+	k   colID
 	c   *collection
 	use uint64
 }
@@ -212,7 +212,7 @@ func (s *Stage) bound(ctx context.Context, keep *collection) {
 	s.stats.droppedCols.Add(int64(len(dropped)))
 }
 
-func (s *Stage) dropLocked(k colKey) {
+func (s *Stage) dropLocked(k colID) {
 	delete(s.cols, k)
 	delete(s.used, k)
 }

@@ -12,8 +12,8 @@ import (
 )
 
 // Embedder turns texts into vectors. Implementations must be safe for concurrent use. The stage
-// has one built in (Builtin); a model server's embedder comes from the caller (WithEmbedder),
-// which meters it: kv dials no model itself.
+// has one built in (Builtin); a model server's embedder comes from the caller (Options.Embedder,
+// e.g. neural.NewEmbedder over a backend), which meters it: kv dials no model itself.
 type Embedder interface {
 	// Embed returns one vector per text, in order, and what the call cost outside this process
 	// (zero for in-process work), also when it fails. Vectors need not be normalised.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
@@ -100,7 +101,7 @@ func (nopBackend) Chat(context.Context, *cascade.Request, cascade.Sink) (*cascad
 func TestRemoteEmbedderEnergyInWalk(t *testing.T) {
 	emb := &remoteEmbedder{}
 	s := newStage(t, Options{Embedder: emb})
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Type: "ollama", Patterns: []string{"*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "b", Type: "ollama", Patterns: []string{"*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +246,7 @@ func FuzzEmbedQuery(f *testing.F) {
 func TestEmbedWaitNotBilledTwice(t *testing.T) {
 	emb := &remoteEmbedder{}
 	s := newStage(t, Options{Embedder: emb})
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "b", Type: "ollama", Patterns: []string{"*"}, Backend: nopBackend{}}})
+	router, err := routing.New([]routing.Route{{Name: "b", Type: "ollama", Patterns: []string{"*"}, Backend: nopBackend{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,12 +25,10 @@ import (
 // The rotation is HD₃ (Andoni, Indyk, Laarhoven, Razenshteyn and Schmidt, "Practical and Optimal
 // LSH for Angular Distance", NeurIPS 2015): three rounds of random sign flips, each followed by a
 // Walsh-Hadamard transform, on the vector padded to a power of two. It stands in for 256 Gaussian
-// hyperplanes (the sketch until 2026-12): 3·n·log₂n additions instead of 256 multiply-adds per
-// nonzero coordinate, about 4x less CPU for a built-in embedding (BenchmarkSketch, 21 → 5 µs), and
-// additions and sign flips only, so the bits are the same on every platform (no fused
-// multiply-add). Its distances also follow acos(c)/π more closely on real questions: the former
-// draw put questions that share a template's words ~3 bits nearer than that, and the search of
-// BenchmarkLookup checked ~7x more candidates exactly (~100 against ~14 a query at 100k). Sketches
+// hyperplanes: 3·n·log₂n additions instead of 256 multiply-adds per nonzero coordinate
+// (BenchmarkSketch), and additions and sign flips only, so the bits are the same on every
+// platform (no fused multiply-add); its distances follow acos(c)/π closely on real questions, so
+// a search scores few candidates exactly (BenchmarkLookup). Sketches
 // are never stored or sent: every place that indexes a vector (load, learn, the Redis stream,
 // import) sketches it in this process, so changing the definition needs no migration.
 // TestSketchRecall and TestSketchBuiltinPairs check the distances against acos(c)/π.
@@ -94,7 +92,7 @@ func (l *lsh) sketch(v []float32) sketch {
 
 // fwht is the unnormalised Walsh-Hadamard transform of x in place; len(x) is a power of two, at
 // least 4. Two levels a pass (radix 4: the same additions in the same order as one level at a
-// time, half the loads and stores): 1.7x faster than one level a pass for 512 coordinates.
+// time, half the loads and stores).
 func fwht(x []float32) {
 	n := len(x)
 	for i := 0; i+4 <= n; i += 4 { // levels 1 and 2
@@ -343,14 +341,8 @@ func within(q, s *sketch, c cutoffs) bool {
 
 // appendNear appends to out, in order, the slots whose sketch is within both cutoffs of sk;
 // heads holds the first headWords of each slot's sketch, all the sketches. It is the loop every
-// search runs over the whole collection (scan.go). Other ways measured on real questions'
-// sketches (BenchmarkLookup, BenchmarkScan): one pass over the whole sketches, in Go and in
-// assembly (bound by the 3.2 MB it reads at 100k); counting three words and the fourth only when
-// they were within the cutoff. Splitting the scan between goroutines (one per processor, the
-// caller never waiting for a helper the scheduler had not run) cost 25-40 % more CPU per lookup
-// on this project's 2-core machine, for no shorter lookup while other work ran. Multi-index
-// hashing over 16-bit bands (exact for the cutoff) visited ~10x more sketches than the scan
-// reads: real questions share most bands.
+// search runs over the whole collection (scan.go), on one goroutine: BenchmarkLookup and
+// BenchmarkScan measure it against real questions' sketches.
 func appendNear(heads, all []uint64, sk *sketch, c cutoffs, out []int32) []int32 {
 	if c.head < 0 || c.full < 0 {
 		return out

@@ -52,8 +52,8 @@ type Stage struct {
 	shared     *sharing    // nil: this replica's learning stays here (shared.go)
 
 	mu    sync.RWMutex
-	cols  map[colKey]*collection
-	used  map[colKey]*atomic.Uint64 // the last use of each collection (bound.go)
+	cols  map[colID]*collection
+	used  map[colID]*atomic.Uint64 // the last use of each collection (bound.go)
 	clock useClock
 	total atomic.Int64 // entries in all collections, recounted by bound
 	lsh   *lsh
@@ -74,7 +74,7 @@ type Stage struct {
 	}
 }
 
-type colKey struct{ tenant, model string }
+type colID struct{ tenant, model string }
 
 // New builds the stage: it reads the seed files (an unreadable or inconsistent seed file is an
 // error), opens the store under o.DataDir (in memory when empty; a store that does not load is
@@ -92,8 +92,8 @@ func New(o Options) (*Stage, error) {
 		maxEntry:   o.MaxEntryBytes,
 		est:        o.Estimator,
 		maxTemp:    *o.MaxSimilarTemperature,
-		cols:       map[colKey]*collection{},
-		used:       map[colKey]*atomic.Uint64{},
+		cols:       map[colID]*collection{},
+		used:       map[colID]*atomic.Uint64{},
 	}
 	var err error
 	if s.seeds, err = loadSeeds(o.Files, o.SeedFiles, o.SeedJoules); err != nil {
@@ -150,7 +150,7 @@ func (s *Stage) load() {
 			evicted, _ := c.insert(e, min(s.maxEntries, s.maxTotal))
 			s.deleteEvicted(ctx, c, evicted)
 		}
-		k := colKey{n.Tenant, n.Model}
+		k := colID{n.Tenant, n.Model}
 		s.cols[k] = c
 		s.used[k] = new(atomic.Uint64)
 		s.touchLocked(k)
@@ -401,7 +401,7 @@ func (s *Stage) indexes(dim int) bool {
 func (s *Stage) collection(tenant, model string) *collection {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	k := colKey{tenant, model}
+	k := colID{tenant, model}
 	s.touchLocked(k)
 	return s.cols[k]
 }
@@ -414,7 +414,7 @@ func (s *Stage) collectionFor(tenant, model string, dim int) (*collection, error
 		return nil, fmt.Errorf("embedder %s returned %d dimensions; the store holds %d", s.emb.ID(), dim, s.dim)
 	}
 	s.dim = dim
-	k := colKey{tenant, model}
+	k := colID{tenant, model}
 	if c := s.cols[k]; c != nil {
 		s.touchLocked(k)
 		return c, nil

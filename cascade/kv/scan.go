@@ -8,11 +8,9 @@ import (
 // The scan reads sketches in two passes, 64 slots a step. The first reads only each sketch's
 // first two words (16 of its 32 bytes, kept apart in collection.heads) and keeps the slots
 // within a cutoff of its own for those 128 bits; the second counts the whole sketch of those
-// only. At 100k entries the sketches are 3.2 MB, and reading them all was the lookup's floor
-// (~180 µs on this project's machine with AVX-512, ~230 µs with POPCNT); the first halves are
-// 1.6 MB. The first pass keeps ~2 % of real questions' sketches (BenchmarkLookup's), and every
-// sketch within the full cutoff but with the probability below (headCutoff). A first pass over
-// one word kept 14 %, and counting those whole sketches (random reads) cost more than it saved.
+// only. Reading every whole sketch bounds a lookup from below; the first pass reads half the
+// bytes and keeps few slots of real questions' (BenchmarkLookup), and every sketch within the
+// full cutoff but with the probability below (headCutoff).
 
 // blockSlots is how many slots one step of the scan takes, one bit of a mask each.
 const blockSlots = 64

@@ -67,18 +67,18 @@ func loadSeeds(fsys fs.FS, files []string, defaultJoules float64) (map[string]se
 			return nil, err
 		}
 		for _, r := range recs {
-			key := Normalize(r.rec.Question)
-			if key == "" || strings.TrimSpace(r.rec.Answer) == "" {
+			norm := Normalize(r.rec.Question)
+			if norm == "" || strings.TrimSpace(r.rec.Answer) == "" {
 				return nil, fmt.Errorf("%s:%d: question and answer are required", name, r.line)
 			}
-			if old, dup := seeds[key]; dup && old.answer != r.rec.Answer {
+			if old, dup := seeds[norm]; dup && old.answer != r.rec.Answer {
 				return nil, fmt.Errorf("%s:%d: %q has two answers (the other is for %q)", name, r.line, r.rec.Question, old.question)
 			}
 			sd := seed{question: r.rec.Question, answer: r.rec.Answer, joules: r.rec.Joules, fromFile: r.rec.Joules > 0}
 			if !sd.fromFile {
 				sd.joules = defaultJoules
 			}
-			seeds[key] = sd
+			seeds[norm] = sd
 		}
 	}
 	return seeds, nil

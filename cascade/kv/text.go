@@ -8,10 +8,10 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/internal/text"
 )
 
-// Normalize returns the key form of s: text.Canon (NFKC, one apostrophe, one space), case-folded,
+// Normalize returns the normal form of s: text.Canon (NFKC, one apostrophe, one space), case-folded,
 // contractions written out ("what's" → "what is", "can't" → "can not"), punctuation dropped.
 // Marks inside numbers ("3.5", "1,000", "10:30", "-4") are kept, so different numbers never share
-// a key; symbols that change meaning ("C++", "C#", "5%", "$") are kept too. Seeded questions are
+// a form; symbols that change meaning ("C++", "C#", "5%", "$") are kept too. Seeded questions are
 // looked up by this form, and the built-in embedder embeds it.
 func Normalize(s string) string {
 	toks := tokenize(s)

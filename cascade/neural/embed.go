@@ -31,14 +31,14 @@ func (s *Stage) ServeEmbed(ctx context.Context, call *cascade.EmbedCall) (*casca
 		}
 		done := s.router.Start(route)
 		var e cascade.Embeddings
-		actx, span := cascade.StartSpan(ctx, cascade.SpanAttempt, route.Name)
+		actx, tr := cascade.StartSpan(ctx, call.Tracer, cascade.SpanAttempt, route.Name)
 		var ms meterSpan
 		e, ms, err = embed(actx, s.begin, route.Name, be, call.Req)
-		done(outcome(ctx, err))
+		done(verdict(ctx, err))
 		spent = spent.Plus(e.Energy)
 		spans = append(spans, ms)
 		tries = append(tries, attemptOf(ctx, route.Name, e.Energy, err))
-		span.End(attemptResult(call.Req.Model, tries[len(tries)-1], nil, err))
+		tr.End(attemptResult(call.Req.Model, tries[len(tries)-1], nil, err))
 		e.Energy, e.Attempts, e.Settle = spent, tries, settleOf(spans, tries)
 		if err == nil || ctx.Err() != nil || !retryable(err) {
 			return &e, err

@@ -9,8 +9,9 @@ import (
 
 	"github.com/eoc-proxy/eoc-proxy/backends"
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/energy"
-	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 	"github.com/eoc-proxy/eoc-proxy/meter"
 )
 
@@ -37,10 +38,10 @@ func TestServeEmbed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	router, err := cascade.NewRouter([]cascade.Route{
+	router, err := routing.New([]routing.Route{
 		{Name: "up", Type: "ollama", Patterns: []string{"emb-*"}, Backend: be},
 		{Name: "chat", Type: "custom", Patterns: []string{"*"}, Backend: chatOnly{}},
-	})
+	}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

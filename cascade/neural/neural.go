@@ -1,15 +1,16 @@
-// Package neural is the cascade's last stage: it routes the call to a backend inside a meter span.
+// Package neural is the cascade's last stage and the kv stage's embedder: each call goes to a
+// backend inside a meter span.
 package neural
 
 import (
 	"context"
 	"errors"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/meter"
 )
@@ -20,7 +21,7 @@ var _ cascade.Stage = (*Stage)(nil)
 // meters each attempt. It is safe for
 // concurrent use.
 type Stage struct {
-	router   *cascade.Router
+	router   *routing.Router
 	begin    func(backend string) meterSpan // opens a meter span (Meter.Begin)
 	observer Observer
 	logger   zerolog.Logger
@@ -55,7 +56,7 @@ func WithObserver(o Observer) Option { return func(s *Stage) { s.observer = o } 
 func WithLogger(l zerolog.Logger) Option { return func(s *Stage) { s.logger = l } }
 
 // New returns the neural stage over router's backends, metered by m.
-func New(router *cascade.Router, m *meter.Meter, opts ...Option) *Stage {
+func New(router *routing.Router, m *meter.Meter, opts ...Option) *Stage {
 	s := &Stage{router: router, begin: beginOn(m), logger: zerolog.Nop()}
 	for _, o := range opts {
 		o(s)
@@ -76,7 +77,7 @@ const (
 // group again after a 429; a longer one passes the 429 to the client.
 const MaxRetryAfter = 2 * time.Second
 
-// Serve calls the model's backends in the order the router gives (cascade.Router.Candidates),
+// Serve calls the model's backends in the order the router gives (routing.Router.Candidates),
 // streaming into sink when it is set, each attempt inside its own meter span. An attempt that
 // fails before the first chunk reached sink (refused, reset, a timeout, 5xx, 429) is followed by
 // the next backend; a 4xx other than 429 is the client's error and is returned as it is; after
@@ -103,13 +104,13 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Si
 	waited := false
 	for i := 0; i < len(cands); i++ {
 		route := cands[i]
-		cascade.Announce(ctx, route.Name, len(tries)+1)
-		actx, span := cascade.StartSpan(ctx, cascade.SpanAttempt, route.Name)
+		req.Announce(route.Name, len(tries)+1)
+		actx, tr := cascade.StartSpan(ctx, req.Tracer, cascade.SpanAttempt, route.Name)
 		ans, fig, ms, err := s.attempt(actx, route, req, tracked)
 		spent = spent.Plus(fig)
 		spans = append(spans, ms)
 		tries = append(tries, attemptOf(ctx, route.Name, fig, err))
-		span.End(attemptResult(req.Chat.Model, tries[len(tries)-1], ans, err))
+		tr.End(attemptResult(req.Chat.Model, tries[len(tries)-1], ans, err))
 		if err == nil {
 			ans.Energy, ans.Attempts, ans.Settle = spent, tries, settleOf(spans, tries)
 			return ans, nil
@@ -133,9 +134,9 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Si
 	return nil, errors.New("neural: no candidate backend") // Candidates never returns none
 }
 
-// attempt calls one backend inside a meter span and reports the outcome to the router; the span
+// attempt calls one backend inside a meter span and reports its verdict to the router; the span
 // is returned ended, for its settled figure.
-func (s *Stage) attempt(ctx context.Context, route *cascade.Route, req *cascade.Request, sink cascade.Sink) (*cascade.Answer, energy.Figure, meterSpan, error) {
+func (s *Stage) attempt(ctx context.Context, route *routing.Route, req *cascade.Request, sink cascade.Sink) (*cascade.Answer, energy.Figure, meterSpan, error) {
 	done := s.router.Start(route)
 	span := s.begin(route.Name)
 	if sink != nil {
@@ -151,7 +152,7 @@ func (s *Stage) attempt(ctx context.Context, route *cascade.Route, req *cascade.
 		w.PromptTokens, w.CompletionTokens = ans.Usage.PromptTokens, ans.Usage.CompletionTokens
 	}
 	fig := span.End(w)
-	done(outcome(ctx, err))
+	done(verdict(ctx, err))
 	if err == nil {
 		ans.Backend = route.Name
 		s.router.ObserveCost(route, req.Chat.Model, fig, w.CompletionTokens)
@@ -206,43 +207,27 @@ func settleOf(spans []meterSpan, tries []cascade.BackendAttempt) cascade.SettleF
 	}
 }
 
-// retryable reports whether another backend may answer after err: the upstream was unreachable,
-// reset, timed out, failed (5xx) or limited the rate (429). A 4xx other than 429 is the
-// client's, and would be the same elsewhere.
-func retryable(err error) bool {
-	var up *cascade.UpstreamError
-	if errors.As(err, &up) {
-		return up.Status == statusTooMany || up.Status >= 500
+// retryable reports whether another backend may answer after err (cascade.Failure.Retryable).
+func retryable(err error) bool { return cascade.Classify(err).Retryable() }
+
+// verdict is what err says about the backend's health.
+func verdict(ctx context.Context, err error) routing.Verdict {
+	if err == nil {
+		return routing.Succeeded
 	}
-	var be *cascade.BackendError
-	return errors.As(err, &be)
+	if ctx.Err() != nil {
+		return routing.Neutral // the call ended on this side: the client left, or its time ran out
+	}
+	switch cascade.Classify(err) {
+	case cascade.Upstream5xx, cascade.Unreachable, cascade.BrokenTransport, cascade.Timeout:
+		return routing.Failed
+	case cascade.Upstream4xx, cascade.UpstreamAuth:
+		return routing.Succeeded // it answered: the request was at fault
+	}
+	return routing.Neutral // a 429, or the sink's error: the client went away
 }
 
-// outcome is what err says about the backend's health.
-func outcome(ctx context.Context, err error) cascade.Outcome {
-	var up *cascade.UpstreamError
-	switch {
-	case err == nil:
-		return cascade.Succeeded
-	case ctx.Err() != nil:
-		return cascade.Neutral // the call ended on this side: the client left, or its time ran out
-	case errors.As(err, &up):
-		switch {
-		case up.Status == statusTooMany:
-			return cascade.Neutral
-		case up.Status >= 500:
-			return cascade.Failed
-		}
-		return cascade.Succeeded // it answered: the request was at fault
-	}
-	var be *cascade.BackendError
-	if errors.As(err, &be) {
-		return cascade.Failed
-	}
-	return cascade.Neutral // the sink's error: the client went away
-}
-
-// attemptResult is what an attempt's span ends with.
+// attemptResult is what an attempt's trace span ends with.
 func attemptResult(model string, a cascade.BackendAttempt, ans *cascade.Answer, err error) cascade.SpanResult {
 	r := cascade.SpanResult{Model: model, Backend: a.Backend, Outcome: a.Outcome, Err: err, Energy: a.Energy}
 	if ans != nil {
@@ -251,29 +236,21 @@ func attemptResult(model string, a cascade.BackendAttempt, ans *cascade.Answer, 
 	return r
 }
 
-// attemptOf describes one attempt for the ledger.
+// attemptOf describes one attempt for the ledger. An attempt writes to the client's sink, so
+// an error that is not a backend's is the client's (AfterWrite); one that came after the call's
+// context ended, other than a deadline or an upstream's status, is the call's end on this side.
 func attemptOf(ctx context.Context, backend string, fig energy.Figure, err error) cascade.BackendAttempt {
-	a := cascade.BackendAttempt{Backend: backend, Outcome: "ok", Status: statusOK, Energy: fig}
-	if err == nil {
-		return a
+	f := cascade.Classify(err).AfterWrite()
+	if err != nil && ctx.Err() != nil && !f.Upstream() && !errors.Is(err, context.DeadlineExceeded) {
+		f = cascade.ClientGone
 	}
-	a.Status = 0
+	a := cascade.BackendAttempt{Backend: backend, Outcome: f.Outcome(), Energy: fig}
 	var up *cascade.UpstreamError
-	var ne interface{ Timeout() bool } // net.Error's test, without importing net
-	var be *cascade.BackendError
 	switch {
+	case err == nil:
+		a.Status = statusOK
 	case errors.As(err, &up):
-		a.Outcome, a.Status = "status", up.Status
-	case ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded):
-		a.Outcome = "canceled"
-	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
-		a.Outcome = "timeout"
-	case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ECONNRESET):
-		a.Outcome = "unreachable"
-	case errors.As(err, &be):
-		a.Outcome = "error"
-	default:
-		a.Outcome = "canceled" // the sink's error: the client went away
+		a.Status = up.Status
 	}
 	return a
 }

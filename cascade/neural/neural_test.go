@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/meter"
 )
@@ -41,7 +42,7 @@ func (o *observed) Observe(model string, fig energy.Figure, tokens int) {
 
 func stage(t *testing.T, b cascade.Backend, obs Observer) *Stage {
 	t.Helper()
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "up", Type: "openai", Patterns: []string{"*"}, Backend: b}})
+	router, err := routing.New([]routing.Route{{Name: "up", Type: "openai", Patterns: []string{"*"}, Backend: b}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,11 +106,11 @@ func (b scripted) Chat(_ context.Context, req *cascade.Request, sink cascade.Sin
 
 func groupStage(t *testing.T, bs ...scripted) *Stage {
 	t.Helper()
-	routes := make([]cascade.Route, len(bs))
+	routes := make([]routing.Route, len(bs))
 	for i, b := range bs {
-		routes[i] = cascade.Route{Name: b.name, Type: "openai", Patterns: []string{"*"}, Backend: b}
+		routes[i] = routing.Route{Name: b.name, Type: "openai", Patterns: []string{"*"}, Backend: b}
 	}
-	router, err := cascade.NewRouter(routes)
+	router, err := routing.New(routes, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/meter"
 )
@@ -137,7 +138,7 @@ func (embedOnly) Embed(_ context.Context, req cascade.EmbedRequest) (cascade.Emb
 }
 
 func TestSettleEmbeddings(t *testing.T) {
-	router, err := cascade.NewRouter([]cascade.Route{{Name: "up", Type: "custom", Patterns: []string{"*"}, Backend: embedOnly{}}})
+	router, err := routing.New([]routing.Route{{Name: "up", Type: "custom", Patterns: []string{"*"}, Backend: embedOnly{}}}, routing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,10 +10,8 @@ import (
 
 // gcHeadroom is how far the heap may grow past its live part before the garbage collector runs,
 // at least. Go's default (GOGC=100, a 4 MiB minimum) lets it grow by the live heap only: with
-// eoc-proxy's few MiB of live heap, the collector ran about 30 times a second under cache hits
-// (scripts/bench.sh's cache phase), which cost a fifth of the CPU of a hit. With 32 MiB of
-// headroom, alternating runs (scripts/bench-ab.sh, GOGC=100 against GOGC=400, 5 each) took the
-// hit from 101 to 68 µs of CPU and from 0.57x to 0.66x the bare handler's throughput. Above
+// eoc-proxy's few MiB of live heap, the collector runs many times a second under cache hits
+// and takes a large share of a hit's CPU (scripts/bench-ab.sh measures it). Above
 // gcHeadroom of live heap (a kv store with many entries, say) the default applies unchanged,
 // so the extra memory is bounded by gcHeadroom.
 const gcHeadroom = 32 << 20

@@ -10,7 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/config"
-	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 )
 
 // TestLoggerLeavesZerologAlone: newLogger configures its own logger value and none of

@@ -9,9 +9,8 @@ import (
 // lineWriter batches log lines and writes them to w from a timer, at most flushDelay after the
 // first line of a batch, so that a request neither waits for the write(2) of its access-log
 // line nor wakes a goroutine for it: a line is an append under a lock, and the timer is armed
-// once a batch. Waking a writer goroutine per line cost about 17 µs of the neural path's time
-// under scripts/bench.sh (a futex wake before the response's flush, on 2 cores). Lines keep
-// their order. Past maxPending bytes waiting, Write writes itself (the log cannot outgrow
+// once a batch: waking a writer goroutine per line would put a futex wake before each
+// response's flush. Lines keep their order. Past maxPending bytes waiting, Write writes itself (the log cannot outgrow
 // memory); after Close, every Write does. What a crash leaves unwritten is the lines of the
 // last flushDelay: the process's ordinary exits all pass Close.
 type lineWriter struct {

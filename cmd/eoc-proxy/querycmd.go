@@ -112,9 +112,9 @@ func runQuery(args []string, stdout io.Writer) (err error) {
 	if strings.TrimSpace(question) == "" {
 		return errors.New("the question is empty")
 	}
-	var key string
+	var apiKey string
 	if *keyEnv != "" {
-		if key = os.Getenv(*keyEnv); key == "" {
+		if apiKey = os.Getenv(*keyEnv); apiKey == "" {
 			return fmt.Errorf("environment variable %s is empty or unset", *keyEnv)
 		}
 	}
@@ -142,14 +142,14 @@ func runQuery(args []string, stdout io.Writer) (err error) {
 	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
 	req.RemoteAddr = "127.0.0.1:0"
 	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
 	}
 	rec := httptest.NewRecorder()
 	a.handler.ServeHTTP(rec, req)
 	res := queryResultOf(*model, rec.Result())
 	if res.State == proxy.StateProvisional && res.RequestID != "" {
-		settleQuery(ctx, a.handler, key, &res)
+		settleQuery(ctx, a.handler, apiKey, &res)
 	}
 
 	if *asJSON {
@@ -242,12 +242,12 @@ const settleTries = 4
 
 // settleQuery reads the settled figure of res's provisional call from the calls endpoint of h
 // (in process, before shutdown), until it is settled or says why not.
-func settleQuery(ctx context.Context, h http.Handler, key string, res *queryResult) {
+func settleQuery(ctx context.Context, h http.Handler, apiKey string, res *queryResult) {
 	for range settleTries {
 		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/v1/eoc/calls/"+res.RequestID+"?wait=1", nil)
 		req.RemoteAddr = "127.0.0.1:0"
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
+		if apiKey != "" {
+			req.Header.Set("Authorization", "Bearer "+apiKey)
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)

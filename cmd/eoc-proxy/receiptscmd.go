@@ -58,11 +58,11 @@ func receiptsVerify(args []string, stdout io.Writer) error {
 	}
 	v := ledger.Verifier{Partial: *partial}
 	if *keyEnv != "" {
-		key := os.Getenv(*keyEnv)
-		if key == "" {
+		secret := os.Getenv(*keyEnv)
+		if secret == "" {
 			return fmt.Errorf("verify: environment variable %s is empty or unset", *keyEnv)
 		}
-		v.HMACKey = []byte(key)
+		v.HMACKey = []byte(secret)
 	}
 	chains, setAside := ledger.Chains(fs.Args())
 	if len(chains) <= 1 {

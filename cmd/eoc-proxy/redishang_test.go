@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
-	"github.com/eoc-proxy/eoc-proxy/internal/redistest"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/redistest"
 )
 
 // Issue 32 row 5, end to end: Redis hangs (SIGSTOP) for 10 s under light load on two replicas

@@ -15,17 +15,19 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade/graph"
 	"github.com/eoc-proxy/eoc-proxy/cascade/kv"
 	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/cluster"
 	"github.com/eoc-proxy/eoc-proxy/config"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/ledger"
 	"github.com/eoc-proxy/eoc-proxy/meter"
+	"github.com/eoc-proxy/eoc-proxy/proxy"
 )
 
 // stageDeps is what a stage factory may use: the config and what build made before the stages.
 type stageDeps struct {
 	cfg    *config.Config
-	router *cascade.Router
+	router *routing.Router
 	meter  *meter.Meter
 	costs  *energy.Tracker // the neural stage feeds it; kv seeds and graph answers read it
 	files  fs.FS
@@ -38,20 +40,6 @@ type stageDeps struct {
 // stageFactory builds the stage eoc.yaml lists under its name.
 type stageFactory func(d *stageDeps) (cascade.Stage, error)
 
-// stageFactories builds each cascade stage by the name cascade.stages lists it under.
-var stageFactories = map[string]stageFactory{
-	"cache":  newCacheStage,
-	"kv":     newKVStage,
-	"graph":  newGraphStage,
-	"neural": newNeuralStage,
-}
-
-// stageOrder is the walk when eoc.yaml lists no stages: the cheap stages first, and lastStage,
-// which answers everything, at the end.
-var stageOrder = []string{"cache", "kv", "graph", "neural"}
-
-const lastStage = "neural"
-
 // embedderType is one cascade.kv.embedder.type.
 type embedderType struct {
 	needsURL bool // it calls a server
@@ -60,12 +48,42 @@ type embedderType struct {
 	build func(e config.Embedder, m *meter.Meter) (kv.Embedder, error)
 }
 
-// embedderTypes builds the kv stage's embedder by cascade.kv.embedder.type.
-var embedderTypes = map[string]embedderType{
-	"builtin":  {build: func(config.Embedder, *meter.Meter) (kv.Embedder, error) { return kv.Builtin{}, nil }},
-	"ollama":   {needsURL: true, build: backendEmbedder},
-	"openai":   {needsURL: true, build: backendEmbedder},
-	"llamacpp": {needsURL: true, build: backendEmbedder},
+// What eoc.yaml can name, registered the way backends registers its types (a map by name, a
+// duplicate panics): stageFactories by cascade.stages name, with stageOrder the order of
+// registration, which is the walk when eoc.yaml lists no stages (the cheap stages first, the
+// one that answers everything last); embedderTypes by cascade.kv.embedder.type.
+var (
+	stageFactories = map[string]stageFactory{}
+	stageOrder     []string
+	embedderTypes  = map[string]embedderType{}
+)
+
+func registerStage(name string, f stageFactory) {
+	if _, dup := stageFactories[name]; dup {
+		panic("stage " + name + " registered twice")
+	}
+	stageFactories[name] = f
+	stageOrder = append(stageOrder, name)
+}
+
+func registerEmbedder(typ string, e embedderType) {
+	if _, dup := embedderTypes[typ]; dup {
+		panic("embedder type " + typ + " registered twice")
+	}
+	embedderTypes[typ] = e
+}
+
+func init() {
+	registerStage("cache", newCacheStage)
+	registerStage("kv", newKVStage)
+	registerStage("graph", newGraphStage)
+	registerStage("neural", newNeuralStage)
+
+	registerEmbedder(defaultEmbedder, embedderType{build: func(config.Embedder, *meter.Meter) (kv.Embedder, error) { return kv.Builtin{}, nil }})
+	// Every backend type embeds (backends' Embed): the kv stage's embedder is such a backend.
+	for _, typ := range backends.Types() {
+		registerEmbedder(typ, embedderType{needsURL: true, build: backendEmbedder})
+	}
 }
 
 // kvEmbedderName is the internal backend that serves the kv stage's embeddings, in the meter
@@ -103,17 +121,29 @@ func registry() config.Registry {
 	}
 	return config.Registry{
 		Stages:       stageOrder,
-		LastStage:    lastStage,
+		LastStage:    stageOrder[len(stageOrder)-1],
 		BackendTypes: backends.Types(),
-		Strategies:   cascade.Strategies(),
+		Strategies:   routing.Strategies(),
+		Switches:     meter.Switches(),
 		Embedders:    emb,
 		Defaults:     fillOwnerDefaults,
 	}
 }
 
 // fillOwnerDefaults fills the fields eoc.yaml left empty with the defaults of the packages that
-// own them, so `config check` shows what will run and no default is written twice.
+// own them, so `config check` shows what will run and no default is written twice. The rule: a
+// package that reads a setting owns its default (an exported Default constant it applies to a
+// zero value); config leaves the field zero and this copies the owner's value in. config fills
+// only the defaults of settings no package defaults (config.fillDefaults).
 func fillOwnerDefaults(c *config.Config) {
+	orDefault(&c.Limits.MaxBodyBytes, proxy.DefaultMaxBodyBytes)
+	cc := &c.Cascade.Cache
+	orDefault(&cc.MaxBytes, cache.DefaultMaxBytes)
+	orDefault(&cc.MaxEntryBytes, cache.DefaultMaxEntryBytes)
+	r := &c.Routing
+	orDefault(&r.EjectAfter, routing.DefaultEjectAfter)
+	orDefault(&r.Cooldown, config.Duration(routing.DefaultCooldown))
+	orDefault(&r.Explore, routing.DefaultExplore)
 	k, kd := &c.Cascade.KV, kv.DefaultOptions()
 	orDefault(&k.Embedder.Type, defaultEmbedder)
 	orDefault(&k.Threshold, kd.Threshold)
@@ -121,16 +151,22 @@ func fillOwnerDefaults(c *config.Config) {
 	orDefault(&k.MaxTotalEntries, max(kd.MaxTotalEntries, k.MaxEntries))
 	orDefault(&k.MaxCollections, kd.MaxCollections)
 	orDefault(&k.LearnQueue, kd.LearnQueue)
+	orDefault(&k.MaxBytes, kd.MaxBytes)
+	orDefault(&k.MaxEntryBytes, kd.MaxEntryBytes)
 	if k.MaxSimilarTemperature == nil {
 		k.MaxSimilarTemperature = kd.MaxSimilarTemperature
 	}
 	m := &c.Meter
+	orDefault(&m.RAPL.Enabled, meter.DefaultSwitch)
+	orDefault(&m.RAPL.SysfsRoot, meter.DefaultSysfsRoot)
+	orDefault(&m.NVML.Enabled, meter.DefaultSwitch)
 	orDefault(&m.CPUWattsPerCore, meter.DefaultCPUWattsPerCore)
 	orDefault(&m.GPUWatts, meter.DefaultGPUWatts)
 	// The meter prices in-process stages at its CPU price unless told otherwise; the cascade
 	// needs the figure too, so it is resolved here.
 	orDefault(&m.StageWattsPerCore, m.CPUWattsPerCore)
 	orDefault(&c.Ledger.Fsync, ledger.FsyncEvery)
+	orDefault(&c.Redis.OpTimeout, config.Duration(cluster.DefaultOpTimeout))
 }
 
 func orDefault[T comparable](p *T, v T) {

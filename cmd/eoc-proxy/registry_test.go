@@ -331,3 +331,23 @@ func sameDuration(got, want string) bool {
 	w, err2 := time.ParseDuration(want)
 	return err1 == nil && err2 == nil && g == w
 }
+
+// TestOwnerDefaults: the settings whose defaults their packages own, which config leaves zero
+// (config's TestRoutingDefaults), are filled from the owners by registry's Defaults. The routing
+// values moved here from config's test.
+func TestOwnerDefaults(t *testing.T) {
+	c, err := config.Parse([]byte("backends: [{name: a, type: openai, url: 'http://x'}]\n"), registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Routing
+	if r.EjectAfter != 3 || r.Cooldown.D() != 30*time.Second || r.Explore != 0.05 {
+		t.Errorf("routing %+v", r)
+	}
+	if c.Limits.MaxBodyBytes != 10<<20 {
+		t.Errorf("max body bytes %d", c.Limits.MaxBodyBytes)
+	}
+	if m := c.Meter; m.RAPL.Enabled != "auto" || m.NVML.Enabled != "auto" || m.RAPL.SysfsRoot != "/sys" {
+		t.Errorf("meter switches %+v %+v", m.RAPL, m.NVML)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cluster"
 	"github.com/eoc-proxy/eoc-proxy/config"
 	"github.com/eoc-proxy/eoc-proxy/proxy"
+	"github.com/eoc-proxy/eoc-proxy/proxy/dialect/responses"
 )
 
 // openCluster connects to the shared Redis when eoc.yaml names one (nil otherwise). An
@@ -47,4 +48,14 @@ func shareEdge(o *proxy.Options, c *cluster.Client) {
 	}
 	o.SharedBudgets = c.Budgets()
 	o.SharedLimits = c.Limits()
+}
+
+// responsesDialect is the Responses API with its stored responses: in memory, and in Redis too
+// when the replicas share one (so any replica continues a conversation).
+func responsesDialect(c *cluster.Client) *responses.Dialect {
+	var store responses.Store = responses.NewMemory(responses.MemoryOptions{})
+	if c != nil {
+		store = responses.Layered{Local: store, Shared: c.Responses(cluster.ResponsesOptions{})}
+	}
+	return responses.New(responses.Options{Store: store})
 }

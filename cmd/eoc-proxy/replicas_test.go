@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
-	"github.com/eoc-proxy/eoc-proxy/internal/redistest"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/redistest"
 )
 
 // replicaCall posts one chat question to a replica as key and returns the status, headers and

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 )
 
 // twoBackends is a config with the neural stage alone in front of backends first and second,

@@ -22,11 +22,15 @@ import (
 
 	"github.com/eoc-proxy/eoc-proxy/backends"
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/config"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/ledger"
 	"github.com/eoc-proxy/eoc-proxy/meter"
 	"github.com/eoc-proxy/eoc-proxy/proxy"
+	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
+	"github.com/eoc-proxy/eoc-proxy/proxy/dialect/completions"
+	"github.com/eoc-proxy/eoc-proxy/proxy/dialect/messages"
 	"github.com/eoc-proxy/eoc-proxy/telemetry"
 )
 
@@ -123,7 +127,7 @@ type app struct {
 	handler  http.Handler
 	registry *prometheus.Registry
 	closers  []func() error
-	reloads  []func() // on SIGHUP, each logging its own outcome
+	reloads  []func() // on SIGHUP, each logging whether it worked
 	log      zerolog.Logger
 }
 
@@ -161,16 +165,16 @@ func (a *app) close() { _ = a.shutdown() }
 // files eoc.yaml names.
 func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 	a := &app{log: component(log, "serve")}
-	routes := make([]cascade.Route, 0, len(cfg.Backends))
+	routes := make([]routing.Route, 0, len(cfg.Backends))
 	for _, b := range cfg.Backends {
 		be, err := backends.New(backends.Options{Name: b.Name, Type: b.Type, URL: b.URL, APIKey: string(b.APIKey),
 			Timeout: b.Timeout.D(), MaxDuration: b.MaxDuration.D()})
 		if err != nil {
 			return nil, fmt.Errorf("backend %s: %w", b.Name, err)
 		}
-		routes = append(routes, cascade.Route{Name: b.Name, Type: b.Type, Patterns: b.Models, Backend: be})
+		routes = append(routes, routing.Route{Name: b.Name, Type: b.Type, Patterns: b.Models, Backend: be})
 	}
-	router, err := cascade.NewRouterWith(routes, routingOptions(cfg.Routing))
+	router, err := routing.New(routes, routingOptions(cfg.Routing))
 	if err != nil {
 		return nil, err
 	}
@@ -252,6 +256,11 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 		Tracing:        tracing,
 	}
 	shareEdge(&opts, shared)
+	opts.Dialects = map[string]dialect.Dialect{
+		"/v1/responses":   responsesDialect(shared),
+		"/v1/messages":    messages.New(),
+		"/v1/completions": completions.New(),
+	}
 	edge := proxy.New(opts)
 	a.handler = edge
 	// Closed first (closers run last opened first): the calls still settling are recorded
@@ -294,10 +303,10 @@ func ledgerAttempts(as []cascade.BackendAttempt) []ledger.Attempt {
 }
 
 // routingOptions maps the routing section onto the router's options.
-func routingOptions(r config.Routing) cascade.RoutingOptions {
-	o := cascade.RoutingOptions{EjectAfter: r.EjectAfter, Cooldown: r.Cooldown.D(), Explore: r.Explore}
+func routingOptions(r config.Routing) routing.Options {
+	o := routing.Options{EjectAfter: r.EjectAfter, Cooldown: r.Cooldown.D(), Explore: r.Explore}
 	for _, g := range r.Groups {
-		o.Policies = append(o.Policies, cascade.Policy{Patterns: g.Models, Strategy: cascade.Strategy(g.Strategy)})
+		o.Policies = append(o.Policies, routing.Policy{Patterns: g.Models, Strategy: routing.Strategy(g.Strategy)})
 	}
 	return o
 }

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 )
 
 func freeAddr(t *testing.T) string {

@@ -12,7 +12,7 @@ import (
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 )
 
 // With telemetry.otlp_endpoint set, the wired stack exports one trace per call over OTLP/HTTP:

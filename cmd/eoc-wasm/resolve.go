@@ -1,7 +1,8 @@
-// Command eoc-wasm is the cascade's cheap stages (cache, kv with the built-in embedder, graph) over
-// the shipped seed and facts files, built for a browser (GOOS=js GOARCH=wasm): resolve(question)
-// answers with the stage, the payload, its estimated joules and a receipt. There is no neural
-// stage and no meter in a browser. Built for another platform it resolves its arguments and
+// Command eoc-wasm runs the cascade's cheap stages in a browser (GOOS=js GOARCH=wasm).
+//
+// The stages are cache, kv with the built-in embedder and graph, over the shipped seed and facts
+// files: resolve(question) answers with the stage, the payload, its estimated joules and a
+// receipt. There is no neural stage and no meter in a browser. Built for another platform it resolves its arguments and
 // prints each result as JSON, the same objects the browser gets.
 package main
 
@@ -19,6 +20,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade/cache"
 	"github.com/eoc-proxy/eoc-proxy/cascade/graph"
 	"github.com/eoc-proxy/eoc-proxy/cascade/kv"
+	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/data"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/meter"
@@ -74,8 +76,8 @@ func newBrowserCascade(tick time.Duration) (*browserCascade, error) {
 	if err != nil {
 		return nil, fmt.Errorf("graph: %w", err)
 	}
-	router, err := cascade.NewRouterWith([]cascade.Route{{Name: "browser", Type: "none", Patterns: []string{"*"}, Backend: noNeural{}}},
-		cascade.RoutingOptions{})
+	router, err := routing.New([]routing.Route{{Name: "browser", Type: "none", Patterns: []string{"*"}, Backend: noNeural{}}},
+		routing.Options{})
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/eoc-proxy/eoc-proxy/internal/browsertest"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/browsertest"
 )
 
 func goEnv(t *testing.T, name string) string {

@@ -1,9 +1,10 @@
 //go:build linux
 
-// Package procs runs the servers of the measuring commands (scripts/benchout,
-// scripts/reliability) as child processes that die with them: start, stop, wait until ready,
-// re-execute the command as one of its server roles, and exit on a failure or a signal with
-// every child stopped.
+// Package procs runs the measuring commands' servers as child processes that die with them.
+//
+// The commands (scripts/benchout, scripts/reliability) start, stop and wait for them until
+// ready, re-execute themselves as one of their server roles, and exit on a failure or a signal
+// with every child stopped.
 package procs
 
 import (

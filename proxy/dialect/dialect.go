@@ -16,8 +16,10 @@ import (
 )
 
 // Error is a refusal or failure as the edge means it; each dialect renders it in its own shape
-// (Dialect.Error). Type and Code are OpenAI's vocabulary (invalid_request_error, rate_limit_error,
-// …); a dialect with another vocabulary maps them.
+// (Dialect.Error). Type and Code are OpenAI's vocabulary: the edge's own Types are
+// invalid_request_error, server_error, upstream_error, requests (a key's rate limit, 429) and
+// insufficient_quota (a key's joule budget, 429), and an upstream's 4xx passes its own Type
+// through; a dialect with another vocabulary maps them, by Status first.
 type Error struct {
 	Status  int
 	Type    string
@@ -87,4 +89,13 @@ type Figures struct {
 	JoulesSaved     float64  `json:"joules_saved,omitempty"`
 	BudgetRemaining *float64 `json:"budget_remaining,omitempty"`
 	BudgetCoverage  string   `json:"budget_coverage,omitempty"`
+	// ReceiptTime is the receipt's time, RFC 3339 UTC with nanoseconds (X-EOC-Receipt-Time).
+	ReceiptTime string `json:"receipt_time,omitempty"`
+	// JoulesSavedGrade is the grade of JoulesSaved (X-EOC-Joules-Saved-Grade), with it.
+	JoulesSavedGrade string `json:"joules_saved_grade,omitempty"`
+	// The figure's prompt and completion parts over the tokens its work processed, and how the
+	// joules were split between them (token-weight); zero and "" when unknown.
+	JoulesPerPromptToken     float64 `json:"joules_per_prompt_token,omitempty"`
+	JoulesPerCompletionToken float64 `json:"joules_per_completion_token,omitempty"`
+	TokenSplit               string  `json:"token_split,omitempty"`
 }

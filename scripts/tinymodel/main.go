@@ -15,7 +15,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/eoc-proxy/eoc-proxy/internal/tinymodel"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/tinymodel"
 	"github.com/ollama/ollama/api"
 )
 

@@ -355,7 +355,7 @@ func Create(ctx context.Context, c *api.Client, spec Spec) error {
 		Stream: &stream,
 	}
 	// One thread: on a 2-core machine llama.cpp's thread barrier costs more
-	// than this model's matrix work (measured ~25x faster than 2 threads).
+	// than this model's matrix work.
 	req.Parameters = map[string]any{"num_thread": 1}
 	if !spec.Embedding {
 		req.Template = Template

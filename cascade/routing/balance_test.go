@@ -1,4 +1,4 @@
-package cascade
+package routing
 
 import (
 	"context"
@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/energy"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
 )
 
 type stubBackend struct{}
 
-func (stubBackend) Chat(context.Context, *Request, Sink) (*Answer, error) {
+func (stubBackend) Chat(context.Context, *cascade.Request, cascade.Sink) (*cascade.Answer, error) {
 	return nil, errors.New("stub")
 }
 
@@ -51,13 +53,13 @@ func (c *clock) Add(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-func newTestRouter(t *testing.T, o RoutingOptions, names ...string) *Router {
+func newTestRouter(t *testing.T, o Options, names ...string) *Router {
 	t.Helper()
 	routes := make([]Route, len(names))
 	for i, n := range names {
 		routes[i] = Route{Name: n, Patterns: []string{"m*"}, Backend: stubBackend{}}
 	}
-	r, err := NewRouterWith(routes, o)
+	r, err := New(routes, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +85,7 @@ func firstOf(t *testing.T, r *Router, model string) string {
 
 func TestStrategiesOrderTheGroup(t *testing.T) {
 	t.Run("fallback keeps config order", func(t *testing.T) {
-		r := newTestRouter(t, RoutingOptions{}, "a", "b", "c")
+		r := newTestRouter(t, Options{}, "a", "b", "c")
 		for range 3 {
 			c, _ := r.Candidates("m1")
 			if got := names(c); got[0] != "a" || got[1] != "b" || got[2] != "c" {
@@ -92,7 +94,7 @@ func TestStrategiesOrderTheGroup(t *testing.T) {
 		}
 	})
 	t.Run("round-robin starts at the next in turn", func(t *testing.T) {
-		r := newTestRouter(t, RoutingOptions{Policies: []Policy{{Patterns: []string{"m*"}, Strategy: RoundRobin}}}, "a", "b", "c")
+		r := newTestRouter(t, Options{Policies: []Policy{{Patterns: []string{"m*"}, Strategy: RoundRobin}}}, "a", "b", "c")
 		var got []string
 		for range 4 {
 			c, _ := r.Candidates("m1")
@@ -106,7 +108,7 @@ func TestStrategiesOrderTheGroup(t *testing.T) {
 		}
 	})
 	t.Run("least-busy starts at the fewest in flight", func(t *testing.T) {
-		r := newTestRouter(t, RoutingOptions{Policies: []Policy{{Patterns: []string{"*"}, Strategy: LeastBusy}}}, "a", "b")
+		r := newTestRouter(t, Options{Policies: []Policy{{Patterns: []string{"*"}, Strategy: LeastBusy}}}, "a", "b")
 		doneA := r.Start(&r.routes[0])
 		if got := firstOf(t, r, "m1"); got != "b" {
 			t.Fatalf("first %s with a busy", got)
@@ -120,13 +122,13 @@ func TestStrategiesOrderTheGroup(t *testing.T) {
 		doneB2(Succeeded)
 	})
 	t.Run("unknown model", func(t *testing.T) {
-		r := newTestRouter(t, RoutingOptions{}, "a")
-		if _, err := r.Candidates("other"); !errors.Is(err, ErrModelNotFound) {
+		r := newTestRouter(t, Options{}, "a")
+		if _, err := r.Candidates("other"); !errors.Is(err, cascade.ErrModelNotFound) {
 			t.Fatalf("err %v", err)
 		}
 	})
 	t.Run("bad strategy", func(t *testing.T) {
-		_, err := NewRouterWith([]Route{{Name: "a", Patterns: []string{"*"}}}, RoutingOptions{Policies: []Policy{{Patterns: []string{"*"}, Strategy: "fastest"}}})
+		_, err := New([]Route{{Name: "a", Patterns: []string{"*"}}}, Options{Policies: []Policy{{Patterns: []string{"*"}, Strategy: "fastest"}}})
 		if err == nil {
 			t.Fatal("no error")
 		}
@@ -158,7 +160,7 @@ func estimated(j float64) energy.Figure {
 // fresh, so when costs swap, the calls follow.
 func TestLeastJoulesMovesToTheCheaper(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	r := newTestRouter(t, RoutingOptions{Policies: []Policy{{Patterns: []string{"*"}, Strategy: LeastJoules}}, Rand: rng.Float64}, "dear", "cheap")
+	r := newTestRouter(t, Options{Policies: []Policy{{Patterns: []string{"*"}, Strategy: LeastJoules}}, Rand: rng.Float64}, "dear", "cheap")
 	cost := map[string]float64{"dear": 5, "cheap": 1} // J per completion token
 	run := func(n int) map[string]int {
 		calls := map[string]int{}
@@ -190,7 +192,7 @@ func TestLeastJoulesMovesToTheCheaper(t *testing.T) {
 // measured figures.
 func TestLeastJoulesWithoutAFigure(t *testing.T) {
 	never := func() float64 { return 0.99 } // no exploration
-	r := newTestRouter(t, RoutingOptions{Policies: []Policy{{Patterns: []string{"*"}, Strategy: LeastJoules}}, Rand: never}, "a", "b")
+	r := newTestRouter(t, Options{Policies: []Policy{{Patterns: []string{"*"}, Strategy: LeastJoules}}, Rand: never}, "a", "b")
 	if got := firstOf(t, r, "m1"); got != "a" {
 		t.Fatalf("no figures: first %s, want config order", got)
 	}
@@ -231,7 +233,7 @@ func TestLeastJoulesWithoutAFigure(t *testing.T) {
 // few calls to make a figure, then stops taking every call.
 func TestLeastJoulesTokenlessBackend(t *testing.T) {
 	never := func() float64 { return 0.99 } // no exploration
-	r := newTestRouter(t, RoutingOptions{Policies: []Policy{{Patterns: []string{"*"}, Strategy: LeastJoules}}, Rand: never}, "a", "b")
+	r := newTestRouter(t, Options{Policies: []Policy{{Patterns: []string{"*"}, Strategy: LeastJoules}}, Rand: never}, "a", "b")
 	r.ObserveCost(&r.routes[0], "m1", measured(10), 10) // a: 1 J/token
 	for i := range unfiguredTries {
 		if got := firstOf(t, r, "m1"); got != "b" {
@@ -249,7 +251,7 @@ func TestLeastJoulesTokenlessBackend(t *testing.T) {
 // another cooldown.
 func TestEjectionAndProbe(t *testing.T) {
 	clk := &clock{now: time.Unix(1000, 0)}
-	r := newTestRouter(t, RoutingOptions{EjectAfter: 2, Cooldown: 10 * time.Second, Now: clk.Now}, "a", "b")
+	r := newTestRouter(t, Options{EjectAfter: 2, Cooldown: 10 * time.Second, Now: clk.Now}, "a", "b")
 	a := &r.routes[0]
 	r.Start(a)(Failed)
 	r.Start(a)(Succeeded) // a success breaks the run
@@ -295,7 +297,7 @@ func TestEjectionAndProbe(t *testing.T) {
 // call probes it.
 func TestAbandonedProbeExpires(t *testing.T) {
 	clk := &clock{now: time.Unix(1000, 0)}
-	r := newTestRouter(t, RoutingOptions{EjectAfter: 1, Cooldown: 10 * time.Second, Now: clk.Now}, "a", "b")
+	r := newTestRouter(t, Options{EjectAfter: 1, Cooldown: 10 * time.Second, Now: clk.Now}, "a", "b")
 	r.Start(&r.routes[0])(Failed)
 	clk.Add(11 * time.Second)
 	if got := names(mustCandidates(t, r)); got[0] != "a" {
@@ -327,10 +329,10 @@ func mustCandidates(t *testing.T, r *Router) []*Route {
 func TestProbeByHealthCheck(t *testing.T) {
 	clk := &clock{now: time.Unix(1000, 0)}
 	pb := &pingBackend{err: errors.New("down")}
-	r, err := NewRouterWith([]Route{
+	r, err := New([]Route{
 		{Name: "a", Patterns: []string{"*"}, Backend: pb},
 		{Name: "b", Patterns: []string{"*"}, Backend: stubBackend{}},
-	}, RoutingOptions{EjectAfter: 1, Cooldown: 10 * time.Second, Now: clk.Now})
+	}, Options{EjectAfter: 1, Cooldown: 10 * time.Second, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +376,7 @@ func waitFor(t *testing.T, ok func() bool) {
 // TestEveryBackendEjected: when every backend of a model is ejected they are all tried, in
 // config order, rather than none.
 func TestEveryBackendEjected(t *testing.T) {
-	r := newTestRouter(t, RoutingOptions{EjectAfter: 1, Cooldown: time.Hour}, "a", "b")
+	r := newTestRouter(t, Options{EjectAfter: 1, Cooldown: time.Hour}, "a", "b")
 	r.Start(&r.routes[0])(Failed)
 	r.Start(&r.routes[1])(Failed)
 	if got := names(mustCandidates(t, r)); !equal(got, []string{"a", "b"}) {
@@ -386,11 +388,11 @@ func TestEveryBackendEjected(t *testing.T) {
 func TestReadyPerModelGroup(t *testing.T) {
 	down := &pingBackend{err: errors.New("refused")}
 	up := &pingBackend{}
-	r, err := NewRouterWith([]Route{
+	r, err := New([]Route{
 		{Name: "llama-1", Patterns: []string{"llama*"}, Backend: down},
 		{Name: "llama-2", Patterns: []string{"llama*"}, Backend: up},
 		{Name: "gpt", Patterns: []string{"gpt-*"}, Backend: stubBackend{}},
-	}, RoutingOptions{EjectAfter: 1, Cooldown: time.Hour})
+	}, Options{EjectAfter: 1, Cooldown: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,10 +405,10 @@ func TestReadyPerModelGroup(t *testing.T) {
 	}
 
 	// A down backend with two patterns is covered only when both are: qwen has no other backend.
-	r, err = NewRouterWith([]Route{
+	r, err = New([]Route{
 		{Name: "a", Patterns: []string{"llama*", "qwen*"}, Backend: down},
 		{Name: "b", Patterns: []string{"llama*"}, Backend: up},
-	}, RoutingOptions{})
+	}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

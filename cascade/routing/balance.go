@@ -1,4 +1,4 @@
-package cascade
+package routing
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
@@ -25,7 +26,7 @@ const (
 	LeastBusy Strategy = "least-busy"
 	// LeastJoules starts with the backend whose running joules per completion token for the
 	// model, measured preferred, is lowest; a backend with no figure yet goes first, so that it
-	// gets one, and a share of calls (RoutingOptions.Explore) starts at a random backend so that
+	// gets one, and a share of calls (Options.Explore) starts at a random backend so that
 	// every figure stays fresh.
 	LeastJoules Strategy = "least-joules"
 )
@@ -41,7 +42,7 @@ type Policy struct {
 	Strategy Strategy
 }
 
-// Defaults of RoutingOptions.
+// Defaults of Options; config leaves these settings zero and cmd fills them from here.
 const (
 	DefaultEjectAfter   = 3
 	DefaultCooldown     = 30 * time.Second
@@ -49,10 +50,10 @@ const (
 	DefaultProbeTimeout = 5 * time.Second
 )
 
-// RoutingOptions configure how a Router spreads calls over a model's backends and when it
+// Options configure how a Router spreads calls over a model's backends and when it
 // leaves a failing one out. The zero value is usable: fallback for every model, the defaults
 // above, the real clock and a random source.
-type RoutingOptions struct {
+type Options struct {
 	// Policies give models a strategy: the first policy with a matching pattern wins; a model
 	// that matches none is routed by Fallback.
 	Policies []Policy
@@ -74,7 +75,7 @@ type RoutingOptions struct {
 	Rand func() float64
 }
 
-func (o *RoutingOptions) fill() {
+func (o *Options) fill() {
 	if o.EjectAfter <= 0 {
 		o.EjectAfter = DefaultEjectAfter
 	}
@@ -95,13 +96,13 @@ func (o *RoutingOptions) fill() {
 	}
 }
 
-// Outcome is how one attempt at a backend ended, as far as its health goes.
-type Outcome int
+// Verdict is what one attempt at a backend says about the backend's health.
+type Verdict int
 
-// Outcomes.
+// Verdicts.
 const (
 	// Succeeded: the backend answered (a client error it rejected counts: it is up).
-	Succeeded Outcome = iota
+	Succeeded Verdict = iota
 	// Failed: refused, reset, timed out, 5xx: a failure in a row towards ejection.
 	Failed
 	// Neutral: says nothing about the backend (the client went away, a rate limit).
@@ -172,7 +173,7 @@ func (rt *Route) serves(model string) bool {
 // cooldown ended and that is probed by this very call first (one call at a time, for a backend
 // without a health check), then the live ones in the order of the model's strategy. Ejected
 // backends are left out, unless every backend of the model is ejected: then all are tried in
-// config order rather than none. An unknown model is ErrModelNotFound.
+// config order rather than none. An unknown model is cascade.ErrModelNotFound.
 func (r *Router) Candidates(model string) ([]*Route, error) {
 	g := r.group(model)
 	if len(g) == 0 {
@@ -217,7 +218,7 @@ func (r *Router) admit(rt *Route, now time.Time) admission {
 	// A probe handed to a call that never makes it (it stopped at an earlier candidate, or
 	// could not use this one) expires after another cooldown, and the next call probes again.
 	st.probing, st.until = true, now.Add(r.opts.Cooldown)
-	if p, ok := rt.Backend.(Pinger); ok {
+	if p, ok := rt.Backend.(cascade.Pinger); ok {
 		go r.probe(rt, p, st.probeGen)
 		return admitSkip
 	}
@@ -239,7 +240,7 @@ func (r *Router) probeDue(rt *Route, pings bool) (gen uint64, due bool) {
 
 // probe runs an ejected backend's health check: it re-admits the backend, or starts another
 // cooldown.
-func (r *Router) probe(rt *Route, p Pinger, gen uint64) {
+func (r *Router) probe(rt *Route, p cascade.Pinger, gen uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.opts.ProbeTimeout)
 	err := p.Ping(ctx)
 	cancel()
@@ -257,16 +258,16 @@ func (r *Router) probe(rt *Route, p Pinger, gen uint64) {
 	st.until = r.opts.Now().Add(r.opts.Cooldown)
 }
 
-// Start counts a call of rt in flight; the returned func ends it with the attempt's outcome,
+// Start counts a call of rt in flight; the returned func ends it with the attempt's verdict,
 // which ejects or re-admits the backend. It must be called once.
-func (r *Router) Start(rt *Route) func(Outcome) {
+func (r *Router) Start(rt *Route) func(Verdict) {
 	st := rt.st
 	st.inFlight.Add(1)
-	return func(o Outcome) {
+	return func(v Verdict) {
 		st.inFlight.Add(-1)
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		switch o {
+		switch v {
 		case Succeeded:
 			st.fails, st.ejected, st.probing = 0, false, false
 		case Failed:
@@ -286,10 +287,11 @@ func (r *Router) Start(rt *Route) func(Outcome) {
 
 // ObserveCost records what a completed call of model on rt cost, for least-joules.
 func (r *Router) ObserveCost(rt *Route, model string, f energy.Figure, completionTokens int) {
-	r.costs.Observe(costKey(rt.Name, model), f, completionTokens)
+	r.costs.Observe(costModel(rt.Name, model), f, completionTokens)
 }
 
-func costKey(backend, model string) string { return backend + "\x00" + model }
+// costModel names a backend's model in the router's own tracker, which keeps each pair apart.
+func costModel(backend, model string) string { return backend + "\x00" + model }
 
 // policy is the strategy of model and the index of its round-robin counter.
 func (r *Router) policy(model string) (Strategy, int) {
@@ -344,10 +346,10 @@ func (r *Router) cheapest(model string, live []*Route) int {
 	figs := make([]figure, len(live))
 	anyMeasured := false
 	for j, rt := range live {
-		key := costKey(rt.Name, model)
-		jt, measured, ok := r.costs.PerToken(key)
+		m := costModel(rt.Name, model)
+		jt, measured, ok := r.costs.PerToken(m)
 		if !ok {
-			if r.costs.Calls(key) < unfiguredTries {
+			if r.costs.Calls(m) < unfiguredTries {
 				return j // no figure yet: this call may make one
 			}
 			// Calls that never report completion tokens make no figure: it goes behind those

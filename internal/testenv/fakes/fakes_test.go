@@ -15,7 +15,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 )
 
 // The fakes are checked with the upstreams' own client libraries, so they stay faithful to the
