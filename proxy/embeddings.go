@@ -13,6 +13,7 @@ import (
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/energy"
+	"github.com/eoc-proxy/eoc-proxy/telemetry/genai"
 )
 
 // maxEmbedInputs is OpenAI's limit on the texts of one embeddings call.
@@ -49,6 +50,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	var res cascade.EmbedResult
 	err := s.guard(call.ID, func() error { return s.cascade.Embed(ctx, call, &res) })
 	c := newCall(call.ID, call.Tenant, call.Key(), call.Req.Model, start, trace.SpanFromContext(ctx))
+	c.op = genai.Embeddings
 	if e := res.Embeddings; e != nil {
 		c.answer(res.Stage, res.Attempts, true, e.Energy, e.Backend, e.Attempts, res.Settle)
 		c.promptTokens = e.PromptTokens // the call span's input tokens, as a chat call's

@@ -3,6 +3,7 @@ package proxy
 import (
 	"github.com/eoc-proxy/eoc-proxy/energy"
 
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -10,8 +11,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/telemetry/genai"
 )
 
 // metrics are the edge's Prometheus series. Model labels only carry models a backend lists
@@ -25,9 +28,10 @@ type metrics struct {
 	stage    *prometheus.HistogramVec
 	overhead prometheus.Histogram
 	inFlight prometheus.Gauge
+	calls    *genai.Metrics // tokens, time to first token, time per token, joules per token
 }
 
-func newMetrics(reg prometheus.Registerer, router cascade.Router) *metrics {
+func newMetrics(reg prometheus.Registerer, router cascade.Router, meters metric.MeterProvider) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eoc_requests_total",
 			Help: "Chat completion and embeddings requests by answering stage, model and HTTP status."}, []string{"stage", "model", "status"}),
@@ -47,6 +51,13 @@ func newMetrics(reg prometheus.Registerer, router cascade.Router) *metrics {
 	m.labels = newModelLabels(nil)
 	if router != nil {
 		m.labels = newModelLabels(router)
+	}
+	calls, err := genai.New(reg, meters, m.labels.label)
+	if err != nil {
+		panic(err) // a series registered twice, as MustRegister
+	}
+	m.calls = calls
+	if router != nil {
 		for _, name := range router.Names() {
 			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eoc_backend_up",
 				Help:        "1 while a backend takes calls, 0 while it is ejected after failed attempts.",
@@ -68,6 +79,9 @@ func (m *metrics) observe(c *Call, e energy.Figure, model string, total time.Dur
 		return
 	}
 	stage, attempts, answered, status := c.Stage, c.stages, c.answered, c.Status
+	m.calls.Observe(context.Background(), genai.Call{Operation: c.op, Model: model, Backend: c.Backend, Stage: stage, Status: status,
+		Streamed: c.streamed, PromptTokens: c.promptTokens, CompletionTokens: c.tokens, FirstToken: c.firstToken, Duration: total,
+		Timings: c.timings, Energy: e})
 	model = m.labels.label(model)
 	m.requests.WithLabelValues(stage, model, strconv.Itoa(status)).Inc()
 	var answering time.Duration

@@ -17,6 +17,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
+	"github.com/eoc-proxy/eoc-proxy/telemetry/genai"
 )
 
 // route serves the chat-like dialect d at POST path: the shared admission, walk and settlement,
@@ -89,8 +90,13 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 		}
 		c := newCall(req.ID, req.Tenant, req.Key(), req.Chat.Model, start, trace.SpanFromContext(ctx))
 		c.wrote = res.Wrote
+		c.op, c.streamed = operation(r.URL.Path), sw != nil
+		if sw != nil && !sw.first.IsZero() {
+			c.firstToken = sw.first.Sub(start)
+		}
 		if ans := res.Answer; ans != nil {
 			c.answer(res.Stage, res.Attempts, true, ans.Energy, ans.Backend, ans.Attempts, res.Settle)
+			c.timings = ans.Timings
 			if u := ans.Usage; u != nil {
 				c.tokens, c.promptTokens = u.CompletionTokens, u.PromptTokens
 				if ans.Backend != "" { // a backend's tokens, not a cache hit's
@@ -274,4 +280,13 @@ func cacheControl(r *http.Request) (noCache, noStore bool) {
 		}
 	}
 	return noCache, noStore
+}
+
+// operation is the GenAI operation of a chat-like dialect's path: legacy completions are text
+// completions, every other dialect is a chat.
+func operation(path string) genai.Operation {
+	if path == "/v1/completions" {
+		return genai.TextCompletion
+	}
+	return genai.Chat
 }

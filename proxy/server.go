@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
@@ -62,6 +63,10 @@ type Options struct {
 	// attempt, carrying the energy figure (config: telemetry). Nil traces nothing; a client's
 	// traceparent is still passed upstream.
 	Tracing trace.TracerProvider
+	// Meters, when set, gets each call's OpenTelemetry GenAI metrics (token usage, time to first
+	// token, time per output token) and its energy, beside the Prometheus series in Registry
+	// (config: telemetry). Nil exports none.
+	Meters metric.MeterProvider
 	// Dialects are more chat-like wire formats, each served at its POST path (the key) through
 	// the same admission, walk and settlement as OpenAI's chat, which is always served at
 	// /v1/chat/completions.
@@ -153,7 +158,7 @@ func New(o Options) *Server {
 		if o.Cascade != nil {
 			router = o.Cascade.Router()
 		}
-		s.metrics = newMetrics(o.Registry, router)
+		s.metrics = newMetrics(o.Registry, router, o.Meters)
 		if o.MetricsNeedKey {
 			r.With(s.authenticate).Handle("/metrics", metricsHandler(o.Registry))
 		} else {

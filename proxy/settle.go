@@ -9,6 +9,7 @@ import (
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/energy"
+	"github.com/eoc-proxy/eoc-proxy/telemetry/genai"
 )
 
 // Call is one call that reached the cascade, chat-like or embeddings, as the edge settled it:
@@ -41,9 +42,13 @@ type Call struct {
 	wrote        bool              // bytes went out before an error
 	tokens       int               // the answer's completion tokens, for the page's J per token
 	promptTokens int
-	err          *APIError // what the client was told, nil on success
-	remaining    *float64  // budget left, for keys with a budget
-	coverage     string    // the coverage of the key's spend this period, with remaining
+	op           genai.Operation  // the GenAI operation, for the per-token metrics
+	streamed     bool             // the answer went out as a stream
+	firstToken   time.Duration    // from start to the stream's first chunk written; 0 when none
+	timings      *cascade.Timings // the backend's own counters, for the decode time per token
+	err          *APIError        // what the client was told, nil on success
+	remaining    *float64         // budget left, for keys with a budget
+	coverage     string           // the coverage of the key's spend this period, with remaining
 	span         trace.Span
 	settle       cascade.SettleFunc // how to get Energy's final figure; nil when it is final
 	start        time.Time          // when the edge took the call

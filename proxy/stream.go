@@ -24,6 +24,7 @@ type sseWriter struct {
 	backend string // the backend that writes, from the neural stage
 	tries   int    // its attempt number
 	started bool
+	first   time.Time // when the first chunk went out: the call's first token
 	buf     bytes.Buffer
 }
 
@@ -70,7 +71,13 @@ func (sw *sseWriter) Backend(name string, attempts int) {
 func (sw *sseWriter) Stage(name string) { sw.stage = name }
 
 // Chunk writes the events the dialect makes of one chunk.
-func (sw *sseWriter) Chunk(ch *cascade.Chunk) error { return sw.enc.Chunk(ch, sw.emit) }
+func (sw *sseWriter) Chunk(ch *cascade.Chunk) error {
+	err := sw.enc.Chunk(ch, sw.emit)
+	if sw.first.IsZero() && sw.started && err == nil {
+		sw.first = time.Now()
+	}
+	return err
+}
 
 // event writes e: "event: Name" when it has one, then its data, each line of it a "data:" line,
 // then the blank line that ends an event.

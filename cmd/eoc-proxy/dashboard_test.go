@@ -7,14 +7,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/eoc-proxy/eoc-proxy/energy"
-	"github.com/eoc-proxy/eoc-proxy/internal/fakes"
-	"github.com/eoc-proxy/eoc-proxy/telemetry/genai"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 )
 
 // dashboard is the part of a Grafana dashboard the test reads.
@@ -32,7 +28,8 @@ type dashboard struct {
 var seriesName = regexp.MustCompile(`\beoc_[a-zA-Z0-9_:]+`)
 
 // TestDashboard loads deploy/grafana-dashboard.json: it is valid JSON, every panel has a query,
-// and every series a query names is one the wired stack exports after a call and its cache hit (a histogram's by
+// and every series a query names is one the wired stack exports after a call, its cache hit and a
+// stream (a histogram's by
 // its _bucket, _sum or _count).
 func TestDashboard(t *testing.T) {
 	b, err := os.ReadFile("../../deploy/grafana-dashboard.json")
@@ -49,30 +46,30 @@ func TestDashboard(t *testing.T) {
 
 	fake := fakes.NewOpenAI(t, fakes.Config{})
 	s := startStack(t, oneBackend("openai", fake.BaseURL(), "cascade: {stages: [cache, kv, neural]}\n"))
+	c := client(s, "")
 	for range 2 { // a neural call, then its cache hit (joules saved)
-		if _, err := client(s, "").CreateChatCompletion(context.Background(), chatReq("hello there")); err != nil {
+		if _, err := c.CreateChatCompletion(context.Background(), chatReq("hello there")); err != nil {
 			t.Fatal(err)
 		}
 	}
+	req := chatReq("a stream") // a time to first token
+	req.Stream = true
+	st, err := c.CreateChatCompletionStream(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := st.Recv(); err != nil {
+			break
+		}
+	}
+	_ = st.Close()
 	families, err := s.app.registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The per-token series, until the edge observes its calls through them.
-	reg := prometheus.NewRegistry()
-	m, err := genai.New(reg, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Observe(context.Background(), genai.Call{Model: "m", Backend: "b", Stage: "neural", Status: 200, Streamed: true,
-		PromptTokens: 2, CompletionTokens: 3, FirstToken: time.Millisecond, Duration: 3 * time.Millisecond,
-		Energy: energy.Figure{Joules: 1, Grade: energy.Measured, PromptJoules: 0.5, CompletionJoules: 0.5, PromptTokens: 2, CompletionTokens: 3}})
-	more, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	exported := map[string]bool{}
-	for _, mf := range append(families, more...) {
+	for _, mf := range families {
 		exported[mf.GetName()] = true
 		if mf.GetType() == dto.MetricType_HISTOGRAM || mf.GetType() == dto.MetricType_SUMMARY {
 			for _, suffix := range []string{"_bucket", "_sum", "_count"} {

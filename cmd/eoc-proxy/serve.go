@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eoc-proxy/eoc-proxy/backends"
@@ -237,7 +238,7 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 		a.close()
 		return nil, err
 	}
-	tracing, err := startTelemetry(cfg, a)
+	tracing, meters, err := startTelemetry(cfg, a)
 	if err != nil {
 		a.close()
 		return nil, err
@@ -254,6 +255,7 @@ func build(cfg *config.Config, files fs.FS, log zerolog.Logger) (*app, error) {
 		AdminKeyIDs:    cfg.Auth.AdminKeys,
 		Counters:       counterStates(m),
 		Tracing:        tracing,
+		Meters:         meters,
 	}
 	shareEdge(&opts, shared)
 	opts.Dialects = map[string]dialect.Dialect{
@@ -333,19 +335,27 @@ func meterOptions(cfg *config.Config, log zerolog.Logger) meter.Options {
 	return o
 }
 
-// startTelemetry starts the OTLP trace exporter when telemetry.otlp_endpoint is set (nil, and no
-// exporter, otherwise); shutdown flushes what it holds, for at most 5 s.
-func startTelemetry(cfg *config.Config, a *app) (trace.TracerProvider, error) {
-	tp, shutdown, err := telemetry.Setup(telemetry.Options{Endpoint: cfg.Telemetry.OTLPEndpoint, Version: buildVersion()})
+// startTelemetry starts the OTLP trace and metric exporters when telemetry.otlp_endpoint is set
+// (nil, and no exporter, otherwise); shutdown flushes what each holds, for at most 5 s.
+func startTelemetry(cfg *config.Config, a *app) (trace.TracerProvider, metric.MeterProvider, error) {
+	o := telemetry.Options{Endpoint: cfg.Telemetry.OTLPEndpoint, Version: buildVersion()}
+	tp, shutdownTraces, err := telemetry.Setup(o)
 	if err != nil || tp == nil {
-		return nil, err
+		return nil, nil, err
 	}
-	a.closers = append(a.closers, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return shutdown(ctx)
-	})
-	return tp, nil
+	mp, shutdownMetrics, err := telemetry.SetupMetrics(o)
+	if err != nil {
+		_ = shutdownTraces(context.Background())
+		return nil, nil, err
+	}
+	for _, shutdown := range []func(context.Context) error{shutdownTraces, shutdownMetrics} {
+		a.closers = append(a.closers, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return shutdown(ctx)
+		})
+	}
+	return tp, mp, nil
 }
 
 // counterStates reports the meter's counters to the page as serve found them at start, the same

@@ -9,7 +9,9 @@ import (
 	"sync"
 	"testing"
 
+	colmetric "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
@@ -22,6 +24,9 @@ func TestTracesReachTheCollector(t *testing.T) {
 	var got []*coltrace.ExportTraceServiceRequest
 	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
+		if r.URL.Path != "/v1/traces" {
+			return // the metrics, which TestGenAIMetricsReachTheCollector reads
+		}
 		var req coltrace.ExportTraceServiceRequest
 		if err := proto.Unmarshal(b, &req); err != nil {
 			t.Errorf("the collector got no OTLP protobuf: %v", err)
@@ -76,5 +81,93 @@ func TestTracesReachTheCollector(t *testing.T) {
 		if prefix != "eoc.energy." && names[name]["eoc.energy.joules"] {
 			t.Errorf("span %q carries the billed eoc.energy.joules as well", name)
 		}
+	}
+}
+
+// With telemetry.otlp_endpoint set, the wired stack exports the GenAI metrics of its calls to the
+// collector's metrics URL: token usage by type, time to first token of a stream, time per output
+// token (the fake llama.cpp's timings), and the energy under eoc.energy.*.
+func TestGenAIMetricsReachTheCollector(t *testing.T) {
+	var mu sync.Mutex
+	got := map[string][]map[string]string{} // metric name → its points' string attributes
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if r.URL.Path != "/v1/metrics" {
+			return
+		}
+		var req colmetric.ExportMetricsServiceRequest
+		if err := proto.Unmarshal(b, &req); err != nil {
+			t.Errorf("the collector got no OTLP protobuf: %v", err)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rm := range req.GetResourceMetrics() {
+			for _, sm := range rm.GetScopeMetrics() {
+				for _, m := range sm.GetMetrics() {
+					var points [][]*commonpb.KeyValue
+					for _, p := range m.GetHistogram().GetDataPoints() {
+						points = append(points, p.GetAttributes())
+					}
+					for _, p := range m.GetSum().GetDataPoints() {
+						points = append(points, p.GetAttributes())
+					}
+					for _, attrs := range points {
+						kv := map[string]string{}
+						for _, a := range attrs {
+							kv[a.GetKey()] = a.GetValue().GetStringValue()
+						}
+						got[m.GetName()] = append(got[m.GetName()], kv)
+					}
+				}
+			}
+		}
+	}))
+	defer collector.Close()
+	fake := fakes.NewOpenAI(t, fakes.Config{})
+	s := startStack(t, oneBackend("llamacpp", fake.BaseURL(), fmt.Sprintf("telemetry: {otlp_endpoint: %q}\n", collector.URL+"/v1/traces")))
+	c := client(s, "")
+	if _, err := c.CreateChatCompletion(context.Background(), chatReq("hello there")); err != nil {
+		t.Fatal(err)
+	}
+	req := chatReq("stream this")
+	req.Stream = true
+	st, err := c.CreateChatCompletionStream(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := st.Recv(); err != nil {
+			break
+		}
+	}
+	_ = st.Close()
+	if err := s.app.shutdown(); err != nil { // flushes the exporters
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, name := range []string{"gen_ai.client.token.usage", "gen_ai.server.time_to_first_token",
+		"gen_ai.server.time_per_output_token", "eoc.energy.joules", "eoc.energy.joules_per_token"} {
+		points := got[name]
+		if len(points) == 0 {
+			t.Errorf("the collector got no %s; it got %v", name, got)
+			continue
+		}
+		for _, p := range points {
+			if p["gen_ai.request.model"] != fakes.DefaultModel {
+				t.Errorf("%s: gen_ai.request.model %q, want %q", name, p["gen_ai.request.model"], fakes.DefaultModel)
+			}
+		}
+	}
+	types := map[string]bool{}
+	for _, p := range got["gen_ai.client.token.usage"] {
+		types[p["gen_ai.token.type"]] = true
+		if p["gen_ai.operation.name"] != "chat" || p["gen_ai.provider.name"] != "eoc-proxy" {
+			t.Errorf("gen_ai.client.token.usage point %v", p)
+		}
+	}
+	if !types["input"] || !types["output"] {
+		t.Errorf("gen_ai.token.type values %v, want input and output", types)
 	}
 }
