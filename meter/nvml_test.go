@@ -921,9 +921,11 @@ type quietDevice struct{ countDevice }
 
 func (d *quietDevice) PIDs(dst []uint32) ([]uint32, error) { return dst, nil }
 
-// TestNVMLReadsNearUpdates: once an update has been seen and the period is known, a wait for
-// the next update reads only around when it is due (an energy read takes 4 ms on an H200, and
-// NVML serialises calls), and still times it exactly: half a poll either side.
+// TestNVMLReadsNearUpdates: once an update has been seen and the period is known, the counter
+// reader reads only around when the next one is due (an energy read takes 4 ms on an H200, and
+// NVML serialises calls), and still times it exactly: half a poll either side. End's value is
+// answered by the first of those reads, exactly: the counter had not moved since the read
+// before the span's end.
 func TestNVMLReadsNearUpdates(t *testing.T) {
 	clk := newFakeClock()
 	d := &countDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 50}}
@@ -932,22 +934,29 @@ func TestNVMLReadsNearUpdates(t *testing.T) {
 	al := g.begin(func(p uint32) bool { return p == 7 })
 	<-al.done // no update seen yet: every poll, 52.5 to 102.5 ms
 	clk.Advance(50 * time.Millisecond)
-	var b gpuSnap
-	g.end(al, &b, clk.Now())
 	before := d.reads
+	end := clk.Now()
+	var b gpuSnap
+	g.end(al, &b, end)
 	var val [1]uint64
 	var at [1]time.Time
 	if err := g.nextUpdate(&b, []int{0}, val[:], at[:]); err != nil {
 		t.Fatal(err)
 	}
-	// From 152.5 ms: one read, then 187.5, 192.5, 197.5 and 202.5 ms, not every 5 ms.
-	if n := d.reads - before; n != 5 || !at[0].Equal(d.t0.Add(200*time.Millisecond)) {
-		t.Fatalf("%d reads, update at %v; want 5 reads, the update at 200ms", n, at[0].Sub(d.t0))
+	// End at 152.5 ms: reads at 187.5, 192.5, 197.5 and 202.5 ms, not every 5 ms from 152.5.
+	if n := d.reads - before; n != 4 || !at[0].Equal(d.t0.Add(200*time.Millisecond)) {
+		t.Fatalf("%d reads, update at %v; want 4 reads, the update at 200ms", n, at[0].Sub(d.t0))
+	}
+	g.mu.Lock()
+	first := g.counters[0].reads[len(g.counters[0].reads)-4].t0.Sub(d.t0)
+	g.mu.Unlock()
+	if first != 187500*time.Microsecond || !b.at.Equal(end) || !b.readDone.Equal(end) {
+		t.Fatalf("first read after End at %v; End's value at %v, read late by %v; want 187.5ms, exact", first, b.at.Sub(d.t0), b.readDone.Sub(end))
 	}
 	// Three periods after the last seen update, the phase is not trusted: every poll.
 	clk.Advance(250 * time.Millisecond)
-	g.snapshot(&b)
 	before = d.reads
+	g.snapshot(&b)
 	if err := g.nextUpdate(&b, []int{0}, val[:], at[:]); err != nil {
 		t.Fatal(err)
 	}
