@@ -38,6 +38,8 @@ type gpuScript struct {
 	fail   int              // the process list cannot be read in this phase (0: never)
 	watts  uint32           // the instant power field (0: 300 W)
 	now    func() time.Time // the meter's clock: utilisation samples are stamped with it
+	// reads counts the energy reads; offReader those made by anything but a counter reader
+	reads, offReader atomic.Int32
 }
 
 func (s *gpuScript) setPhase(p int) {
@@ -78,6 +80,10 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 			continue
 		}
 		dev.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) {
+			s.reads.Add(1)
+			if !fromReader() {
+				s.offReader.Add(1)
+			}
 			s.mu.Lock()
 			gate := s.gate
 			s.mu.Unlock()
@@ -365,6 +371,9 @@ func TestNVMLSpans(t *testing.T) {
 			if !closeFigure(got, tc.want) {
 				t.Fatalf("End =\n %+v\nwant\n %+v", got, tc.want)
 			}
+			if n := tc.script.offReader.Load(); n != 0 {
+				t.Fatalf("%d energy reads not by the counter reader", n)
+			}
 		})
 	}
 }
@@ -504,8 +513,9 @@ func pendingThenSettled(t *testing.T, pids []uint32, foreign bool) {
 	}
 }
 
-// TestNVMLSamplersStop: the samplers run while a span is open or unsettled, and stop once
-// none is: after End and Settled every device's sampler stops, and its reads stop counting.
+// TestNVMLSamplersStop: the samplers and the counter readers run while a span is open or
+// unsettled, and stop once none is: after End and Settled every device's sampler and counter
+// reader stops, and their reads stop counting.
 func TestNVMLSamplersStop(t *testing.T) {
 	script := &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }}
 	m, _ := fixtureMeter(t, mockNVML(script))
@@ -525,6 +535,11 @@ func TestNVMLSamplersStop(t *testing.T) {
 				return true
 			}
 		}
+		for _, c := range m.gpu.counters {
+			if c.running {
+				return true
+			}
+		}
 		return false
 	}
 	// Bounded only to catch a sampler that never stops, not a timing assertion.
@@ -536,11 +551,15 @@ func TestNVMLSamplersStop(t *testing.T) {
 	m.gpu.mu.Lock()
 	n := m.gpu.logs[0].n
 	m.gpu.mu.Unlock()
+	e := script.reads.Load()
 	time.Sleep(20 * time.Millisecond) // room for a stray read; passing does not depend on it
 	m.gpu.mu.Lock()
 	defer m.gpu.mu.Unlock()
 	if m.gpu.logs[0].n != n || m.gpu.refs != 0 {
 		t.Fatalf("reads went on (%d → %d) or spans still hold the samplers (%d)", n, m.gpu.logs[0].n, m.gpu.refs)
+	}
+	if e == 0 || script.reads.Load() != e {
+		t.Fatalf("energy reads: %d during the span, %d after; want some, then none", e, script.reads.Load()-e)
 	}
 }
 
