@@ -84,9 +84,9 @@ type gpus struct {
 	// counter's value at an edge, or the update after it) is unanswered (counter.go).
 	counters []counterRec
 	readers  sync.WaitGroup
-	shut   bool                   // close began: no more background reads
-	live   map[*gpuAlign]struct{} // the spans that hold the samplers
-	oldest time.Time              // when the oldest of them began
+	shut     bool                   // close began: no more background reads
+	live     map[*gpuAlign]struct{} // the spans that hold the samplers
+	oldest   time.Time              // when the oldest of them began
 }
 
 // quietFor is how long no span must have been open on the GPUs for a board's power
@@ -347,7 +347,7 @@ func (g *gpus) untilNextRead(i int, now, deadline time.Time) time.Duration {
 	if k > 2 {
 		return g.poll
 	}
-	wait := g.lastUpdate[i].Add(k * g.period).Sub(now) - 5*g.poll/2
+	wait := g.lastUpdate[i].Add(k*g.period).Sub(now) - 5*g.poll/2
 	if !deadline.IsZero() {
 		wait = min(wait, deadline.Sub(now))
 	}
