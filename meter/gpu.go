@@ -58,7 +58,7 @@ type gpus struct {
 	poll    time.Duration
 	period  time.Duration // how often the energy counters update: calibrate measures it (nvmlPeriod until then)
 	now     func() time.Time
-	sleep   func(time.Duration)
+	sleep   func(time.Duration) // how a counter reader waits between reads: its pace (tests: a fake clock's)
 	closeFn func() error
 
 	mu         sync.Mutex  // guards what follows: the spans, for splitting a bracket (splitBracket)
