@@ -58,7 +58,7 @@ type gpus struct {
 	poll    time.Duration
 	period  time.Duration // how often the energy counters update: calibrate measures it (nvmlPeriod until then)
 	now     func() time.Time
-	sleep   func(time.Duration)
+	sleep   func(time.Duration) // how a counter reader waits between reads: its pace (tests: a fake clock's)
 	closeFn func() error
 
 	mu         sync.Mutex  // guards what follows: the spans, for splitting a bracket (splitBracket)
@@ -79,22 +79,27 @@ type gpus struct {
 	samplers sync.WaitGroup
 	// bg counts Begin's and settle's background goroutines, which read NVML and /proc: close
 	// waits for them before shutting NVML down. Added to only under mu before shut (track).
-	bg     sync.WaitGroup
-	shut   bool                   // close began: no more background reads
-	live   map[*gpuAlign]struct{} // the spans that hold the samplers
-	oldest time.Time              // when the oldest of them began
+	bg sync.WaitGroup
+	// The counter readers: one goroutine per device, running while a want of a span's (its
+	// counter's value at an edge, or the update after it) is unanswered (counter.go).
+	counters []counterRec
+	readers  sync.WaitGroup
+	shut     bool                   // close began: no more background reads
+	live     map[*gpuAlign]struct{} // the spans that hold the samplers
+	oldest   time.Time              // when the oldest of them began
 }
 
 // quietFor is how long no span must have been open on the GPUs for a board's power
 // (PowerW, averaged over about a second) to be its idle power.
 const quietFor = time.Second
 
-// gpuAlign is the Begin end of a span's GPU window, read in the background so that the call
+// gpuAlign is the Begin end of a span's GPU window, taken in the background so that the call
 // is not delayed (an energy read takes milliseconds on some boards: 4 ms on an H200): Begin's
-// snapshot (written before snapped is closed), whose energy is read only on the devices that
-// listed a process of the tree (mine); per device, the value of the first counter update after
-// it and when it happened (val, at and err, written before done is closed); and whether another
-// span was near enough to have drawn power in the bracket that holds Begin.
+// snapshot (written before snapped is closed), whose energy is asked of the counter readers only
+// on the devices that listed a process of the tree (mine); per device, the value of the first
+// counter update after it and when it happened (val, at and err, written before done is
+// closed); and whether another span was near enough to have drawn power in the bracket that
+// holds Begin.
 type gpuAlign struct {
 	snap    gpuSnap
 	mine    []bool
@@ -112,10 +117,11 @@ type gpuAlign struct {
 }
 
 // begin books a span's start and, in the background, takes Begin's snapshot: every device's
-// processes, then the energy of those that listed a process of the tree (inTree, the tree as
-// Begin found it): the others cannot be the span's unless the tree starts on them mid-span,
-// which leaves the GPU part an estimate (gpu-started-mid-span), and each read would cost
-// milliseconds of NVML's time. Then it waits for the update after it (align).
+// processes, then the counter's value at the span's start on those that listed a process of the
+// tree (inTree, the tree as Begin found it), as their counter readers answer: the others cannot
+// be the span's unless the tree starts on them mid-span, which leaves the GPU part an estimate
+// (gpu-started-mid-span), and each read would cost milliseconds of NVML's time. Then it waits
+// for the update after it (align).
 func (g *gpus) begin(inTree func(uint32) bool) *gpuAlign {
 	a := g.book(g.now())
 	if !g.track() {
@@ -137,15 +143,7 @@ func (g *gpus) begin(inTree func(uint32) bool) *gpuAlign {
 			a.mine[i] = slices.ContainsFunc(s.pids[i], inTree)
 		}
 		close(a.listed) // the lists are known: a provisional figure can use them
-		t0 = g.now()
-		for i, d := range g.devs {
-			s.energy[i], s.eerr[i] = 0, errNotRead
-			if a.mine[i] {
-				s.energy[i], s.eerr[i] = d.EnergyMJ()
-			}
-		}
-		s.readDone = g.now()
-		s.at = midway(t0, s.readDone)
+		g.readEnergy(s, devsOf(a.mine), a.start)
 		for i, mine := range a.mine {
 			if mine && g.limitOf(i) == gpuMaxWatts/gpuExcursion {
 				_, _ = g.readLimit(i) // for the provisional figure's ceiling; unread, it assumes gpuMaxWatts
@@ -220,22 +218,18 @@ func (g *gpus) align(a *gpuAlign) {
 }
 
 // end books the span's end, at (taken before any read: the span's edge), and then takes End's
-// snapshot into s: every device's processes, then the energy of the devices Begin read (mine).
-// It runs off the request path (Span.End returns first), except with SettleInline. Its energy
-// read is timed at the span's end: an update between the end and the read (it takes
-// milliseconds) is rare and found out by the rate ceiling or the bounds of the next spans.
+// snapshot into s: every device's processes, then the counter's value at the edge on the
+// devices Begin read (mine), as their counter readers answer. It runs off the request path
+// (Span.End returns first), except with SettleInline. The value is timed at the span's end; a
+// read that might have taken an update after the end is late by s.readDone, which the bounds
+// allow for.
 func (g *gpus) end(a *gpuAlign, s *gpuSnap, at time.Time) {
 	g.spanEnded(at)
 	<-a.snapped
 	g.size(s)
 	g.readPIDs(s)
-	for i, d := range g.devs {
-		s.energy[i], s.eerr[i] = 0, errNotRead
-		if a.mine[i] {
-			s.energy[i], s.eerr[i] = d.EnergyMJ()
-		}
-	}
-	s.at, s.readDone = at, g.now()
+	g.readEnergy(s, devsOf(a.mine), at)
+	s.at = at // the span's edge, not when the reads returned
 }
 
 // midway is the middle of [a, b]: when a read that began at a and ended at b took its value,
@@ -283,17 +277,17 @@ func (g *gpus) calibrate() error {
 	for i := range g.devs {
 		deadline := g.now().Add(time.Second)
 		var snap gpuSnap
-		g.snapshot(&snap)
+		g.size(&snap)
+		g.readEnergy(&snap, []int{i}, g.now())
 		var val [3]uint64
 		var at [3]time.Time
 		for k := range val {
-			one := []int{i}
-			v, t := make([]uint64, len(g.devs)), make([]time.Time, len(g.devs))
-			if err := g.nextUpdateUntil(&snap, one, v, t, deadline); err != nil {
+			u, err := g.updates(&snap, []int{i}, deadline)
+			if err != nil {
 				return err
 			}
-			val[k], at[k] = v[i], t[i]
-			snap.energy[i], snap.at = v[i], g.now()
+			val[k], at[k] = u[i].v, u[i].at
+			snap.energy[i], snap.eseq[i], snap.at = u[i].v, u[i].seq, g.now()
 		}
 		d := at[2].Sub(at[0])
 		if d <= 0 || val[2] < val[0] {
@@ -312,53 +306,19 @@ func (g *gpus) calibrate() error {
 // nextUpdate waits, bounded by g.wait, until the counter of each device in devs has moved past
 // its reading in from, and puts the new value in val[i] and when it happened in at[i]: the
 // middle of the last read that still gave from's value (or from's time) and the read that gave
-// the new one.
+// the new one. The devices' counter readers read; nextUpdate reads nothing.
 func (g *gpus) nextUpdate(from *gpuSnap, devs []int, val []uint64, at []time.Time) error {
-	return g.nextUpdateUntil(from, devs, val, at, g.now().Add(g.wait))
-}
-
-func (g *gpus) nextUpdateUntil(from *gpuSnap, devs []int, val []uint64, at []time.Time, deadline time.Time) error {
+	u, err := g.updates(from, devs, g.now().Add(g.wait))
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	for _, i := range devs {
-		if from.eerr[i] != nil {
-			return fmt.Errorf("gpu %d %s: %w", i, g.devs[i].Name(), from.eerr[i])
-		}
+		val[i], at[i] = u[i].v, u[i].at
+		g.seen(i, at[i], val[i])
 	}
-	done := make([]bool, len(g.devs))
-	last := make([]time.Time, len(g.devs)) // when the last read that still gave from's value took it
-	for _, i := range devs {
-		last[i] = from.at
-	}
-	for {
-		all := true
-		for _, i := range devs {
-			if done[i] {
-				continue
-			}
-			t0 := g.now()
-			e, err := g.devs[i].EnergyMJ()
-			if err != nil {
-				return fmt.Errorf("gpu %d %s: %w", i, g.devs[i].Name(), err)
-			}
-			now := midway(t0, g.now())
-			if e != from.energy[i] {
-				val[i], at[i], done[i] = e, midway(last[i], now), true
-				g.mu.Lock()
-				g.seen(i, at[i], e)
-				g.mu.Unlock()
-				continue
-			}
-			last[i] = now
-			all = false
-		}
-		if all {
-			return nil
-		}
-		now := g.now()
-		if !now.Before(deadline) {
-			return fmt.Errorf("nvml: %w within %v", ErrCounterStale, g.wait)
-		}
-		g.sleep(g.untilNextRead(devs, done, now, deadline))
-	}
+	return nil
 }
 
 // seen records that device i's counter updated to v at t; g.mu is held.
@@ -371,37 +331,26 @@ func (g *gpus) seen(i int, t time.Time, v uint64) {
 	}
 }
 
-// untilNextRead is how long to wait before the next read: a poll; or, when the update period is
-// known and every device still awaited has an update expected later, one or two periods after
-// its last seen update, until two and a half polls before the earliest, so that reads fall half
-// a poll either side of it and time it to within half a poll. An energy read takes milliseconds
-// on some boards (4 ms on an H200) and NVML serialises calls: reading only near an update spares
-// the CPU, and the calls of other spans. No further than two periods: the period measured at
-// start may be a few ms off, and an update that came before the wake-up would be timed only to
-// within the sleep.
-func (g *gpus) untilNextRead(devs []int, done []bool, now, deadline time.Time) time.Duration {
-	if g.period <= 0 {
+// untilNextRead is how long device i's counter reader waits after a read that returned at now:
+// a poll; or, when the update period is known and an update is expected later, until two and a
+// half polls before the next update expected one or two periods after the last seen, so that
+// reads fall half a poll either side of it and time it to within half a poll; no later than
+// deadline when it is not zero. An energy read takes milliseconds on some boards (4 ms on an
+// H200) and NVML serialises calls: reading only near an update spares the CPU, and NVML's other
+// calls. No further than two periods: the period measured at start may be a few ms off, and an
+// update that came before the wake-up would be timed only to within the sleep. g.mu is held.
+func (g *gpus) untilNextRead(i int, now, deadline time.Time) time.Duration {
+	if g.period <= 0 || i >= len(g.lastUpdate) || g.lastUpdate[i].IsZero() {
 		return g.poll
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var next time.Time
-	for _, i := range devs {
-		if done[i] {
-			continue
-		}
-		if i >= len(g.lastUpdate) || g.lastUpdate[i].IsZero() {
-			return g.poll
-		}
-		k := now.Sub(g.lastUpdate[i])/g.period + 1
-		if k > 2 {
-			return g.poll
-		}
-		if exp := g.lastUpdate[i].Add(k * g.period); next.IsZero() || exp.Before(next) {
-			next = exp
-		}
+	k := now.Sub(g.lastUpdate[i])/g.period + 1
+	if k > 2 {
+		return g.poll
 	}
-	wait := min(next.Sub(now)-5*g.poll/2, deadline.Sub(now))
+	wait := g.lastUpdate[i].Add(k*g.period).Sub(now) - 5*g.poll/2
+	if !deadline.IsZero() {
+		wait = min(wait, deadline.Sub(now))
+	}
 	return max(wait, g.poll)
 }
 
@@ -409,6 +358,7 @@ func (g *gpus) untilNextRead(devs []int, done []bool, now, deadline time.Time) t
 type gpuSnap struct {
 	energy []uint64
 	eerr   []error
+	eseq   []uint64 // per device, the counter reader's read that gave energy
 	pids   [][]uint32
 	perr   []error   // per device, why its process list could not be read: unknown, not empty
 	at     time.Time // when the energy reads were done
@@ -418,24 +368,21 @@ type gpuSnap struct {
 	readDone time.Time
 }
 
+// snapshot takes every device's counter value now, as their readers answer, then processes.
 func (g *gpus) snapshot(s *gpuSnap) {
 	g.size(s)
+	g.readEnergy(s, devsOf(slices.Repeat([]bool{true}, len(g.devs))), g.now())
 	t0 := g.now()
-	for i, d := range g.devs {
-		s.energy[i], s.eerr[i] = d.EnergyMJ()
-	}
-	s.at = midway(t0, g.now())
-	t0 = g.now()
 	g.readPIDs(s)
 	s.listAt = midway(t0, g.now())
 }
 
 func (g *gpus) size(s *gpuSnap) {
 	n := len(g.devs)
-	if cap(s.energy) < n || cap(s.perr) < n {
-		s.energy, s.eerr, s.pids, s.perr = make([]uint64, n), make([]error, n), make([][]uint32, n), make([]error, n)
+	if cap(s.energy) < n || cap(s.perr) < n || cap(s.eseq) < n {
+		s.energy, s.eerr, s.eseq, s.pids, s.perr = make([]uint64, n), make([]error, n), make([]uint64, n), make([][]uint32, n), make([]error, n)
 	}
-	s.energy, s.eerr, s.pids, s.perr = s.energy[:n], s.eerr[:n], s.pids[:n], s.perr[:n]
+	s.energy, s.eerr, s.eseq, s.pids, s.perr = s.energy[:n], s.eerr[:n], s.eseq[:n], s.pids[:n], s.perr[:n]
 }
 
 // readPIDs reads each device's processes into s, sized.
@@ -929,7 +876,7 @@ func (g *gpus) track() bool {
 }
 
 // close stops the samplers, waits for the spans' background goroutines (each bounded by the
-// wait for a counter update), then shuts NVML down.
+// wait for a counter update) and the counter readers answering them, then shuts NVML down.
 func (g *gpus) close() error {
 	if g == nil {
 		return nil
@@ -939,6 +886,7 @@ func (g *gpus) close() error {
 	g.mu.Unlock()
 	g.stopSamplers()
 	g.bg.Wait()
+	g.readers.Wait()
 	if g.closeFn == nil {
 		return nil
 	}

@@ -21,11 +21,12 @@ import (
 //   - the total-energy counter publishes every 97 to 103 ms;
 //   - an energy read takes 3 to 16 ms (3.2 ms median), and NVML serialises calls: a process
 //     list read waits behind an energy read in flight;
-//   - a process list takes microseconds and lists every process holding a context;
+//   - a process list takes microseconds (9 µs) and lists every process holding a context;
 //   - nvmlDeviceGetProcessUtilization gives at most one sample per process, and every other
 //     call none (NOT_FOUND);
-//   - the instant power field follows the load (80 W idle, 700 to 770 W busy, above the 700 W
-//     limit for fractions of a second), while nvmlDeviceGetPowerUsage is a one-second average;
+//   - the instant power field (4 µs a read) follows the load within a sample, here 20 ms late
+//     (80 W idle, 700 to 770 W busy, above the 700 W limit for fractions of a second), while
+//     nvmlDeviceGetPowerUsage is a one-second average;
 //   - after work the board's power falls back to idle over a tail of 150 ms;
 //   - processes come and go between reads.
 //
@@ -57,6 +58,9 @@ const (
 	h200LimitW = 700.0
 	h200Tail   = 150 * time.Millisecond
 	h200Step   = 100 * time.Microsecond // the integration step of the board's energy
+	h200Lag    = 20 * time.Millisecond  // how late the instant power field follows the load
+	h200List   = 9 * time.Microsecond   // a process list read's cost
+	h200Field  = 4 * time.Microsecond   // an instant power read's cost
 )
 
 // nvmlLock serialises NVML's calls across the boards of a mock, as the driver does.
@@ -126,6 +130,7 @@ func (h *h200) energy() (uint64, nvml.Return) {
 func (h *h200) pids() ([]nvml.ProcessInfo, nvml.Return) {
 	nvmlLock.Lock()
 	defer nvmlLock.Unlock()
+	h.clk.Advance(h200List)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.since()
@@ -191,8 +196,11 @@ func mockH200(h *h200) func() (*gpus, error) {
 		dev.GetComputeRunningProcessesFunc = h.pids
 		dev.GetProcessUtilizationFunc = h.util
 		dev.GetFieldValuesFunc = func(v []nvml.FieldValue) nvml.Return {
+			nvmlLock.Lock()
+			defer nvmlLock.Unlock()
+			h.clk.Advance(h200Field)
 			h.mu.Lock()
-			w := h.power(h.since())
+			w := h.power(h.since() - h200Lag)
 			h.mu.Unlock()
 			return fieldPower(v, uint32(w))
 		}

@@ -38,6 +38,8 @@ type gpuScript struct {
 	fail   int              // the process list cannot be read in this phase (0: never)
 	watts  uint32           // the instant power field (0: 300 W)
 	now    func() time.Time // the meter's clock: utilisation samples are stamped with it
+	// reads counts the energy reads; offReader those made by anything but a counter reader
+	reads, offReader atomic.Int32
 }
 
 func (s *gpuScript) setPhase(p int) {
@@ -78,6 +80,10 @@ func mockNVML(s *gpuScript) func() (*gpus, error) {
 			continue
 		}
 		dev.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) {
+			s.reads.Add(1)
+			if !fromReader() {
+				s.offReader.Add(1)
+			}
 			s.mu.Lock()
 			gate := s.gate
 			s.mu.Unlock()
@@ -365,6 +371,9 @@ func TestNVMLSpans(t *testing.T) {
 			if !closeFigure(got, tc.want) {
 				t.Fatalf("End =\n %+v\nwant\n %+v", got, tc.want)
 			}
+			if n := tc.script.offReader.Load(); n != 0 {
+				t.Fatalf("%d energy reads not by the counter reader", n)
+			}
 		})
 	}
 }
@@ -504,8 +513,9 @@ func pendingThenSettled(t *testing.T, pids []uint32, foreign bool) {
 	}
 }
 
-// TestNVMLSamplersStop: the samplers run while a span is open or unsettled, and stop once
-// none is: after End and Settled every device's sampler stops, and its reads stop counting.
+// TestNVMLSamplersStop: the samplers and the counter readers run while a span is open or
+// unsettled, and stop once none is: after End and Settled every device's sampler and counter
+// reader stops, and their reads stop counting.
 func TestNVMLSamplersStop(t *testing.T) {
 	script := &gpuScript{energy: 5_000_000, step: 50_000, pids: func(int) []uint32 { return []uint32{102} }}
 	m, _ := fixtureMeter(t, mockNVML(script))
@@ -525,6 +535,11 @@ func TestNVMLSamplersStop(t *testing.T) {
 				return true
 			}
 		}
+		for _, c := range m.gpu.counters {
+			if c.running {
+				return true
+			}
+		}
 		return false
 	}
 	// Bounded only to catch a sampler that never stops, not a timing assertion.
@@ -536,11 +551,15 @@ func TestNVMLSamplersStop(t *testing.T) {
 	m.gpu.mu.Lock()
 	n := m.gpu.logs[0].n
 	m.gpu.mu.Unlock()
+	e := script.reads.Load()
 	time.Sleep(20 * time.Millisecond) // room for a stray read; passing does not depend on it
 	m.gpu.mu.Lock()
 	defer m.gpu.mu.Unlock()
 	if m.gpu.logs[0].n != n || m.gpu.refs != 0 {
 		t.Fatalf("reads went on (%d → %d) or spans still hold the samplers (%d)", n, m.gpu.logs[0].n, m.gpu.refs)
+	}
+	if e == 0 || script.reads.Load() != e {
+		t.Fatalf("energy reads: %d during the span, %d after; want some, then none", e, script.reads.Load()-e)
 	}
 }
 
@@ -921,9 +940,11 @@ type quietDevice struct{ countDevice }
 
 func (d *quietDevice) PIDs(dst []uint32) ([]uint32, error) { return dst, nil }
 
-// TestNVMLReadsNearUpdates: once an update has been seen and the period is known, a wait for
-// the next update reads only around when it is due (an energy read takes 4 ms on an H200, and
-// NVML serialises calls), and still times it exactly: half a poll either side.
+// TestNVMLReadsNearUpdates: once an update has been seen and the period is known, the counter
+// reader reads only around when the next one is due (an energy read takes 4 ms on an H200, and
+// NVML serialises calls), and still times it exactly: half a poll either side. End's value is
+// answered by the first of those reads, exactly: the counter had not moved since the read
+// before the span's end.
 func TestNVMLReadsNearUpdates(t *testing.T) {
 	clk := newFakeClock()
 	d := &countDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 50}}
@@ -932,22 +953,29 @@ func TestNVMLReadsNearUpdates(t *testing.T) {
 	al := g.begin(func(p uint32) bool { return p == 7 })
 	<-al.done // no update seen yet: every poll, 52.5 to 102.5 ms
 	clk.Advance(50 * time.Millisecond)
-	var b gpuSnap
-	g.end(al, &b, clk.Now())
 	before := d.reads
+	end := clk.Now()
+	var b gpuSnap
+	g.end(al, &b, end)
 	var val [1]uint64
 	var at [1]time.Time
 	if err := g.nextUpdate(&b, []int{0}, val[:], at[:]); err != nil {
 		t.Fatal(err)
 	}
-	// From 152.5 ms: one read, then 187.5, 192.5, 197.5 and 202.5 ms, not every 5 ms.
-	if n := d.reads - before; n != 5 || !at[0].Equal(d.t0.Add(200*time.Millisecond)) {
-		t.Fatalf("%d reads, update at %v; want 5 reads, the update at 200ms", n, at[0].Sub(d.t0))
+	// End at 152.5 ms: reads at 187.5, 192.5, 197.5 and 202.5 ms, not every 5 ms from 152.5.
+	if n := d.reads - before; n != 4 || !at[0].Equal(d.t0.Add(200*time.Millisecond)) {
+		t.Fatalf("%d reads, update at %v; want 4 reads, the update at 200ms", n, at[0].Sub(d.t0))
+	}
+	g.mu.Lock()
+	first := g.counters[0].reads[len(g.counters[0].reads)-4].t0.Sub(d.t0)
+	g.mu.Unlock()
+	if first != 187500*time.Microsecond || !b.at.Equal(end) || !b.readDone.Equal(end) {
+		t.Fatalf("first read after End at %v; End's value at %v, read late by %v; want 187.5ms, exact", first, b.at.Sub(d.t0), b.readDone.Sub(end))
 	}
 	// Three periods after the last seen update, the phase is not trusted: every poll.
 	clk.Advance(250 * time.Millisecond)
-	g.snapshot(&b)
 	before = d.reads
+	g.snapshot(&b)
 	if err := g.nextUpdate(&b, []int{0}, val[:], at[:]); err != nil {
 		t.Fatal(err)
 	}

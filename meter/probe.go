@@ -376,8 +376,9 @@ func (m *Meter) backendStatus(b *backendState) BackendStatus {
 	}
 	var gpuPIDs []uint32
 	if m.gpu != nil {
-		var snap gpuSnap
-		m.gpu.snapshot(&snap)
+		var snap gpuSnap // the process lists only: the energy counters are not needed here
+		m.gpu.size(&snap)
+		m.gpu.readPIDs(&snap)
 		for _, ps := range snap.pids {
 			gpuPIDs = append(gpuPIDs, ps...)
 		}
