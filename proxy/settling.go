@@ -28,8 +28,7 @@ const callWait = 2 * time.Second
 // stands as it is (marked provisional). recorded says the call's own record was written: a
 // settlement is recorded only after it. Close waits for these.
 func (s *Server) settleLater(c *Call, held heldCost, recorded bool, model string, total time.Duration) {
-	done := make(chan struct{})
-	s.calls.put(c, done)
+	done := c.settled // the calls table's entry waits on it (settle made both)
 	settle := c.settle
 	s.settleMu.Lock()
 	closed := s.settleClosed
@@ -100,11 +99,12 @@ func (s *Server) settleLater(c *Call, held heldCost, recorded bool, model string
 // errShuttingDown is a settlement skipped because Close has run.
 var errShuttingDown = errors.New("the proxy is shutting down")
 
-// Close waits until every call whose figure was settling after its response is settled and
-// recorded (each waits at most settleWait). A call that ends after it keeps its provisional
-// figure: its settlement is not recorded. Call it once the HTTP server has stopped, before the
-// ledger closes.
+// Close waits until every request served has ended (WaitReported) and every call whose figure
+// was settling after its response is settled and recorded (each waits at most settleWait). A
+// call that ends after it keeps its provisional figure: its settlement is not recorded. Call it
+// once the HTTP server has stopped, before the ledger closes.
 func (s *Server) Close() error {
+	s.handling.Wait()
 	s.settleMu.Lock()
 	s.settleClosed = true
 	s.settleMu.Unlock()
