@@ -99,12 +99,11 @@ func (s *Server) settleLater(c *Call, held heldCost, recorded bool, model string
 // errShuttingDown is a settlement skipped because Close has run.
 var errShuttingDown = errors.New("the proxy is shutting down")
 
-// Close waits until every request served has ended (WaitReported) and every call whose figure
-// was settling after its response is settled and recorded (each waits at most settleWait). A
-// call that ends after it keeps its provisional figure: its settlement is not recorded. Call it
-// once the HTTP server has stopped, before the ledger closes.
+// Close waits until every call whose figure was settling after its response is settled and
+// recorded (each waits at most settleWait). A call that ends after it keeps its provisional
+// figure: its settlement is not recorded. Call it once the HTTP server has stopped (its
+// handlers returned: their reports are done), before the ledger closes.
 func (s *Server) Close() error {
-	s.handling.Wait()
 	s.settleMu.Lock()
 	s.settleClosed = true
 	s.settleMu.Unlock()
