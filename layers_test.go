@@ -77,7 +77,7 @@ func TestLayers(t *testing.T) {
 // tiny model, a browser): it may import the app's packages, as a test does.
 const testEnv = "internal/testenv"
 
-// TestInternalSplit keeps internal/ in two parts: the leaf helpers the app imports (jsonx, procs,
+// TestInternalSplit keeps internal/ in two parts: the leaf helpers the app imports (procs,
 // text, ...), which import nothing of ours, so nothing there points back up into the app; and
 // internal/testenv, which only tests, e2e and scripts import.
 func TestInternalSplit(t *testing.T) {

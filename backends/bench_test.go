@@ -12,7 +12,6 @@ import (
 	"github.com/ollama/ollama/api"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/internal/jsonx"
 	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 )
 
@@ -108,15 +107,6 @@ func BenchmarkOllamaDecode(b *testing.B) {
 		for b.Loop() {
 			var line ollamaLine
 			if err := json.Unmarshal(data, &line); err != nil || !line.Done {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("ollamaLine-jsonx", func(b *testing.B) { // what whole and stream decode with
-		b.ReportAllocs()
-		for b.Loop() {
-			var line ollamaLine
-			if err := jsonx.Unmarshal(data, &line); err != nil || !line.Done {
 				b.Fatal(err)
 			}
 		}

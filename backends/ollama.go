@@ -13,7 +13,6 @@ import (
 	"github.com/ollama/ollama/api"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/internal/jsonx"
 )
 
 var (
@@ -118,7 +117,7 @@ func (o *Ollama) whole(ctx context.Context, body io.Reader, conv *ollamaConv) (*
 		return nil, o.transportError(ctx, fmt.Errorf("reading response: %w", err))
 	}
 	var line ollamaLine
-	if err := jsonx.Unmarshal(buf.Bytes(), &line); err != nil {
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
 		return nil, &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("decoding response: %w", err)}
 	}
 	if line.Error != "" {
@@ -154,7 +153,7 @@ func (o *Ollama) stream(ctx context.Context, cancel context.CancelFunc, body io.
 			continue
 		}
 		line = ollamaLine{}
-		if err := jsonx.Unmarshal(raw, &line); err != nil {
+		if err := json.Unmarshal(raw, &line); err != nil {
 			return conv.final(false), &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("decoding stream line: %w", err)}
 		}
 		if line.Error != "" {

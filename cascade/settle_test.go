@@ -119,3 +119,36 @@ func TestWalkSettlesSpent(t *testing.T) {
 		t.Fatalf("after a kv miss, settled %+v, %v: want 12 J plus the 6 J embedding, final", fig, err)
 	}
 }
+
+// WalkLearnLater leaves the learning to its caller: nothing is learned until learn runs, then
+// the learner takes the answer once; with no-store, or with no learner before the answering
+// stage, there is nothing to learn.
+func TestWalkLearnLater(t *testing.T) {
+	router, err := patternRouter("*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &keeper{}
+	c := New(router, []Stage{k, settlingStage{}}, Options{StageWatts: 10, Logger: zerolog.Nop()})
+	req := &Request{Chat: ChatRequest{Model: "m", Messages: []Message{{Role: "user", Content: []byte(`"q"`)}}}}
+	var res Result
+	learn, err := c.WalkLearnLater(context.Background(), req, &res, nil)
+	if err != nil || learn == nil || res.Answer == nil {
+		t.Fatalf("err %v, learn set %v, answer %v", err, learn != nil, res.Answer)
+	}
+	if len(k.kept) != 0 {
+		t.Fatalf("learned %d answers before learn ran", len(k.kept))
+	}
+	learn()
+	if len(k.kept) != 1 || k.kept[0].Settle != nil {
+		t.Fatalf("after learn: %d answers kept", len(k.kept))
+	}
+	noStore := &Request{Chat: req.Chat, NoStore: true}
+	if learn, err := c.WalkLearnLater(context.Background(), noStore, &Result{}, nil); err != nil || learn != nil {
+		t.Fatalf("no-store: err %v, learn set %v", err, learn != nil)
+	}
+	alone := New(router, []Stage{settlingStage{}}, Options{StageWatts: 10, Logger: zerolog.Nop()})
+	if learn, err := alone.WalkLearnLater(context.Background(), req, &Result{}, nil); err != nil || learn != nil {
+		t.Fatalf("no learner: err %v, learn set %v", err, learn != nil)
+	}
+}

@@ -114,10 +114,24 @@ type StageSink interface {
 // Walk tries each stage in order; the first answer wins, and res records what happened. With a
 // non-nil sink the answer is streamed: live by a streaming stage, or replayed from a whole
 // answer. A failing stage is skipped with a warning unless it is the last, it already wrote to
-// the sink, or ctx is done; then res.Answer may still hold what was spent, for the ledger.
+// the sink, or ctx is done; then res.Answer may still hold what was spent, for the ledger. The
+// stages before the answering one that learn (Learner) take a complete answer before Walk
+// returns.
 func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink StageSink) error {
+	learn, err := c.WalkLearnLater(ctx, req, res, sink)
+	if learn != nil {
+		learn()
+	}
+	return err
+}
+
+// WalkLearnLater is Walk without the learning: it returns what the learners would have taken as
+// learn, for the caller to run once the answer is out (the edge runs it after the response is
+// flushed). learn is nil when there is nothing to learn; it runs the learners once, on the
+// caller's goroutine, and must be called at most once.
+func (c *Cascade) WalkLearnLater(ctx context.Context, req *Request, res *Result, sink StageSink) (learn func(), err error) {
 	if err := c.router.Known(req.Chat.Model); err != nil {
-		return err
+		return nil, err
 	}
 	req.Key() // computed once, before any stage or learner reads it concurrently
 	if req.RecordBytes == 0 {
@@ -173,7 +187,7 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 		if err != nil {
 			if i == len(c.stages)-1 || res.Wrote || ctx.Err() != nil {
 				res.take(withSpent(ans, spent, spentSettle))
-				return err
+				return nil, err
 			}
 			c.opts.Logger.Warn().Str("request_id", req.ID).Str("stage", st.Name()).Err(err).Msg("stage failed; skipped")
 			continue
@@ -181,24 +195,37 @@ func (c *Cascade) Walk(ctx context.Context, req *Request, res *Result, sink Stag
 		res.take(withSpent(ans, spent, spentSettle))
 		if tracked != nil && !ans.Streamed {
 			if err := Replay(ans, req.IncludeUsage(), tracked); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		if ans.Complete && !req.NoStore {
-			// Learners see an Oversize answer too, to count it as not stored.
-			for _, prev := range c.stages[:i] {
-				if l, ok := prev.(Learner); ok {
-					l.Learn(req, ans)
-				}
-			}
+			return c.learners(i, req, ans), nil
 		}
-		return nil
+		return nil, nil
 	}
 	res.Stage = ""
 	if !spent.IsZero() {
 		res.take(&Answer{Energy: spent, Settle: spentSettle})
 	}
-	return ErrMiss
+	return nil, ErrMiss
+}
+
+// learners returns what learning ans means for the stages before the i-th, which answered req:
+// each Learner among them takes it (an Oversize answer too, to count it as not stored); nil
+// when none learns.
+func (c *Cascade) learners(i int, req *Request, ans *Answer) func() {
+	for _, prev := range c.stages[:i] {
+		if _, ok := prev.(Learner); ok {
+			return func() {
+				for _, prev := range c.stages[:i] {
+					if l, ok := prev.(Learner); ok {
+						l.Learn(req, ans)
+					}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // trackedSink passes a walk's chunks to its sink, telling the sink first which stage writes.

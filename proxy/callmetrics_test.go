@@ -56,10 +56,11 @@ func TestCallMetricsEveryDialect(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg, reader := prometheus.NewRegistry(), sdkmetric.NewManualReader()
-	srv := httptest.NewServer(New(Options{Cascade: cascade.New(router, []cascade.Stage{modelStage{}}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()}),
+	s := New(Options{Cascade: cascade.New(router, []cascade.Stage{modelStage{}}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()}),
 		Logger: zerolog.Nop(), Registry: reg, Meters: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 		Dialects: map[string]dialect.Dialect{"/v1/responses": responses.New(responses.Options{}), "/v1/messages": messages.New(),
-			"/v1/completions": completions.New(), "/v1/plain": plainDialect{done: &atomic.Int32{}}}}))
+			"/v1/completions": completions.New(), "/v1/plain": plainDialect{done: &atomic.Int32{}}}})
+	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	chatLike := []struct{ path, body string }{ // each whole, then streamed
 		{"/v1/chat/completions", `{"model":"m1","messages":[{"role":"user","content":"a"}]`},
@@ -81,6 +82,7 @@ func TestCallMetricsEveryDialect(t *testing.T) {
 			t.Fatalf("%s %s: %d %s", c.path, c.body, resp.StatusCode, body)
 		}
 	}
+	s.WaitReported() // the metrics follow each response
 	type series struct {
 		count uint64
 		sum   float64 // a counter's value

@@ -8,7 +8,6 @@ import (
 	"fmt"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/internal/jsonx"
 	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
 )
 
@@ -162,10 +161,9 @@ type eocFigures struct {
 
 var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true}
 
-// unmarshal decodes a request body into v (internal/jsonx: encoding/json's semantics and errors,
-// faster); a failure names the field.
+// unmarshal decodes a request body into v; a failure names the field.
 func unmarshal(body []byte, v any) *APIError {
-	if err := jsonx.Unmarshal(body, v); err != nil {
+	if err := json.Unmarshal(body, v); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		var syntaxErr *json.SyntaxError
 		switch {
@@ -302,7 +300,7 @@ func validateThink(body []byte) *APIError {
 		return nil // the names as a client spells them; the backends look for the same
 	}
 	var f thinkFields
-	if jsonx.Unmarshal(body, &f) != nil {
+	if json.Unmarshal(body, &f) != nil {
 		return nil // decoded before: unreachable
 	}
 	switch string(bytes.TrimSpace(f.Think)) {

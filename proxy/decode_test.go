@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/internal/jsonx"
 )
 
 // decodeSeeds are request bodies of every shape the handlers take, good and bad.
@@ -22,23 +21,6 @@ var decodeSeeds = []string{
 	`{"model":1}`, `{"messages":{}}`, `{"messages":[{"role":7}]}`, `{"max_tokens":"9"}`, `{"max_tokens":1e400}`,
 	`{"model":"m"} trailing`, `{"model":"m",}`, `{}`, `[]`, `null`, ``, `{"model":`, "\xff", `{"model":"m"}{"model":"n"}`,
 	`{"model":"e","input":["a","b"],"encoding_format":"float","dimensions":8}`, `{"model":"e","input":[[1,2],[3]]}`,
-}
-
-// FuzzDecodeAgreesWithEncodingJSON checks that the request decoder (internal/jsonx) accepts
-// exactly what encoding/json accepts and decodes it to the same values, for both request types
-// the proxy decodes.
-func FuzzDecodeAgreesWithEncodingJSON(f *testing.F) {
-	for _, s := range decodeSeeds {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		if err := jsonx.Agrees[cascade.ChatRequest](body); err != nil {
-			t.Fatal(err)
-		}
-		if err := jsonx.Agrees[embeddingsRequest](body); err != nil {
-			t.Fatal(err)
-		}
-	})
 }
 
 // TestUnmarshalKeepsEncodingJSONErrors: a refusal names the field as encoding/json's error does.

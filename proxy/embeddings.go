@@ -64,13 +64,15 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 		body, err = embeddingsBody(call.Req.Model, res.Embeddings, base64Out)
 	}
 	s.settle(c, resv, err, lf)
+	defer s.report(c)
 	setBackendHeaders(w.Header(), c.Backend, c.Attempts)
 	if err != nil {
 		setEnergyHeaders(w.Header(), c)
 		writeError(w, c.err)
-		return
+	} else {
+		writeOK(w, c, body)
 	}
-	writeOK(w, c, body)
+	flush(w)
 }
 
 // decodeEmbeddings reads and validates the body; every failure names the field.

@@ -354,6 +354,7 @@ func TestEmbeddingsSpanCarriesInputTokens(t *testing.T) {
 	if rep.StatusCode != http.StatusOK || json.Unmarshal(body, &r) != nil || r.Usage.PromptTokens <= 0 {
 		t.Fatalf("embeddings: %d %s", rep.StatusCode, body)
 	}
+	settled(t, e.Server) // the call span ends after the response
 	var call map[attribute.Key]attribute.Value
 	for _, s := range exp.GetSpans().Snapshots() {
 		if s.Name() == "POST /v1/embeddings" {

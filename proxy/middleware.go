@@ -81,6 +81,8 @@ func (s *Server) limitHeaders(next http.Handler) http.Handler {
 
 func (s *Server) requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.handling.Add(1)
+		defer s.handling.Done()
 		var b [8]byte
 		_, _ = rand.Read(b[:])
 		var text [len("req_") + 2*len(b)]byte

@@ -49,7 +49,8 @@ func (s *Server) writeRouteError(w http.ResponseWriter, r *http.Request, e *APIE
 
 // serve is the one handler of every chat-like dialect: read the body, decode it with d, admit
 // the call (rate limit, budget), walk the cascade, settle, then render the answer (whole, or a
-// stream of d's events) with the X-EOC headers or trailers; every error in d's shape.
+// stream of d's events) with the X-EOC headers or trailers; every error in d's shape. Once the
+// response is flushed, the call is reported and the answer learned (report).
 func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -78,7 +79,11 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 			s.setBudgetHeader(w.Header(), req.Tenant)
 			sink = sw
 		}
-		err := s.guard(req.ID, func() error { return s.cascade.Walk(ctx, req, &res, sink) })
+		var learn func()
+		err := s.guard(req.ID, func() (werr error) {
+			learn, werr = s.cascade.WalkLearnLater(ctx, req, &res, sink)
+			return werr
+		})
 		// A whole answer is rendered before the call is settled, so the record holds the status
 		// the client gets, also when the dialect cannot render it (an error, or a panic).
 		var whole []byte
@@ -106,7 +111,9 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 		} else {
 			c.answer(res.Stage, res.Attempts, false, energy.Figure{}, "", nil, res.Settle)
 		}
+		c.learn = learn
 		s.settle(c, resv, err, lf)
+		defer s.report(c) // after the response, also one cut by a panic
 		if sw == nil || !sw.started {
 			setBackendHeaders(w.Header(), c.Backend, c.Attempts)
 		}
@@ -119,13 +126,17 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 			// The walk ran: what it spent, and its receipt, go on the error response too.
 			setEnergyHeaders(w.Header(), c)
 			writeErrorAs(w, d, c.err)
+			flush(w)
 			return
 		default:
 			writeOK(w, c, whole)
 		}
+		// Before a whole answer is flushed: a stored response (Responses' previous_response_id) is
+		// there for the client's next call.
 		if derr := x.Done(ctx, res.Answer); derr != nil {
 			s.log.Warn().Err(derr).Str("request_id", req.ID).Msg("dialect: after the answer")
 		}
+		flush(w)
 	}
 }
 

@@ -253,3 +253,14 @@ func TestDialectBudgetRefusal(t *testing.T) {
 		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, body)
 	}
 }
+
+// settled waits until the requests srv served so far have ended: what follows a response (the
+// call's metrics, /ui, its trace span, its access log line, the cache's learning) is there.
+func settled(t *testing.T, srv *httptest.Server) {
+	t.Helper()
+	s, ok := srv.Config.Handler.(*Server)
+	if !ok {
+		t.Fatalf("the test server's handler is a %T, not the edge", srv.Config.Handler)
+	}
+	s.WaitReported()
+}

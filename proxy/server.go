@@ -95,6 +95,8 @@ type Server struct {
 	paths    []string
 	// settling counts the calls whose figures are settling after their responses (Close).
 	settling sync.WaitGroup
+	// handling counts the requests whose handlers have not returned (WaitReported).
+	handling sync.WaitGroup
 	// settleMu guards settleClosed, set by Close, and every settling.Add, made only before it.
 	settleMu     sync.Mutex
 	settleClosed bool

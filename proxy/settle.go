@@ -52,6 +52,15 @@ type Call struct {
 	span         trace.Span
 	settle       cascade.SettleFunc // how to get Energy's final figure; nil when it is final
 	start        time.Time          // when the edge took the call
+
+	// What settle leaves for report, which follows the response.
+	took     time.Duration // from start to settle: the call's duration in the metrics
+	label    string        // the model as the metrics name it ("" for a model no backend serves)
+	later    bool          // the figure settles after the response (settleLater)
+	held     heldCost      // what the budget holds until then
+	recorded bool          // the ledger took the call's record
+	settled  chan struct{} // with later: closed once the settled figure is booked
+	learn    func()        // the cascade's learning of the answer, nil when none
 }
 
 // newCall is the call req makes, before its walk ends.
@@ -69,12 +78,18 @@ func (c *Call) answer(stage string, stages []cascade.Attempt, answered bool, fig
 	}
 }
 
-// settle runs once per call that reached the cascade, success or not: it fixes the call's
-// status, figure and receipt, books the cost against the budget, writes the ledger record and
-// the metrics, and points the access log at the call. When the figure is provisional and can
-// settle, the response does not wait for it: the call's record is written now, with the figure
-// the client gets, and the budget, the metrics and the page take the settled figure when it
-// comes (settleLater).
+// settle runs once per call that reached the cascade, success or not, before its response: it
+// fixes the call's status, figure and receipt, books the cost against the budget and writes the
+// ledger record and puts the call in the calls table: what the response carries or vouches for,
+// and where its client may look the receipt up the moment it has it. It points the access log at
+// the call. What only reports the call follows the response (report). When the figure is
+// provisional and can settle, the response does not wait for it: the call's record is written
+// now, with the figure the client gets, and the budget, the metrics and the page take the
+// settled figure when it comes (settleLater).
+//
+// The budget is settled here, not after the response: the response carries what is left, and a
+// key's next call, which its client may send the moment it has this answer, must find this
+// call's reservation already replaced by its cost.
 func (s *Server) settle(c *Call, resv reservation, err error, lf *logFields) {
 	c.Status = http.StatusOK
 	c.Disconnected = disconnected(err, c.wrote)
@@ -120,14 +135,42 @@ func (s *Server) settle(c *Call, resv reservation, err error, lf *logFields) {
 		}
 	}
 	lf.call = c
+	c.took, c.label, c.later, c.held, c.recorded = time.Since(c.start), model, later, held, recorded
 	if later {
-		endCall(c)
-		s.settleLater(c, held, recorded, model, time.Since(c.start))
-		return
+		c.settled = make(chan struct{})
 	}
-	s.calls.put(c, nil)
-	s.metrics.observe(c, c.Energy, model, time.Since(c.start))
-	s.observe(c, model)
+	s.calls.put(c, c.settled)
+}
+
+// report follows the response of a call that settle settled: the metrics, /ui and the trace's
+// call span, or, for a figure that settles later, the wait for it (settleLater); then the
+// cascade's learning of the answer. The handler runs it after its response is flushed, before it
+// returns, so a keep-alive client's next call on the same connection finds the answer learned;
+// WaitReported waits for it.
+func (s *Server) report(c *Call) {
+	if c.later {
+		endCall(c)
+		s.settleLater(c, c.held, c.recorded, c.label, c.took)
+	} else {
+		s.metrics.observe(c, c.Energy, c.label, c.took)
+		s.observe(c, c.label)
+	}
+	if c.learn != nil {
+		_ = s.guard(c.RequestID, func() error { c.learn(); return nil }) // a learner's panic is logged
+	}
+}
+
+// WaitReported waits until every request served so far has ended: its response, its report,
+// its trace span and its access log line (tests read what those fed). Call it only while no
+// request is being served.
+func (s *Server) WaitReported() { s.handling.Wait() }
+
+// flush sends what the handler wrote, so that what follows it (report, the access log) does not
+// delay the client.
+func flush(w http.ResponseWriter) {
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 // disconnected tells a client that went away from the other ways a call can fail: a cancelled

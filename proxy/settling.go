@@ -28,8 +28,7 @@ const callWait = 2 * time.Second
 // stands as it is (marked provisional). recorded says the call's own record was written: a
 // settlement is recorded only after it. Close waits for these.
 func (s *Server) settleLater(c *Call, held heldCost, recorded bool, model string, total time.Duration) {
-	done := make(chan struct{})
-	s.calls.put(c, done)
+	done := c.settled // the calls table's entry waits on it (settle made both)
 	settle := c.settle
 	s.settleMu.Lock()
 	closed := s.settleClosed
@@ -102,8 +101,8 @@ var errShuttingDown = errors.New("the proxy is shutting down")
 
 // Close waits until every call whose figure was settling after its response is settled and
 // recorded (each waits at most settleWait). A call that ends after it keeps its provisional
-// figure: its settlement is not recorded. Call it once the HTTP server has stopped, before the
-// ledger closes.
+// figure: its settlement is not recorded. Call it once the HTTP server has stopped (its
+// handlers returned: their reports are done), before the ledger closes.
 func (s *Server) Close() error {
 	s.settleMu.Lock()
 	s.settleClosed = true

@@ -110,6 +110,7 @@ func TestTracesCarryStagesAttemptsAndEnergy(t *testing.T) {
 	if status, _, body := postChat(t, srv.URL, nil); status != http.StatusOK {
 		t.Fatalf("chat: %d %s", status, body)
 	}
+	settled(t, srv) // the call span ends after the response
 	byTrace := map[trace.TraceID][]sdktrace.ReadOnlySpan{}
 	for _, s := range exp.GetSpans().Snapshots() {
 		byTrace[s.SpanContext().TraceID()] = append(byTrace[s.SpanContext().TraceID()], s)

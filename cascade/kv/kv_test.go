@@ -863,3 +863,52 @@ func TestLearnReusesServeSketch(t *testing.T) {
 		t.Error("learn projected the vector again instead of taking Serve's sketch")
 	}
 }
+
+// TestNotMyKindEmbedsNothing: a call kv can neither answer nor learn (tools offered, a tool
+// call or a tool result in the conversation, the assistant's turn, several choices, a JSON
+// answer, an image) is a miss decided before any embedding, in Serve and in Learn alike; so is
+// a question for a tenant and model with nothing learned yet.
+func TestNotMyKindEmbedsNothing(t *testing.T) {
+	emb := &countingEmbedder{}
+	s := newStage(t, Options{Embedder: emb})
+	teach(t, s, request("", "m", user("How do I reset my password?")), neural("Use the link.", 1))
+	withTools := request("", "m", user("How do I reset my password?"))
+	withTools.Chat.Tools = []cascade.Tool{{Type: "function", Function: cascade.ToolFunction{Name: "reset"}}}
+	toolCall := msg("assistant", "")
+	toolCall.Content = nil
+	toolCall.ToolCalls = []cascade.ToolCall{{ID: "c1", Type: "function", Function: cascade.ToolCallFunction{Name: "reset", Arguments: "{}"}}}
+	toolResult := msg("tool", "done")
+	toolResult.ToolCallID = "c1"
+	two := 2
+	several := request("", "m", user("How do I reset my password?"))
+	several.Chat.N = &two
+	asJSON := request("", "m", user("How do I reset my password?"))
+	asJSON.Chat.ResponseFormat = &cascade.ResponseFormat{Type: "json_object"}
+	image := request("", "m", cascade.Message{Role: "user", Content: json.RawMessage(`[{"type":"text","text":"How do I reset my password?"},{"type":"image_url","image_url":{"url":"data:,"}}]`)})
+	for name, r := range map[string]*cascade.Request{
+		"tools offered":       rekey(withTools),
+		"tool call and reply": request("", "m", user("Reset my password"), toolCall, toolResult, user("How do I reset my password?")),
+		"assistant's turn":    request("", "m", user("How do I reset my password?"), msg("assistant", "Use")),
+		"several choices":     rekey(several),
+		"json answer":         rekey(asJSON),
+		"image":               image,
+		"nothing learned":     request("other-tenant", "m", user("How do I reset my password?")),
+	} {
+		before := emb.calls.Load()
+		if _, hit := serve(t, s, r); hit {
+			t.Errorf("%s: a hit", name)
+		}
+		if n := emb.calls.Load() - before; n != 0 {
+			t.Errorf("%s: Serve made %d embedding calls", name, n)
+		}
+		if name == "nothing learned" {
+			continue // its answer is learned: that embeds
+		}
+		before = emb.calls.Load()
+		s.Learn(r, neural("Use the link.", 1))
+		s.Flush()
+		if n := emb.calls.Load() - before; n != 0 {
+			t.Errorf("%s: Learn made %d embedding calls", name, n)
+		}
+	}
+}

@@ -64,6 +64,7 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 	_ = st.Close()
+	s.settled(t)
 	families, err := s.app.registry.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -28,12 +28,24 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 	"github.com/eoc-proxy/eoc-proxy/ledger"
+	"github.com/eoc-proxy/eoc-proxy/proxy"
 )
 
 // stack is eoc-proxy served by a real HTTP server over loopback, wired from a config as main does.
 type stack struct {
 	*httptest.Server
 	app *app
+}
+
+// settled waits until the requests s served so far have ended: what follows a response (the
+// metrics, /ui, the trace span, the learning of the answer) is there.
+func (s *stack) settled(t *testing.T) {
+	t.Helper()
+	edge, ok := s.app.handler.(*proxy.Server)
+	if !ok {
+		t.Fatalf("the handler is a %T, not the edge", s.app.handler)
+	}
+	edge.WaitReported()
 }
 
 func startStack(t *testing.T, yaml string) *stack {
@@ -570,6 +582,7 @@ func TestMetricsAfterKnownSequence(t *testing.T) {
 		}
 	}
 	errorOf(t, s.URL, `{"model":"nope","messages":[{"role":"user","content":"e"}]}`, nil)
+	s.settled(t)
 	resp, err := http.Get(s.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -79,6 +79,7 @@ func TestTwoReplicasShareOneRedis(t *testing.T) {
 	if st, h, _ := replicaCall(t, a, "key-a", "what is shared?"); st != 200 || h.Get("X-EOC-Stage") != "neural" {
 		t.Fatalf("A: %d %s", st, h.Get("X-EOC-Stage"))
 	}
+	a.settled(t) // A's cache learns the answer after its response
 	st, h, body := replicaCall(t, b, "key-a", "what is shared?")
 	if st != 200 || h.Get("X-EOC-Stage") != "cache" || !strings.Contains(body, "shared answer") || fake.Requests() != 1 {
 		t.Fatalf("B: %d stage %q, upstream called %d times", st, h.Get("X-EOC-Stage"), fake.Requests())
@@ -218,6 +219,7 @@ func TestTwoReplicasShareOneRedis(t *testing.T) {
 		waitMetric(t, a, "\neoc_redis_up 1", 10*time.Second)
 		waitMetric(t, b, "\neoc_redis_up 1", 10*time.Second)
 		replicaCall(t, a, "key-a", "after the return")
+		a.settled(t)
 		if _, h, _ := replicaCall(t, b, "key-a", "after the return"); h.Get("X-EOC-Stage") != "cache" {
 			t.Fatalf("after the return, B: stage %q", h.Get("X-EOC-Stage"))
 		}

@@ -41,6 +41,7 @@ func TestTracesReachTheCollector(t *testing.T) {
 	if _, err := client(s, "").CreateChatCompletion(context.Background(), chatReq("hello there")); err != nil {
 		t.Fatal(err)
 	}
+	s.settled(t)                             // the call span and metrics follow the response
 	if err := s.app.shutdown(); err != nil { // flushes the exporter
 		t.Fatal(err)
 	}
@@ -142,6 +143,7 @@ func TestGenAIMetricsReachTheCollector(t *testing.T) {
 		}
 	}
 	_ = st.Close()
+	s.settled(t)                             // the call span and metrics follow the response
 	if err := s.app.shutdown(); err != nil { // flushes the exporters
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
-	"github.com/eoc-proxy/eoc-proxy/internal/jsonx"
 	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
 )
 
@@ -158,7 +157,7 @@ func (d *Dialect) Decode(ctx context.Context, tenant string, body []byte) (diale
 
 // unmarshal decodes body into r; a failure names the field.
 func unmarshal(body []byte, r *request) *dialect.Error {
-	err := jsonx.Unmarshal(body, r)
+	err := json.Unmarshal(body, r)
 	if err == nil {
 		return nil
 	}
