@@ -13,12 +13,12 @@ import (
 )
 
 // TestStreamFlowsPastTimeout: the timeout bounds each silence, not a stream that keeps
-// sending: chunks every 100 ms run well past a 600 ms timeout to the end.
+// sending: chunks every 200 ms run well past a 1.2 s timeout to the end.
 func TestStreamFlowsPastTimeout(t *testing.T) {
 	for _, d := range dialects {
 		t.Run(d.typ, func(t *testing.T) {
-			f := d.fake(t, fakes.Config{Reply: "a b c d e f g h i j", Chunks: 10, ChunkDelay: 100 * time.Millisecond})
-			b := newBackend(t, d.typ, f, func(o *Options) { o.Timeout = 600 * time.Millisecond })
+			f := d.fake(t, fakes.Config{Reply: "a b c d e f g h i j", Chunks: 10, ChunkDelay: 200 * time.Millisecond})
+			b := newBackend(t, d.typ, f, func(o *Options) { o.Timeout = 1200 * time.Millisecond })
 			var c collector
 			start := time.Now()
 			ans, err := b.Chat(context.Background(), chatRequest(t, helloBody), c.sink)

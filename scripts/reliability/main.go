@@ -28,7 +28,7 @@
 //     with one more upstream call (nothing failed was cached);
 //   - store (store.go): issue 32's rows on what the proxy keeps: three streamed answers of
 //     200 MB (RSS idle, after a first such answer, after three more, 10 s later and after a
-//     forced GC; again with GOGC=100, serve's GC tuner off; nothing cached), an answer with choice index -1 whole and
+//     forced GC; again with GOGC=100 set explicitly; nothing cached), an answer with choice index -1 whole and
 //     streamed (502 both ways, nothing cached), and Redis stopped 10 s under two replicas with
 //     a budgeted key (the longest call against redis.op_timeout, reservations left after);
 //   - kill: -kills rounds of load with the ledger at fsync: every, a kill -9 mid-load, then
