@@ -7,19 +7,21 @@ import (
 	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
 )
 
 // Bounds on what one request body may hold, so that decoding it builds at most a small multiple
 // of its bytes whatever its shape: a message decodes into a struct thirty times the size of the
 // three bytes `{},` that make an empty one, so an unbounded count of them is the amplifier.
-// The limits are far beyond what a model's context holds; tools is OpenAI's own bound.
+// The limits are every dialect's (package dialect), far beyond what a model's context holds.
 const (
-	maxMessages     = 10000 // messages
-	maxContentParts = 10000 // content parts, over all messages
-	maxToolCalls    = 10000 // tool_calls, over all messages
-	maxTools        = 128   // tools
-	maxStop         = 64    // stop sequences
-	maxDepth        = 64    // nesting of arrays and objects, anywhere in the body
+	maxMessages     = dialect.MaxMessages
+	maxContentParts = dialect.MaxParts
+	maxToolCalls    = dialect.MaxToolCalls
+	maxTools        = dialect.MaxTools
+	maxStop         = dialect.MaxStop
+	maxDepth        = dialect.MaxDepth
 )
 
 // scanFewest is the smallest count bound: an array with more elements needs at least as many

@@ -188,3 +188,13 @@ func TestLargeHeadersAreJSON431(t *testing.T) {
 		}
 	}
 }
+
+// errorBody is OpenAI's error object as a client reads it.
+type errorBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}

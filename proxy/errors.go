@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -47,28 +46,7 @@ type errorRenderer interface {
 // own (embeddings, models, the calls endpoint, the page) and of the chat dialect.
 type openAIErrors struct{}
 
-type errorBody struct {
-	Error errorFields `json:"error"`
-}
-
-type errorFields struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func (openAIErrors) Error(e *dialect.Error) []byte {
-	b, _ := json.Marshal(errorBody{errorFields{Message: e.Message, Type: e.Type, Param: nullable(e.Param), Code: nullable(e.Code)}})
-	return b
-}
+func (openAIErrors) Error(e *dialect.Error) []byte { return dialect.OpenAIError(e) }
 
 // wire is e as the seam's dialects take it: what the client may see, without Err.
 func (e *APIError) wire() *dialect.Error {

@@ -9,6 +9,7 @@ package dialect
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
@@ -98,4 +99,43 @@ type Figures struct {
 	JoulesPerPromptToken     float64 `json:"joules_per_prompt_token,omitempty"`
 	JoulesPerCompletionToken float64 `json:"joules_per_completion_token,omitempty"`
 	TokenSplit               string  `json:"token_split,omitempty"`
+}
+
+// The bounds every dialect holds one request body to, so that decoding builds at most a small
+// multiple of the body's bytes whatever its shape; past one, the call is a 400 naming the field.
+// A model's context is far below all of them; MaxTools is OpenAI's bound, which Anthropic's is
+// not above.
+const (
+	MaxMessages  = 10000 // messages, or a Responses input's items
+	MaxParts     = 10000 // content parts or blocks, over the whole request
+	MaxToolCalls = 10000 // tool calls, over the whole request
+	MaxTools     = 128   // tools offered
+	MaxStop      = 64    // stop sequences
+	MaxDepth     = 64    // nesting of arrays and objects, anywhere in the body
+)
+
+// OpenAIError renders e as OpenAI's error object, {"error":{"message","type","param","code"}},
+// param and code null when empty: the shape of the chat, Responses and completions dialects and
+// of every route without a dialect of its own.
+func OpenAIError(e *Error) []byte {
+	b, _ := json.Marshal(openAIErrorBody{openAIErrorFields{Message: e.Message, Type: e.Type, Param: nullable(e.Param), Code: nullable(e.Code)}})
+	return b
+}
+
+type openAIErrorBody struct {
+	Error openAIErrorFields `json:"error"`
+}
+
+type openAIErrorFields struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

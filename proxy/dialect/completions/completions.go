@@ -25,8 +25,8 @@ import (
 
 // Bounds on a body: nesting anywhere, and stop sequences (the chat edge's, proxy/bodyscan.go).
 const (
-	maxDepth = 64
-	maxStop  = 64
+	maxDepth = dialect.MaxDepth
+	maxStop  = dialect.MaxStop
 )
 
 // defaultMaxTokens is the legacy API's max_tokens when a call leaves it out.
@@ -413,28 +413,7 @@ func modelOf(answered, asked string) string {
 }
 
 // Error renders e in OpenAI's shape, {"error":{"message","type","param","code"}}.
-func (Dialect) Error(e *dialect.Error) []byte {
-	b, _ := json.Marshal(errorBody{errorFields{Message: e.Message, Type: e.Type, Param: nullable(e.Param), Code: nullable(e.Code)}})
-	return b
-}
-
-type errorBody struct {
-	Error errorFields `json:"error"`
-}
-
-type errorFields struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
+func (Dialect) Error(e *dialect.Error) []byte { return dialect.OpenAIError(e) }
 
 // jsonError names the field a decode failed at.
 func jsonError(err error) *dialect.Error {

@@ -9,15 +9,15 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
 )
 
-// Bounds on what one body may hold, as the chat edge's (proxy/bodyscan.go): decoding builds at
+// Bounds on what one body may hold, every dialect's (package dialect): decoding builds at
 // most a small multiple of the body's bytes whatever its shape. A model's context is far below
 // all of them; tools is OpenAI's bound, which Anthropic's is not above.
 const (
-	maxMessages = 10000 // messages
-	maxBlocks   = 10000 // content blocks over all messages, system and tool results included
-	maxTools    = 128   // tools
-	maxStop     = 64    // stop sequences
-	maxDepth    = 64    // nesting of arrays and objects, anywhere in the body
+	maxMessages = dialect.MaxMessages
+	maxBlocks   = dialect.MaxParts // content blocks over all messages, system and tool results included
+	maxTools    = dialect.MaxTools
+	maxStop     = dialect.MaxStop
+	maxDepth    = dialect.MaxDepth
 )
 
 // scanFewest is the smallest count bound: an array with more elements needs at least as many

@@ -359,3 +359,13 @@ func answer(text, finish string, calls ...cascade.ToolCall) *cascade.Answer {
 		Choices: []cascade.Choice{{Message: m, FinishReason: finish}},
 		Usage:   &cascade.Usage{PromptTokens: 7, CompletionTokens: 3, TotalTokens: 10}}
 }
+
+// errorBody is OpenAI's error object as a client reads it.
+type errorBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}

@@ -66,32 +66,15 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// errorBody is OpenAI's error object: param and code are null when unset.
-type errorBody struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    *string `json:"code"`
-	} `json:"error"`
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-// Error renders e in OpenAI's shape, {"error":{"message","type","param","code"}}.
+// Error renders e in OpenAI's shape (dialect.OpenAIError), its type invalid_request_error when
+// it has none.
 func (d *Dialect) Error(e *dialect.Error) []byte {
-	var b errorBody
-	b.Error.Message, b.Error.Type, b.Error.Param, b.Error.Code = e.Message, e.Type, nullable(e.Param), nullable(e.Code)
-	if b.Error.Type == "" {
-		b.Error.Type = "invalid_request_error"
+	if e.Type == "" {
+		c := *e
+		c.Type = "invalid_request_error"
+		e = &c
 	}
-	out, _ := json.Marshal(b)
-	return out
+	return dialect.OpenAIError(e)
 }
 
 func badRequest(param, format string, a ...any) *dialect.Error {

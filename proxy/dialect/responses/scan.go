@@ -10,15 +10,15 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
 )
 
-// Bounds on one request body, the chat path's (proxy/bodyscan.go) for the same things, so that
+// Bounds on one request body, every dialect's (package dialect) for the same things, so that
 // decoding builds at most a small multiple of the body's bytes whatever its shape.
 const (
-	maxItems    = 10000 // input items
-	maxParts    = 10000 // content parts, over all items (a function_call_output's output counts)
-	maxTools    = 128   // tools
-	maxInclude  = 64    // include values
-	maxMetadata = 16    // metadata keys, OpenAI's own bound
-	maxDepth    = 64    // nesting of arrays and objects, anywhere in the body
+	maxItems    = dialect.MaxMessages // input items
+	maxParts    = dialect.MaxParts    // content parts, over all items (a function_call_output's output counts)
+	maxTools    = dialect.MaxTools
+	maxInclude  = 64 // include values
+	maxMetadata = 16 // metadata keys, OpenAI's own bound
+	maxDepth    = dialect.MaxDepth
 )
 
 // metadata bounds, OpenAI's: a key of at most 64 characters, a value of at most 512.
