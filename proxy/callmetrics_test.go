@@ -77,7 +77,7 @@ func TestCallMetricsEveryDialect(t *testing.T) {
 	const n = 5 // chat-like dialects
 	start := time.Now()
 	for _, c := range calls {
-		resp, body := plainPost(t, http.MethodPost, srv.URL+c.path, c.body, nil)
+		resp, body := plainPost(t, http.MethodPost, srv.URL+c.path, c.body, nil) //nolint:bodyclose // plainPost closed it
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s %s: %d %s", c.path, c.body, resp.StatusCode, body)
 		}

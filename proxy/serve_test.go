@@ -127,14 +127,14 @@ func plainPost(t *testing.T, method, url, body string, hdr map[string]string) (*
 // X-EOC headers and trailers, and Done once the answer went out.
 func TestDialectAnswers(t *testing.T) {
 	srv, done := newPlainEdge(t)
-	resp, body := plainPost(t, "POST", srv.URL+"/v1/plain", `{"model":"known-1","prompt":"a"}`, nil)
+	resp, body := plainPost(t, "POST", srv.URL+"/v1/plain", `{"model":"known-1","prompt":"a"}`, nil) //nolint:bodyclose // plainPost closed it
 	if resp.StatusCode != 200 || body != `{"text":"hi"}` {
 		t.Fatalf("whole: %d %s", resp.StatusCode, body)
 	}
 	if resp.Header.Get(HeaderStage) != "echo" || len(resp.Header.Get(HeaderReceipt)) != 64 || resp.Header.Get(HeaderJoules) == "" {
 		t.Fatalf("whole: X-EOC headers %v", resp.Header)
 	}
-	resp, body = plainPost(t, "POST", srv.URL+"/v1/plain", `{"model":"known-1","prompt":"a","stream":true}`, nil)
+	resp, body = plainPost(t, "POST", srv.URL+"/v1/plain", `{"model":"known-1","prompt":"a","stream":true}`, nil) //nolint:bodyclose // plainPost closed it
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("stream: %d %v", resp.StatusCode, resp.Header)
 	}
@@ -176,7 +176,7 @@ func TestDialectErrorsInItsShape(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, body := plainPost(t, tc.method, srv.URL+"/v1/plain", tc.body, tc.hdr)
+			resp, body := plainPost(t, tc.method, srv.URL+"/v1/plain", tc.body, tc.hdr) //nolint:bodyclose // plainPost closed it
 			if resp.StatusCode != tc.status {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, body)
 			}
@@ -193,11 +193,11 @@ func TestDialectErrorsInItsShape(t *testing.T) {
 		t.Fatalf("Done called %d times on refusals", n)
 	}
 	// The chat route keeps OpenAI's shape, and takes the key as x-api-key too.
-	resp, body := plainPost(t, "POST", srv.URL+"/v1/chat/completions", `{}`, nil)
+	resp, body := plainPost(t, "POST", srv.URL+"/v1/chat/completions", `{}`, nil) //nolint:bodyclose // plainPost closed it
 	if resp.StatusCode != 401 || !strings.Contains(body, `"error":{`) {
 		t.Fatalf("chat 401: %d %s", resp.StatusCode, body)
 	}
-	resp, body = plainPost(t, "POST", srv.URL+"/v1/chat/completions", `{"model":"other","messages":[{"role":"user","content":"a"}]}`,
+	resp, body = plainPost(t, "POST", srv.URL+"/v1/chat/completions", `{"model":"other","messages":[{"role":"user","content":"a"}]}`, //nolint:bodyclose // plainPost closed it
 		map[string]string{"X-Api-Key": "sk-2"})
 	if resp.StatusCode != 404 || !strings.Contains(body, `"code":"model_not_found"`) {
 		t.Fatalf("chat with x-api-key: %d %s", resp.StatusCode, body)
@@ -226,7 +226,7 @@ func TestSSEMultilineData(t *testing.T) {
 func TestDialectRenderFailureIsRecorded(t *testing.T) {
 	got := make(chan Call, 1)
 	srv, done := newPlainEdgeRecording(t, func(c Call) error { got <- c; return nil })
-	resp, body := plainPost(t, "POST", srv.URL+"/v1/plain", `{"model":"known-1","prompt":"render-panic"}`, nil)
+	resp, body := plainPost(t, "POST", srv.URL+"/v1/plain", `{"model":"known-1","prompt":"render-panic"}`, nil) //nolint:bodyclose // plainPost closed it
 	var e map[string]string
 	if resp.StatusCode != 500 || json.Unmarshal([]byte(body), &e) != nil || e["kind"] != "server_error" {
 		t.Fatalf("%d %s", resp.StatusCode, body)
@@ -243,10 +243,10 @@ func TestDialectRenderFailureIsRecorded(t *testing.T) {
 func TestDialectBudgetRefusal(t *testing.T) {
 	srv, _ := newPlainEdge(t, APIKey{ID: "k", Key: "sk-1", Budget: &Budget{Joules: 1e-12, Per: "day"}})
 	hdr := map[string]string{"X-Api-Key": "sk-1"}
-	if resp, body := plainPost(t, "POST", srv.URL+"/v1/plain", `{"model":"known-1","prompt":"a"}`, hdr); resp.StatusCode != 200 {
+	if resp, body := plainPost(t, "POST", srv.URL+"/v1/plain", `{"model":"known-1","prompt":"a"}`, hdr); resp.StatusCode != 200 { //nolint:bodyclose // plainPost closed it
 		t.Fatalf("first call: %d %s", resp.StatusCode, body)
 	}
-	resp, body := plainPost(t, "POST", srv.URL+"/v1/plain", `{"model":"known-1","prompt":"a"}`, hdr)
+	resp, body := plainPost(t, "POST", srv.URL+"/v1/plain", `{"model":"known-1","prompt":"a"}`, hdr) //nolint:bodyclose // plainPost closed it
 	var e map[string]string
 	if resp.StatusCode != 429 || json.Unmarshal([]byte(body), &e) != nil || e["kind"] != "insufficient_quota" ||
 		resp.Header.Get(HeaderBudgetRemaining) == "" {

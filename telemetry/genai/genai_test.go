@@ -121,7 +121,7 @@ func (r *rig) otel(t *testing.T, name string) map[string]otelPoint {
 func attrKey(s attribute.Set) string {
 	var parts []string
 	for _, kv := range s.ToSlice() {
-		parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+		parts = append(parts, string(kv.Key)+"="+kv.Value.String())
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ",")

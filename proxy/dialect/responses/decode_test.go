@@ -29,16 +29,6 @@ func decode(t *testing.T, d *Dialect, body string) *exchange {
 	return x.(*exchange)
 }
 
-// rawChat is the chat request Decode built, as the upstream would read it.
-func rawChat(t *testing.T, x *exchange) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(x.RawChat(), &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
 func TestDecodeFields(t *testing.T) {
 	for _, tc := range []struct {
 		name, body string

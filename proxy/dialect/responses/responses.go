@@ -144,7 +144,7 @@ func validID(id string) bool {
 	}
 	for i := 5; i < len(id); i++ {
 		c := id[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c == '-') {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && c != '_' && c != '-' {
 			return false
 		}
 	}
