@@ -1,23 +1,31 @@
 //go:build linux
 
-// Command benchout measures eoc-proxy from outside, the way users run it (issue 12).
+// Command benchout measures eoc-proxy from outside, the way users run it (issues 12 and 29).
 //
 // It builds eoc-proxy and starts, each as its own process on loopback: a fake upstream speaking
-// Ollama's API and the OpenAI-compatible one with fixed bytes, eoc-proxy with the shipped eoc.yaml
-// (only the listen address and the backend URL changed), a bare httputil.ReverseProxy in front of
-// the upstream (yardstick 1: one hop) and a bare handler replaying eoc-proxy's cache-hit bytes and
-// headers (yardstick 2), and, for reading only, the least a proxy that translates to Ollama's API
-// and writes eoc-proxy's headers does (floorHandler). The client is this process. Per run it measures
+// Ollama's API and the OpenAI-compatible one with fixed bytes (whole, or 32 chunks flushed one by
+// one), eoc-proxy with the shipped eoc.yaml (only the listen address and the backend URL
+// changed), a bare httputil.ReverseProxy in front of the upstream (yardstick 1: one hop) and a
+// bare handler replaying eoc-proxy's cache-hit bytes and headers (yardstick 2), and the least a
+// proxy that translates to Ollama's API and writes eoc-proxy's headers does (floorHandler, the
+// translator floor). The client is this process. Per run it measures
 //
-//   - sequential latency with a fresh prompt per round (so every eoc-proxy answer is neural),
-//     round-robin over direct, reverse proxy, translator floor and eoc-proxy: the median and p99
-//     of the time each adds over direct (quantile of the path minus the same quantile of direct);
-//   - cache-hit throughput with concurrent keep-alive clients, eoc-proxy against the bare handler,
-//     alternating in slices;
-//   - a soak: eoc-proxy's RSS, heap goal and goroutines after a warm-up, halfway and at the end.
+//   - neural: sequential latency with a fresh prompt per round (so every eoc-proxy answer is
+//     neural), round-robin over direct, reverse proxy, translator floor and eoc-proxy: the median
+//     and p99 of the time each adds over direct (quantile of the path minus the same quantile of
+//     direct), and the server CPU per call;
+//   - dialects: the same with a fresh prompt per call, over direct, the hop, eoc-proxy's chat and
+//     its Responses (store false, and kept), Messages and legacy completions routes, each of which
+//     reaches the upstream as the same Ollama call;
+//   - stream: the same, streamed, over direct, the hop, the floor and eoc-proxy (chat and the
+//     dialects): the time to the first token and to the end of the stream;
+//   - cache: cache-hit throughput with concurrent keep-alive clients, eoc-proxy against the bare
+//     handler, alternating in slices;
+//   - soak: eoc-proxy's RSS, heap goal and goroutines after a warm-up, halfway and at the end.
 //
-// and prints one table of the medians over the runs with issue 12's targets. Every eoc-proxy
-// answer is checked for the stage it should come from; any other fails the run.
+// and prints one table of the medians over the runs with issue 29's targets, and a PASS or FAIL
+// line per target. Every eoc-proxy answer is checked for the stage it should come from; any other
+// fails the run. A dialect route the build answers with 404 is left out.
 //
 // Usage: go run ./scripts/benchout [flags]   (from the module root; see scripts/bench.sh)
 //
