@@ -33,6 +33,8 @@ measure() {
       vals="d=$(num "$l" 'direct p50 ([0-9]+) µs') e50=$(num "$l" 'eoc-proxy adds ([0-9]+) µs/') e99=$(num "$l" 'eoc-proxy adds [0-9]+ µs/([0-9]+) µs')"
       vals+=" h50=$(num "$l" '; hop adds ([0-9]+) µs/') h99=$(num "$l" '; hop adds [0-9]+ µs/([0-9]+) µs') f50=$(num "$l" '; floor adds ([0-9]+) µs/')"
       vals+=" hcpu=$(num "$l" 'CPU per call hop ([0-9]+) µs') ecpu=$(num "$l" 'CPU per call hop [0-9]+ µs, eoc-proxy ([0-9]+) µs')"
+      vals+=" nall=$(num "$l" 'allocations per neural call ([0-9]+), ') nbytes=$(num "$l" 'allocations per neural call [0-9]+, ([0-9]+) B')"
+      vals+=" hall=$(num "$l" 'allocations per hit ([0-9]+), ') hbytes=$(num "$l" 'allocations per hit [0-9]+, ([0-9]+) B')"
       vals+=" hit=$(num "$l" 'cache hits ([0-9]+) req/s') bare=$(num "$l" 'req/s vs bare ([0-9]+) req/s')"
       vals+=" bcpu=$(num "$l" 'CPU per call bare ([0-9.]+) µs') hcpu2=$(num "$l" 'CPU per call bare [0-9.]+ µs, eoc-proxy ([0-9.]+) µs')"
       vals+=" dchat=$(num "$l" 'dialects add hop [0-9]+ µs, chat ([0-9]+) µs') dresp=$(num "$l" 'dialects add [^;]* responses ([0-9]+) µs')"
@@ -61,8 +63,12 @@ measure "neural, time added / hop's" '(e50 == "" || h50 == "") ? "" : e50 / h50'
 measure "neural, p99 / hop's" '(e99 == "" || h99 == "") ? "" : e99 / h99'
 measure "neural, server CPU per call (µs)" 'ecpu'
 measure "neural, CPU per call / hop's" '(ecpu == "" || hcpu == "") ? "" : ecpu / hcpu'
+measure "neural, heap allocations per call (objects)" 'nall'
+measure "neural, heap bytes allocated per call" 'nbytes'
 measure "cache hits, eoc-proxy / bare handler" '(hit == "" || bare == "") ? "" : hit / bare'
 measure "cache hit, server CPU per call (µs)" 'hcpu2'
+measure "cache hit, heap allocations per call (objects)" 'hall'
+measure "cache hit, heap bytes allocated per call" 'hbytes'
 measure "dialects phase: chat, time added (µs)" 'dchat'
 measure "dialects phase: Responses (store false), time added (µs)" 'dresp'
 measure "dialects phase: Responses / chat" '(dresp == "" || dchat == "") ? "" : dresp / dchat'

@@ -322,6 +322,8 @@ type usage struct {
 	rssKiB     int64
 	heapKiB    int64 // go_memstats_next_gc_bytes: the heap goal, the live heap at the last GC plus its headroom (GOGC)
 	goroutines int64
+	mallocs    float64 // go_memstats_mallocs_total: heap objects allocated so far
+	allocBytes float64 // go_memstats_alloc_bytes_total: heap bytes allocated so far
 }
 
 func sample(c *http.Client, pid int, base string) usage {
@@ -359,6 +361,10 @@ func sample(c *http.Client, pid int, base string) usage {
 			u.goroutines = int64(f)
 		case "go_memstats_next_gc_bytes":
 			u.heapKiB = int64(f) / 1024
+		case "go_memstats_mallocs_total":
+			u.mallocs = f
+		case "go_memstats_alloc_bytes_total":
+			u.allocBytes = f
 		}
 	}
 	return u

@@ -173,13 +173,15 @@ func run(args []string, stdout io.Writer) int {
 
 // result is one run's figures.
 type result struct {
-	direct, rp, eoc  [2]time.Duration // p50, p99
-	floor            [2]time.Duration // the translator floor's p50, p99
-	rpCPU, eocCPU    time.Duration    // server CPU per neural call: reverse proxy, eoc-proxy
-	bareRPS, eocRPS  float64
-	bareCPU, hitCPU  time.Duration // server CPU per cache hit: bare handler, eoc-proxy
-	soak             [3]usage      // after warm-up, halfway, end
-	neural, hit, sok bool          // which phases ran
+	direct, rp, eoc [2]time.Duration // p50, p99
+	floor           [2]time.Duration // the translator floor's p50, p99
+	rpCPU, eocCPU   time.Duration    // server CPU per neural call: reverse proxy, eoc-proxy
+	bareRPS, eocRPS float64
+	bareCPU, hitCPU time.Duration // server CPU per cache hit: bare handler, eoc-proxy
+	// eoc-proxy's heap allocations per neural call and per cache hit: objects and bytes.
+	neuralAllocs, neuralBytes, hitAllocs, hitBytes float64
+	soak                                           [3]usage // after warm-up, halfway, end
+	neural, hit, sok                               bool     // which phases ran
 
 	// The dialects phase: p50 and p99 of each target's time to the whole answer, by name
 	// (direct, hop, chat and dialectPaths' names; a dialect the build does not serve is absent).
@@ -192,10 +194,10 @@ type result struct {
 func (r result) line() string {
 	var parts []string
 	if r.neural {
-		parts = append(parts, fmt.Sprintf("direct p50 %s p99 %s; hop adds %s/%s; floor adds %s/%s; eoc-proxy adds %s/%s; CPU per call hop %s, eoc-proxy %s",
+		parts = append(parts, fmt.Sprintf("direct p50 %s p99 %s; hop adds %s/%s; floor adds %s/%s; eoc-proxy adds %s/%s; CPU per call hop %s, eoc-proxy %s; allocations per neural call %.0f, %.0f B",
 			us(r.direct[0]), us(r.direct[1]), us(r.rp[0]-r.direct[0]), us(r.rp[1]-r.direct[1]),
 			us(r.floor[0]-r.direct[0]), us(r.floor[1]-r.direct[1]),
-			us(r.eoc[0]-r.direct[0]), us(r.eoc[1]-r.direct[1]), us(r.rpCPU), us(r.eocCPU)))
+			us(r.eoc[0]-r.direct[0]), us(r.eoc[1]-r.direct[1]), us(r.rpCPU), us(r.eocCPU), r.neuralAllocs, r.neuralBytes))
 	}
 	if r.dial != nil {
 		d := r.dial["direct"][0]
@@ -218,7 +220,7 @@ func (r result) line() string {
 		parts = append(parts, fmt.Sprintf("stream (direct first token %s, last chunk %s) adds first/last: %s", us(d1), us(d2), strings.Join(ps, ", ")))
 	}
 	if r.hit {
-		parts = append(parts, fmt.Sprintf("cache hits %.0f req/s vs bare %.0f req/s; CPU per call bare %s, eoc-proxy %s", r.eocRPS, r.bareRPS, us(r.bareCPU), us(r.hitCPU)))
+		parts = append(parts, fmt.Sprintf("cache hits %.0f req/s vs bare %.0f req/s; CPU per call bare %s, eoc-proxy %s; allocations per hit %.0f, %.0f B", r.eocRPS, r.bareRPS, us(r.bareCPU), us(r.hitCPU), r.hitAllocs, r.hitBytes))
 	}
 	if r.sok {
 		parts = append(parts, fmt.Sprintf("soak goroutines %d/%d/%d, RSS %d/%d/%d KiB",
@@ -292,11 +294,14 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 			{name: "eoc-proxy", url: eocURL + path, stage: "neural"},
 		}
 		rp0, eoc0 := procCPU(rp.Cmd.Process.Pid), procCPU(cmd.Process.Pid)
+		m0 := sample(c, cmd.Process.Pid, eocURL)
 		lat := sequential(c, ts, o.warmup, o.rounds, p).total
 		time.Sleep(200 * time.Millisecond) // kv's learn queue catches up
 		calls := time.Duration(o.warmup + o.rounds)
 		res.rpCPU = (procCPU(rp.Cmd.Process.Pid) - rp0) / calls
 		res.eocCPU = (procCPU(cmd.Process.Pid) - eoc0) / calls
+		m1 := sample(c, cmd.Process.Pid, eocURL)
+		res.neuralAllocs, res.neuralBytes = (m1.mallocs-m0.mallocs)/float64(calls), (m1.allocBytes-m0.allocBytes)/float64(calls)
 		for i, dst := range []*[2]time.Duration{&res.direct, &res.rp, &res.floor, &res.eoc} {
 			s := sortedCopy(lat[i])
 			*dst = [2]time.Duration{quantile(s, 0.5), quantile(s, 0.99)}
@@ -332,6 +337,7 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 	}
 
 	if o.phases["cache"] {
+		m0 := sample(c, cmd.Process.Pid, eocURL)
 		body := chatBody(p.next(), false)
 		if status, stage, err := do(c, eocURL+path, body); err != nil || status != 200 || stage != "neural" {
 			procs.Fatalf("priming the cache: status %d, stage %q, err %v (want 200 from neural)", status, stage, err)
@@ -360,6 +366,10 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 		}
 		res.bareRPS, res.eocRPS = float64(bs.n)/bs.wall.Seconds(), float64(es.n)/es.wall.Seconds()
 		res.bareCPU, res.hitCPU = bs.cpu/time.Duration(bs.n), es.cpu/time.Duration(es.n)
+		// The priming call and captureHit's are in the count too: a neural call among thousands of hits.
+		m1 := sample(c, cmd.Process.Pid, eocURL)
+		n := float64(es.n + 2)
+		res.hitAllocs, res.hitBytes = (m1.mallocs-m0.mallocs)/n, (m1.allocBytes-m0.allocBytes)/n
 		res.hit = true
 	}
 
@@ -530,6 +540,9 @@ func printTable(w io.Writer, o *options, stages []string, rs []result, took time
 		ec := medianOf(rs, func(r result) float64 { return µs(r.eocCPU) })
 		cc, rc := ratioCell(rs, func(r result) float64 { return float64(r.eocCPU) / float64(r.rpCPU) })
 		line("| neural call, server CPU per call | %.0f µs | %.0f µs | %s | ≤ 2× | %s |\n", hc, ec, cc, met("neural CPU per call vs the hop", cc, "≤ 2×", rc <= 2))
+		na := medianOf(rs, func(r result) float64 { return r.neuralAllocs })
+		nb := medianOf(rs, func(r result) float64 { return r.neuralBytes })
+		line("| neural call, eoc-proxy's heap allocations per call | | %.0f objects, %.1f KiB | | (for reading) | |\n", na, nb/1024)
 		cf, _ := ratioCell(rs, func(r result) float64 { return float64(r.floor[0]-r.direct[0]) / float64(r.rp[0]-r.direct[0]) })
 		line("| translator floor (OpenAI in, Ollama's API out and back, eoc-proxy's headers; nothing else), time added, median | %.0f µs | %.0f µs | %s | (for reading) | |\n", h50, f50, cf)
 	}
@@ -596,6 +609,9 @@ func printTable(w io.Writer, o *options, stages []string, rs []result, took time
 		hc := medianOf(rs, func(r result) float64 { return µs(r.hitCPU) })
 		rc := medianOf(rs, func(r result) float64 { return float64(r.hitCPU) / float64(r.bareCPU) })
 		line("| cache hit, server CPU per call | %.1f µs | %.1f µs | %.2f× | (for reading) | |\n", bc, hc, rc)
+		ha := medianOf(rs, func(r result) float64 { return r.hitAllocs })
+		hb := medianOf(rs, func(r result) float64 { return r.hitBytes })
+		line("| cache hit, eoc-proxy's heap allocations per call | | %.0f objects, %.1f KiB | | (for reading) | |\n", ha, hb/1024)
 	}
 	if rs[0].sok {
 		g := func(i int) float64 {
