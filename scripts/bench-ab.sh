@@ -30,18 +30,18 @@ measure() {
   local name=$1 expr=$2 which ma mb
   for which in A B; do
     grep "^$which " "$dir/lines" | while IFS= read -r l; do
-      vals="d=$(num "$l" 'direct p50 ([0-9]+) µs') e50=$(num "$l" 'eoc-proxy adds ([0-9]+) µs/') e99=$(num "$l" 'eoc-proxy adds [0-9]+ µs/([0-9]+) µs')"
-      vals+=" h50=$(num "$l" '; hop adds ([0-9]+) µs/') h99=$(num "$l" '; hop adds [0-9]+ µs/([0-9]+) µs') f50=$(num "$l" '; floor adds ([0-9]+) µs/')"
-      vals+=" hcpu=$(num "$l" 'CPU per call hop ([0-9]+) µs') ecpu=$(num "$l" 'CPU per call hop [0-9]+ µs, eoc-proxy ([0-9]+) µs')"
+      vals="d=$(num "$l" 'direct p50 (-?[0-9]+) µs') e50=$(num "$l" 'eoc-proxy adds (-?[0-9]+) µs/') e99=$(num "$l" 'eoc-proxy adds -?[0-9]+ µs/(-?[0-9]+) µs')"
+      vals+=" h50=$(num "$l" '; hop adds (-?[0-9]+) µs/') h99=$(num "$l" '; hop adds -?[0-9]+ µs/(-?[0-9]+) µs') f50=$(num "$l" '; floor adds (-?[0-9]+) µs/')"
+      vals+=" hcpu=$(num "$l" 'CPU per call hop (-?[0-9]+) µs') ecpu=$(num "$l" 'CPU per call hop -?[0-9]+ µs, eoc-proxy (-?[0-9]+) µs')"
       vals+=" nall=$(num "$l" 'allocations per neural call ([0-9]+), ') nbytes=$(num "$l" 'allocations per neural call [0-9]+, ([0-9]+) B')"
       vals+=" hall=$(num "$l" 'allocations per hit ([0-9]+), ') hbytes=$(num "$l" 'allocations per hit [0-9]+, ([0-9]+) B')"
       vals+=" hit=$(num "$l" 'cache hits ([0-9]+) req/s') bare=$(num "$l" 'req/s vs bare ([0-9]+) req/s')"
       vals+=" bcpu=$(num "$l" 'CPU per call bare ([0-9.]+) µs') hcpu2=$(num "$l" 'CPU per call bare [0-9.]+ µs, eoc-proxy ([0-9.]+) µs')"
-      vals+=" dchat=$(num "$l" 'dialects add hop [0-9]+ µs, chat ([0-9]+) µs') dresp=$(num "$l" 'dialects add [^;]* responses ([0-9]+) µs')"
-      vals+=" sf=$(num "$l" 'first/last: [^;]*floor ([0-9]+) µs/') sc1=$(num "$l" 'first/last: [^;]*, chat ([0-9]+) µs/') sc2=$(num "$l" 'first/last: [^;]*, chat [0-9]+ µs/([0-9]+) µs')"
-      vals+=" sh1=$(num "$l" 'first/last: hop ([0-9]+) µs/') sh2=$(num "$l" 'first/last: hop [0-9]+ µs/([0-9]+) µs')"
+      vals+=" dchat=$(num "$l" 'dialects add hop -?[0-9]+ µs, chat (-?[0-9]+) µs') dresp=$(num "$l" 'dialects add [^;]* responses (-?[0-9]+) µs')"
+      vals+=" sf=$(num "$l" 'first/last: [^;]*floor (-?[0-9]+) µs/') sc1=$(num "$l" 'first/last: [^;]*, chat (-?[0-9]+) µs/') sc2=$(num "$l" 'first/last: [^;]*, chat -?[0-9]+ µs/(-?[0-9]+) µs')"
+      vals+=" sh1=$(num "$l" 'first/last: hop (-?[0-9]+) µs/') sh2=$(num "$l" 'first/last: hop -?[0-9]+ µs/(-?[0-9]+) µs')"
       # shellcheck disable=SC2086
-      awk $(printf -- '-v %s ' $vals) "BEGIN {v = $expr; if (v != \"\") printf \"%.4g\\n\", v}" 2>/dev/null || true
+      awk $(printf -- '-v %s ' $vals) "BEGIN {v = $expr; if (v == \"\") exit; if (v >= 100 || v <= -100) printf \"%.0f\\n\", v; else printf \"%.3g\\n\", v}" 2>/dev/null || true
     done | median >"$dir/m$which"
   done
   ma=$(cat "$dir/mA") mb=$(cat "$dir/mB")
