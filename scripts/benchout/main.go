@@ -173,15 +173,16 @@ func run(args []string, stdout io.Writer) int {
 
 // result is one run's figures.
 type result struct {
-	direct, rp, eoc [2]time.Duration // p50, p99
-	floor           [2]time.Duration // the translator floor's p50, p99
-	rpCPU, eocCPU   time.Duration    // server CPU per neural call: reverse proxy, eoc-proxy
-	bareRPS, eocRPS float64
-	bareCPU, hitCPU time.Duration // server CPU per cache hit: bare handler, eoc-proxy
+	direct, rp, eoc  [2]time.Duration // p50, p99
+	floor            [2]time.Duration // the translator floor's p50, p99
+	rpCPU, eocCPU    time.Duration    // server CPU per neural call: reverse proxy, eoc-proxy
+	bareRPS, eocRPS  float64
+	bareCPU, hitCPU  time.Duration // server CPU per cache hit: bare handler, eoc-proxy
+	soak             [3]usage      // after warm-up, halfway, end
+	neural, hit, sok bool          // which phases ran
+
 	// eoc-proxy's heap allocations per neural call and per cache hit: objects and bytes.
 	neuralAllocs, neuralBytes, hitAllocs, hitBytes float64
-	soak                                           [3]usage // after warm-up, halfway, end
-	neural, hit, sok                               bool     // which phases ran
 
 	// The dialects phase: p50 and p99 of each target's time to the whole answer, by name
 	// (direct, hop, chat and dialectPaths' names; a dialect the build does not serve is absent).
