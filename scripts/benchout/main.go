@@ -4,7 +4,7 @@
 //
 // It builds eoc-proxy and starts, each as its own process on loopback: a fake upstream speaking
 // Ollama's API and the OpenAI-compatible one with fixed bytes (whole, or 32 chunks flushed one by
-// one), eoc-proxy with the shipped eoc.yaml (only the listen address and the backend URL
+// one, a pause of 1 ms after the first), eoc-proxy with the shipped eoc.yaml (only the listen address and the backend URL
 // changed), a bare httputil.ReverseProxy in front of the upstream (yardstick 1: one hop) and a
 // bare handler replaying eoc-proxy's cache-hit bytes and headers (yardstick 2), and the least a
 // proxy that translates to Ollama's API and writes eoc-proxy's headers does (floorHandler, the

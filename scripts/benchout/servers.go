@@ -43,15 +43,24 @@ var (
 		"data: [DONE]\n\n")
 )
 
-// streamOut writes chunk streamChunks times, flushing each, then end.
+// firstTokenGap is the upstream's pause after the first chunk, as a model's between two tokens,
+// so that the first token's trip through each proxy is timed alone, not while the proxy and the
+// client also handle the rest of the stream.
+const firstTokenGap = time.Millisecond
+
+// streamOut writes chunk streamChunks times, flushing each, with firstTokenGap after the first,
+// then end.
 func streamOut(w http.ResponseWriter, contentType string, chunk, end []byte) {
 	w.Header().Set("Content-Type", contentType)
 	rc := http.NewResponseController(w)
-	for range streamChunks {
+	for i := range streamChunks {
 		if _, err := w.Write(chunk); err != nil {
 			return
 		}
 		_ = rc.Flush()
+		if i == 0 {
+			time.Sleep(firstTokenGap)
+		}
 	}
 	_, _ = w.Write(end)
 }
