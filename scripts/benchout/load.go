@@ -133,9 +133,22 @@ type timing struct {
 	total, first [][]time.Duration
 }
 
-// sequential measures one call at a time, round-robin over the targets (the order rotating each
-// round), with a fresh prompt each round, shared by the targets that are not fresh.
-func sequential(c *http.Client, ts []target, warmup, rounds int, p *prompts) timing {
+// order is how sequential orders each round's calls.
+type order int
+
+const (
+	// rotate starts each round one target further on: the order stays cyclic, so each target
+	// follows the same one (the neural phase's order, kept as its figures have always been taken).
+	rotate order = iota
+	// shuffle orders each round at random. Where several targets are the same process (eoc-proxy's
+	// routes), a call right after another to that process finds it busier or warmer than one after
+	// a call elsewhere; shuffled, no route always follows the same one.
+	shuffle
+)
+
+// sequential measures one call at a time over the targets, each round in the given order, with a
+// fresh prompt each round, shared by the targets that are not fresh.
+func sequential(c *http.Client, ts []target, warmup, rounds int, p *prompts, o order) timing {
 	tm := timing{total: make([][]time.Duration, len(ts)), first: make([][]time.Duration, len(ts))}
 	for i := range ts {
 		tm.total[i] = make([]time.Duration, 0, rounds)
@@ -143,10 +156,16 @@ func sequential(c *http.Client, ts []target, warmup, rounds int, p *prompts) tim
 			tm.first[i] = make([]time.Duration, 0, rounds)
 		}
 	}
+	perm := make([]int, len(ts))
 	for r := range warmup + rounds {
 		shared := p.next()
-		for k := range ts {
-			i := (r + k) % len(ts)
+		for k := range perm {
+			perm[k] = (r + k) % len(ts)
+		}
+		if o == shuffle {
+			p.r.Shuffle(len(perm), func(a, b int) { perm[a], perm[b] = perm[b], perm[a] })
+		}
+		for _, i := range perm {
 			t := &ts[i]
 			user := shared
 			if t.fresh {

@@ -14,9 +14,9 @@
 //     neural), round-robin over direct, reverse proxy, translator floor and eoc-proxy: the median
 //     and p99 of the time each adds over direct (quantile of the path minus the same quantile of
 //     direct), and the server CPU per call;
-//   - dialects: the same with a fresh prompt per call, over direct, the hop, eoc-proxy's chat and
-//     its Responses (store false, and kept), Messages and legacy completions routes, each of which
-//     reaches the upstream as the same Ollama call;
+//   - dialects: the same with a fresh prompt per call and each round's order shuffled, over
+//     direct, the hop, eoc-proxy's chat and its Responses (store false, and kept), Messages and
+//     legacy completions routes, each of which reaches the upstream as the same Ollama call;
 //   - stream: the same, streamed, over direct, the hop, the floor and eoc-proxy (chat and the
 //     dialects): the time to the first token and to the end of the stream;
 //   - cache: cache-hit throughput with concurrent keep-alive clients, eoc-proxy against the bare
@@ -296,7 +296,7 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 		}
 		rp0, eoc0 := procCPU(rp.Cmd.Process.Pid), procCPU(cmd.Process.Pid)
 		m0 := sample(c, cmd.Process.Pid, eocURL)
-		lat := sequential(c, ts, o.warmup, o.rounds, p).total
+		lat := sequential(c, ts, o.warmup, o.rounds, p, rotate).total
 		time.Sleep(200 * time.Millisecond) // kv's learn queue catches up
 		calls := time.Duration(o.warmup + o.rounds)
 		res.rpCPU = (procCPU(rp.Cmd.Process.Pid) - rp0) / calls
@@ -317,7 +317,7 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 			{name: "chat", url: eocURL + path, stage: "neural", fresh: true},
 		}
 		ts = append(ts, dialectTargets(c, eocURL, p, false)...)
-		res.dial = quantiles(ts, sequential(c, ts, o.warmup, o.rounds, p).total)
+		res.dial = quantiles(ts, sequential(c, ts, o.warmup, o.rounds, p, shuffle).total)
 	}
 
 	if o.phases["stream"] {
@@ -333,7 +333,7 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 			{name: "chat", url: eocURL + path, body: chat, stage: "neural", fresh: true, stream: true},
 		}
 		ts = append(ts, dialectTargets(c, eocURL, p, true)...)
-		tm := sequential(c, ts, o.warmup, o.streamRounds, p)
+		tm := sequential(c, ts, o.warmup, o.streamRounds, p, shuffle)
 		res.first, res.last = quantiles(ts, tm.first), quantiles(ts, tm.total)
 	}
 
