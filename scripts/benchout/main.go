@@ -553,7 +553,7 @@ func printTable(w io.Writer, o *options, stages []string, rs []result, took time
 		h := medianOf(rs, func(r result) float64 { return added(r, "hop") })
 		c := medianOf(rs, func(r result) float64 { return added(r, "chat") })
 		cc, _ := ratioCell(rs, func(r result) float64 { return added(r, "chat") / added(r, "hop") })
-		line("| dialects, fresh prompts, round-robin: chat, time added, median | %.0f µs (hop) | %.0f µs | %s | (for reading) | |\n", h, c, cc)
+		line("| dialects, fresh prompts, shuffled rounds: chat, time added, median | %.0f µs (hop) | %.0f µs | %s | (for reading) | |\n", h, c, cc)
 		for _, d := range dialectPaths {
 			if !d.whole || !everyRun(rs, dial, d.name) {
 				continue

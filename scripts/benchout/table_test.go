@@ -62,7 +62,7 @@ func TestTableDialectAndStreamRows(t *testing.T) {
 	}
 	out := table(t, &options{cpus: 2}, []result{r})
 	for _, want := range []string{
-		"| dialects, fresh prompts, round-robin: chat, time added, median | 200 µs (hop) | 500 µs | 2.50× |",
+		"| dialects, fresh prompts, shuffled rounds: chat, time added, median | 200 µs (hop) | 500 µs | 2.50× |",
 		"| Responses (store: false) (/v1/responses), time added, median (p99 1080 µs) | 500 µs (chat, same rounds) | 540 µs | 1.08× | ≤ 1.10× chat | yes |",
 		"| Anthropic Messages (/v1/messages), time added, median (p99 1400 µs) | 500 µs (chat, same rounds) | 700 µs | 1.40× | (for reading) | |",
 		"PASS Responses time added vs chat's: 1.08×",
