@@ -178,10 +178,25 @@ func TestMessagesSDK(t *testing.T) {
 }
 
 // TestCompletionsSDK runs e2e/node/completions.cjs, the OpenAI Node SDK's legacy
-// completions.create, whole and streamed (with the usage and eoc chunks), a cache hit, and suffix
-// and several prompts refused as BadRequestErrors naming the field, against the suite's proxy
-// and the real Ollama.
+// completions.create, whole and streamed (with the usage and eoc chunks), a cache hit, suffix
+// and several prompts refused as BadRequestErrors naming the field, and a spent joule budget
+// refused as a RateLimitError, against a proxy with keys (the Messages proxy's) and the real
+// Ollama.
 func TestCompletionsSDK(t *testing.T) {
 	node, modules := nodeModules(t, "openai")
-	runNode(t, node, "completions.cjs", 6, "EOC_BASE_URL="+env.proxy.url+"/v1", "EOC_MODEL="+model, "EOC_E2E_NODE_MODULES="+modules)
+	fake := weatherFake(t)
+	p, err := startProxyWith("completions", func(addr, _ string) string {
+		return fmt.Sprintf(messagesConfig, addr, fake.URL, env.ollama.url)
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.stop)
+	t.Cleanup(func() {
+		if t.Failed() {
+			p.tail(os.Stderr)
+		}
+	})
+	runNode(t, node, "completions.cjs", 7, "EOC_BASE_URL="+p.url+"/v1", "EOC_MODEL="+model,
+		"EOC_KEY="+messagesKey, "EOC_POOR_KEY="+poorKey, "EOC_E2E_NODE_MODULES="+modules)
 }

@@ -1,6 +1,7 @@
 // The OpenAI Node SDK's legacy completions.create against a running eoc-proxy's
 // POST /v1/completions (run by e2e/messages_test.go). Env: EOC_BASE_URL (the proxy, with /v1),
-// EOC_MODEL, EOC_KEY (optional: a proxy key), EOC_E2E_NODE_MODULES (where `npm ci` put the SDK).
+// EOC_MODEL, EOC_KEY (a key without a budget), EOC_POOR_KEY (a key whose joule budget one call
+// spends), EOC_E2E_NODE_MODULES (where `npm ci` put the SDK).
 // Prints "ok - CHECK" per check; exits 1 at the first failure.
 "use strict";
 const assert = require("node:assert/strict");
@@ -8,7 +9,8 @@ const path = require("node:path");
 
 const sdk = require(path.join(process.env.EOC_E2E_NODE_MODULES, "openai"));
 const model = process.env.EOC_MODEL;
-const client = new sdk.OpenAI({ baseURL: process.env.EOC_BASE_URL, apiKey: process.env.EOC_KEY || "unused", maxRetries: 0, timeout: 120_000 });
+const opts = { baseURL: process.env.EOC_BASE_URL, maxRetries: 0, timeout: 120_000 };
+const client = new sdk.OpenAI({ ...opts, apiKey: process.env.EOC_KEY });
 
 function prompt() {
   return Array.from({ length: 8 }, () => Math.random().toString(36).slice(2, 8)).join(" ");
@@ -100,6 +102,26 @@ async function main() {
       assert.equal(err.param, "prompt");
       return true;
     });
+  });
+
+  await check("a spent joule budget is a RateLimitError in OpenAI's shape", async () => {
+    const poor = new sdk.OpenAI({ ...opts, apiKey: process.env.EOC_POOR_KEY });
+    // The first call is admitted and spends more than the budget; one after it is refused.
+    let refused = null;
+    for (let i = 0; i < 3 && !refused; i++) {
+      try {
+        await poor.completions.create({ model, prompt: prompt(), max_tokens: 4 });
+      } catch (err) {
+        refused = err;
+      }
+    }
+    assert.ok(refused, "three calls on a spent budget were all answered");
+    assert.ok(refused instanceof sdk.RateLimitError, `${refused.constructor.name}: ${refused.message}`);
+    assert.equal(refused.status, 429);
+    assert.equal(refused.type, "insufficient_quota");
+    assert.equal(refused.code, "joule_budget_exceeded");
+    assert.match(refused.message, /budget/);
+    assert.ok(refused.headers.get("x-eoc-budget-remaining") !== null, "no X-EOC-Budget-Remaining on the refusal");
   });
 }
 

@@ -80,46 +80,175 @@ func (p *prompts) next() string {
 // chatBody is an OpenAI chat request with the given user message (made of ASCII letters, spaces
 // and punctuation, so it needs no escaping).
 func chatBody(user string, stream bool) []byte {
-	s := ""
+	return []byte(`{"model":"` + upModel + `","messages":[{"role":"system","content":"` + system + `"},{"role":"user","content":"` + user + `"}],"max_tokens":64` + streamField(stream) + `}`)
+}
+
+const system = "You are a helpful assistant. Be brief."
+
+func streamField(stream bool) string {
 	if stream {
-		s = `,"stream":true`
+		return `,"stream":true`
 	}
-	return []byte(`{"model":"` + upModel + `","messages":[{"role":"system","content":"You are a helpful assistant. Be brief."},{"role":"user","content":"` + user + `"}],"max_tokens":64` + s + `}`)
+	return ""
+}
+
+// responsesBody is the same call in the Responses API; store false keeps nothing.
+func responsesBody(user string, stream, store bool) []byte {
+	st := ""
+	if !store {
+		st = `,"store":false`
+	}
+	return []byte(`{"model":"` + upModel + `","instructions":"` + system + `","input":"` + user + `","max_output_tokens":64` + st + streamField(stream) + `}`)
+}
+
+// messagesBody is the same call in Anthropic's Messages API.
+func messagesBody(user string, stream bool) []byte {
+	return []byte(`{"model":"` + upModel + `","system":"` + system + `","messages":[{"role":"user","content":"` + user + `"}],"max_tokens":64` + streamField(stream) + `}`)
+}
+
+// completionsBody is the user message as a legacy completions prompt (which has no system).
+func completionsBody(user string, stream bool) []byte {
+	return []byte(`{"model":"` + upModel + `","prompt":"` + user + `","max_tokens":64` + streamField(stream) + `}`)
 }
 
 // target is one way to the upstream.
 type target struct {
 	name, url string
-	stage     string // the X-EOC-Stage every answer must carry ("" for none)
+	stage     string                   // the X-EOC-Stage every answer must carry ("" for none)
+	body      func(user string) []byte // the call (nil: a whole chat call)
+	fresh     bool                     // a prompt of its own each round, not the round's shared one
+	stream    bool                     // a streamed call: time to first token measured too
 }
 
-// sequential measures one call at a time, round-robin over the targets (the order rotating each
-// round), with a fresh prompt each round. It returns each target's latencies, warm-up excluded.
-func sequential(c *http.Client, ts []target, warmup, rounds int, p *prompts) [][]time.Duration {
-	lat := make([][]time.Duration, len(ts))
-	for i := range lat {
-		lat[i] = make([]time.Duration, 0, rounds)
+func (t *target) bodyFor(user string) []byte {
+	if t.body == nil {
+		return chatBody(user, false)
 	}
+	return t.body(user)
+}
+
+// timing is what one sequential measure found for its targets, warm-up excluded: each call's
+// time to its whole answer and, for streams, to its first token.
+type timing struct {
+	total, first [][]time.Duration
+}
+
+// order is how sequential orders each round's calls.
+type order int
+
+const (
+	// rotate starts each round one target further on: the order stays cyclic, so each target
+	// follows the same one (the neural phase's order, kept as its figures have always been taken).
+	rotate order = iota
+	// shuffle orders each round at random. Where several targets are the same process (eoc-proxy's
+	// routes), a call right after another to that process finds it busier or warmer than one after
+	// a call elsewhere; shuffled, no route always follows the same one.
+	shuffle
+)
+
+// sequential measures one call at a time over the targets, each round in the given order, with a
+// fresh prompt each round, shared by the targets that are not fresh.
+func sequential(c *http.Client, ts []target, warmup, rounds int, p *prompts, o order) timing {
+	tm := timing{total: make([][]time.Duration, len(ts)), first: make([][]time.Duration, len(ts))}
+	for i := range ts {
+		tm.total[i] = make([]time.Duration, 0, rounds)
+		if ts[i].stream {
+			tm.first[i] = make([]time.Duration, 0, rounds)
+		}
+	}
+	perm := make([]int, len(ts))
 	for r := range warmup + rounds {
-		body := chatBody(p.next(), false)
-		for k := range ts {
-			i := (r + k) % len(ts)
-			t := ts[i]
-			start := time.Now()
-			status, stage, err := do(c, t.url, body)
-			d := time.Since(start)
+		shared := p.next()
+		for k := range perm {
+			perm[k] = (r + k) % len(ts)
+		}
+		if o == shuffle {
+			p.r.Shuffle(len(perm), func(a, b int) { perm[a], perm[b] = perm[b], perm[a] })
+		}
+		for _, i := range perm {
+			t := &ts[i]
+			user := shared
+			if t.fresh {
+				user = p.next()
+			}
+			body := t.bodyFor(user)
+			var status int
+			var stage string
+			var first, total time.Duration
+			var err error
+			if t.stream {
+				status, stage, first, total, err = doStream(c, t.url, body)
+			} else {
+				start := time.Now()
+				status, stage, err = do(c, t.url, body)
+				total = time.Since(start)
+			}
 			if err != nil {
-				procs.Fatalf("sequential %s: %v", t.name, err)
+				procs.Fatalf("sequential %s round %d: %v", t.name, r, err)
 			}
 			if status != http.StatusOK || stage != t.stage {
 				procs.Fatalf("sequential %s round %d: status %d, stage %q (want 200, stage %q)", t.name, r, status, stage, t.stage)
 			}
 			if r >= warmup {
-				lat[i] = append(lat[i], d)
+				tm.total[i] = append(tm.total[i], total)
+				if t.stream {
+					tm.first[i] = append(tm.first[i], first)
+				}
 			}
 		}
 	}
-	return lat
+	return tm
+}
+
+// doStream posts a streamed call and reads it to its end: the times from the send to the first
+// line that carries streamToken and to the end of the body. Fewer lines with the token than
+// the upstream sent chunks (a stream that was not passed on chunk by chunk) is an error.
+func doStream(c *http.Client, url string, body []byte) (status int, stage string, first, total time.Duration, err error) {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, "", 0, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", 0, 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	status, stage = resp.StatusCode, resp.Header.Get(stageHeader)
+	if status != http.StatusOK {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return status, stage, 0, time.Since(start), err
+	}
+	br := bufio.NewReader(resp.Body)
+	tokens := 0
+	token := []byte(streamToken)
+	for {
+		line, rerr := br.ReadSlice('\n')
+		if bytes.HasPrefix(line, []byte("data:")) && bytes.Contains(line, token) {
+			if tokens == 0 {
+				first = time.Since(start)
+			}
+			tokens++
+		}
+		if rerr == bufio.ErrBufferFull {
+			// A long line (a whole answer in a closing event) is read on; its start was looked at.
+			for rerr == bufio.ErrBufferFull {
+				_, rerr = br.ReadSlice('\n')
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return status, stage, 0, 0, rerr
+		}
+	}
+	total = time.Since(start)
+	if tokens < streamChunks {
+		return status, stage, 0, 0, fmt.Errorf("%d events with a token, want at least %d (one per upstream chunk)", tokens, streamChunks)
+	}
+	return status, stage, first, total, nil
 }
 
 // slice is what one throughput slice did: requests, wall time, and the server's CPU time.
@@ -212,6 +341,8 @@ type usage struct {
 	rssKiB     int64
 	heapKiB    int64 // go_memstats_next_gc_bytes: the heap goal, the live heap at the last GC plus its headroom (GOGC)
 	goroutines int64
+	mallocs    float64 // go_memstats_mallocs_total: heap objects allocated so far
+	allocBytes float64 // go_memstats_alloc_bytes_total: heap bytes allocated so far
 }
 
 func sample(c *http.Client, pid int, base string) usage {
@@ -249,6 +380,10 @@ func sample(c *http.Client, pid int, base string) usage {
 			u.goroutines = int64(f)
 		case "go_memstats_next_gc_bytes":
 			u.heapKiB = int64(f) / 1024
+		case "go_memstats_mallocs_total":
+			u.mallocs = f
+		case "go_memstats_alloc_bytes_total":
+			u.allocBytes = f
 		}
 	}
 	return u

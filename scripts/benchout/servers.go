@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -11,27 +12,58 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 )
 
 // The fake upstream's fixed answers. It speaks Ollama's native API (what the shipped eoc.yaml's
 // backend, type ollama, calls) and the OpenAI-compatible API Ollama also serves (what the direct
-// and reverse-proxy paths call), each with one small fixed completion.
+// and reverse-proxy paths call), each with one small fixed completion whole, and streamChunks
+// chunks of streamToken when streamed.
 const (
 	upModel = "bench-model"
 
+	// streamToken is each streamed chunk's text; the client finds the first token by it, so it
+	// is nowhere in a prompt or an instruction.
+	streamToken  = "Blorp "
+	streamChunks = 32
+
 	ollamaWhole = `{"model":"bench-model","created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":"Hello from the fake upstream."},"done":true,"done_reason":"stop","total_duration":7000000,"load_duration":1000000,"prompt_eval_count":12,"prompt_eval_duration":2000000,"eval_count":4,"eval_duration":3000000}`
 
-	ollamaStream = `{"model":"bench-model","created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":"Hello from the fake upstream."},"done":false}
-{"model":"bench-model","created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","total_duration":7000000,"load_duration":1000000,"prompt_eval_count":12,"prompt_eval_duration":2000000,"eval_count":4,"eval_duration":3000000}
-`
-
 	openaiWhole = `{"id":"chatcmpl-fake","object":"chat.completion","created":1700000000,"model":"bench-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from the fake upstream."},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":4,"total_tokens":16}}`
-
-	openaiStream = "data: {\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"bench-model\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hello from the fake upstream.\"},\"finish_reason\":null}]}\n\n" +
-		"data: {\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"bench-model\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":4,\"total_tokens\":16}}\n\n" +
-		"data: [DONE]\n\n"
 )
+
+// The streamed answers: streamChunks chunks of streamToken, each written and flushed on its own,
+// then the end (Ollama's done line with its counts; OpenAI's finish chunk with usage and [DONE]).
+var (
+	ollamaChunk = []byte(`{"model":"bench-model","created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":"` + streamToken + `"},"done":false}` + "\n")
+	ollamaEnd   = []byte(`{"model":"bench-model","created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","total_duration":7000000,"load_duration":1000000,"prompt_eval_count":12,"prompt_eval_duration":2000000,"eval_count":32,"eval_duration":3000000}` + "\n")
+	openaiChunk = []byte("data: {\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"bench-model\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"" + streamToken + "\"},\"finish_reason\":null}]}\n\n")
+	openaiEnd   = []byte("data: {\"id\":\"chatcmpl-fake\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"bench-model\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":32,\"total_tokens\":44}}\n\n" +
+		"data: [DONE]\n\n")
+)
+
+// firstTokenGap is the upstream's pause after the first chunk, as a model's between two tokens,
+// so that the first token's trip through each proxy is timed alone, not while the proxy and the
+// client also handle the rest of the stream.
+const firstTokenGap = time.Millisecond
+
+// streamOut writes chunk streamChunks times, flushing each, with firstTokenGap after the first,
+// then end.
+func streamOut(w http.ResponseWriter, contentType string, chunk, end []byte) {
+	w.Header().Set("Content-Type", contentType)
+	rc := http.NewResponseController(w)
+	for i := range streamChunks {
+		if _, err := w.Write(chunk); err != nil {
+			return
+		}
+		_ = rc.Flush()
+		if i == 0 {
+			time.Sleep(firstTokenGap)
+		}
+	}
+	_, _ = w.Write(end)
+}
 
 // upstreamHandler is the fake upstream. Bodies are drained and looked at only for "stream".
 func upstreamHandler() http.Handler {
@@ -46,8 +78,7 @@ func upstreamHandler() http.Handler {
 			writeJSON(w, ollamaWhole)
 			return
 		}
-		w.Header().Set("Content-Type", "application/x-ndjson")
-		_, _ = io.WriteString(w, ollamaStream)
+		streamOut(w, "application/x-ndjson", ollamaChunk, ollamaEnd)
 	})
 	mux.HandleFunc("GET /api/tags", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, `{"models":[{"name":"bench-model","model":"bench-model","modified_at":"2025-01-01T00:00:00Z","size":1,"digest":"0"}]}`)
@@ -57,8 +88,7 @@ func upstreamHandler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if bytes.Contains(body, []byte(`"stream":true`)) {
-			w.Header().Set("Content-Type", "text/event-stream")
-			_, _ = io.WriteString(w, openaiStream)
+			streamOut(w, "text/event-stream", openaiChunk, openaiEnd)
 			return
 		}
 		writeJSON(w, openaiWhole)
@@ -69,13 +99,26 @@ func upstreamHandler() http.Handler {
 	return mux
 }
 
-// reverseProxyHandler is yardstick 1: one bare httputil.ReverseProxy hop, as configured by default.
+// reverseProxyHandler is yardstick 1: one bare httputil.ReverseProxy hop, as configured by
+// default, with the request body read first. Streamed through a bare ReverseProxy, an answer is
+// cut now and then: writing its headers closes the inbound body while the transport still reads
+// it once more past its length, and the transport then drops the upstream connection
+// (golang/go#40747). eoc-proxy reads the whole body before its call, as this does.
 func reverseProxyHandler(target string) (http.Handler, error) {
 	u, err := url.Parse(target)
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("bad target %q", target)
 	}
-	return httputil.NewSingleHostReverseProxy(u), nil
+	rp := httputil.NewSingleHostReverseProxy(u)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rp.ServeHTTP(w, r)
+	}), nil
 }
 
 // cachedResponse is what eoc-proxy answered for a cache hit, for the bare handler to replay.
@@ -116,47 +159,39 @@ var floorHeaders = [][2]string{
 	{"X-Eoc-Receipt-Time", "2026-12-03T21:42:12.283836943Z"}, {"X-Eoc-Stage", "neural"}, {"X-Request-Id", "req_fc5d8eec28b36bac"},
 }
 
+// floorStreamHeaders are the floor's headers that go out before a stream; the rest of
+// floorHeaders go out as trailers, as eoc-proxy's figures do.
+var floorStreamHeaders = map[string]bool{"X-Eoc-Attempts": true, "X-Eoc-Backend": true, "X-Eoc-Stage": true, "X-Request-Id": true}
+
 // floorHandler is a yardstick for reading only: the least a proxy does that reads the call and
 // the answer in Ollama's native API, as eoc-proxy's default backend does, and says what the call
 // cost in eoc-proxy's headers. It decodes the OpenAI request, encodes Ollama's, calls the
 // upstream, decodes its answer, encodes OpenAI's and writes floorHeaders: no stages, no meter,
 // no receipt, metrics or log. What it adds over the hop is the floor of the product's fixed
-// work, on this machine, in the same run.
+// work, on this machine, in the same run. A streamed call is the same per line of Ollama's
+// stream, each chunk flushed, then a closing chunk with the figures, [DONE] and the trailers.
 func floorHandler(upstream string) (http.Handler, error) {
 	u, err := url.Parse(upstream)
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("bad upstream %q", upstream)
 	}
 	chatURL := u.JoinPath("/api/chat").String()
-	type message struct {
-		Role    string `json:"role"`
-		Content string `json:"content"`
-	}
-	type usage struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-		TotalTokens      int `json:"total_tokens"`
-	}
-	type choice struct {
-		Index        int     `json:"index"`
-		Message      message `json:"message"`
-		FinishReason string  `json:"finish_reason"`
-	}
 	client := &http.Client{}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var in struct {
-			Model    string    `json:"model"`
-			Messages []message `json:"messages"`
+			Model    string         `json:"model"`
+			Messages []floorMessage `json:"messages"`
+			Stream   bool           `json:"stream"`
 		}
 		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		body, err := json.Marshal(struct {
-			Model    string    `json:"model"`
-			Messages []message `json:"messages"`
-			Stream   bool      `json:"stream"`
-		}{in.Model, in.Messages, false})
+			Model    string         `json:"model"`
+			Messages []floorMessage `json:"messages"`
+			Stream   bool           `json:"stream"`
+		}{in.Model, in.Messages, in.Stream})
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
@@ -166,28 +201,26 @@ func floorHandler(upstream string) (http.Handler, error) {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
-		var out struct {
-			Message         message `json:"message"`
-			DoneReason      string  `json:"done_reason"`
-			PromptEvalCount int     `json:"prompt_eval_count"`
-			EvalCount       int     `json:"eval_count"`
+		defer func() { _ = resp.Body.Close() }()
+		if in.Stream {
+			floorStream(w, in.Model, resp.Body)
+			return
 		}
-		err = json.NewDecoder(resp.Body).Decode(&out)
-		_ = resp.Body.Close()
-		if err != nil {
+		var out ollamaLine
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
 		answer, err := json.Marshal(struct {
-			ID      string   `json:"id"`
-			Object  string   `json:"object"`
-			Created int64    `json:"created"`
-			Model   string   `json:"model"`
-			Choices []choice `json:"choices"`
-			Usage   usage    `json:"usage"`
+			ID      string        `json:"id"`
+			Object  string        `json:"object"`
+			Created int64         `json:"created"`
+			Model   string        `json:"model"`
+			Choices []floorChoice `json:"choices"`
+			Usage   floorUsage    `json:"usage"`
 		}{"chatcmpl-floor", "chat.completion", time.Now().Unix(), in.Model,
-			[]choice{{Message: out.Message, FinishReason: out.DoneReason}},
-			usage{out.PromptEvalCount, out.EvalCount, out.PromptEvalCount + out.EvalCount}})
+			[]floorChoice{{Message: &out.Message, FinishReason: &out.DoneReason}},
+			floorUsage{out.PromptEvalCount, out.EvalCount, out.PromptEvalCount + out.EvalCount}})
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
@@ -199,4 +232,103 @@ func floorHandler(upstream string) (http.Handler, error) {
 		h["Content-Type"] = []string{"application/json"}
 		_, _ = w.Write(answer)
 	}), nil
+}
+
+type floorMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type floorUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+type floorChoice struct {
+	Index        int           `json:"index"`
+	Message      *floorMessage `json:"message,omitempty"`
+	Delta        *floorMessage `json:"delta,omitempty"`
+	FinishReason *string       `json:"finish_reason"`
+}
+
+// ollamaLine is Ollama's answer, or one line of its stream.
+type ollamaLine struct {
+	Message         floorMessage `json:"message"`
+	Done            bool         `json:"done"`
+	DoneReason      string       `json:"done_reason"`
+	PromptEvalCount int          `json:"prompt_eval_count"`
+	EvalCount       int          `json:"eval_count"`
+}
+
+// floorStream translates Ollama's stream into OpenAI's chunks, each flushed as it comes.
+func floorStream(w http.ResponseWriter, model string, upstream io.Reader) {
+	h := w.Header()
+	var trailers []string
+	for _, kv := range floorHeaders {
+		if floorStreamHeaders[kv[0]] {
+			h[kv[0]] = []string{kv[1]}
+		} else {
+			trailers = append(trailers, kv[0])
+		}
+	}
+	h["Content-Type"] = []string{"text/event-stream"}
+	h["Cache-Control"] = []string{"no-cache"}
+	h["Trailer"] = []string{strings.Join(trailers, ", ")}
+	rc := http.NewResponseController(w)
+	created := time.Now().Unix()
+	var buf bytes.Buffer
+	send := func(v any) bool {
+		buf.Reset()
+		buf.WriteString("data: ")
+		if err := json.NewEncoder(&buf).Encode(v); err != nil {
+			return false
+		}
+		buf.WriteString("\n")
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	type chunk struct {
+		ID      string        `json:"id"`
+		Object  string        `json:"object"`
+		Created int64         `json:"created"`
+		Model   string        `json:"model"`
+		Choices []floorChoice `json:"choices"`
+		Usage   *floorUsage   `json:"usage,omitempty"`
+		EOC     any           `json:"eoc,omitempty"`
+	}
+	sc := bufio.NewScanner(upstream)
+	for sc.Scan() {
+		var line ollamaLine
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			panic(http.ErrAbortHandler)
+		}
+		c := chunk{ID: "chatcmpl-floor", Object: "chat.completion.chunk", Created: created, Model: model}
+		if line.Done {
+			c.Choices = []floorChoice{{Delta: &floorMessage{}, FinishReason: &line.DoneReason}}
+			c.Usage = &floorUsage{line.PromptEvalCount, line.EvalCount, line.PromptEvalCount + line.EvalCount}
+		} else {
+			c.Choices = []floorChoice{{Delta: &line.Message}}
+		}
+		if !send(c) {
+			return
+		}
+	}
+	fig := map[string]string{}
+	for _, kv := range floorHeaders {
+		fig[kv[0]] = kv[1]
+	}
+	if !send(chunk{ID: "chatcmpl-floor", Object: "chat.completion.chunk", Created: created, Model: model, Choices: []floorChoice{}, EOC: fig}) {
+		return
+	}
+	if _, err := io.WriteString(w, "data: [DONE]\n\n"); err != nil {
+		return
+	}
+	for _, kv := range floorHeaders {
+		if !floorStreamHeaders[kv[0]] {
+			h[kv[0]] = []string{kv[1]}
+		}
+	}
 }
