@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -231,9 +232,9 @@ func doStream(c *http.Client, url string, body []byte) (status int, stage string
 			}
 			tokens++
 		}
-		if rerr == bufio.ErrBufferFull {
+		if errors.Is(rerr, bufio.ErrBufferFull) {
 			// A long line (a whole answer in a closing event) is read on; its start was looked at.
-			for rerr == bufio.ErrBufferFull {
+			for errors.Is(rerr, bufio.ErrBufferFull) {
 				_, rerr = br.ReadSlice('\n')
 			}
 		}
