@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -211,6 +212,9 @@ func TestSSEMultilineData(t *testing.T) {
 	if err := sw.event(dialect.Event{Name: "x", Data: []byte("a\nb")}); err != nil {
 		t.Fatal(err)
 	}
+	if err := sw.flushEvents(); err != nil {
+		t.Fatal(err)
+	}
 	sc := bufio.NewScanner(strings.NewReader(rec.Body.String()))
 	var lines []string
 	for sc.Scan() {
@@ -263,4 +267,40 @@ func settled(t *testing.T, srv *httptest.Server) {
 		t.Fatalf("the test server's handler is a %T, not the edge", srv.Config.Handler)
 	}
 	s.WaitReported()
+}
+
+// threeEvents makes three events of every chunk, as a dialect that opens with several does.
+type threeEvents struct{}
+
+func (threeEvents) Chunk(_ *cascade.Chunk, emit dialect.Emit) error {
+	for _, name := range []string{"a", "b", "c"} {
+		if err := emit(dialect.Event{Name: name, Data: []byte("{}")}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (threeEvents) End(*cascade.Answer, dialect.Figures, dialect.Emit) error { return nil }
+
+// countingFlusher counts the flushes a stream makes.
+type countingFlusher struct {
+	*httptest.ResponseRecorder
+	flushes int
+}
+
+func (c *countingFlusher) Flush() { c.flushes++; c.ResponseRecorder.Flush() }
+
+// The events a dialect makes of one chunk go out in one flush, all of them.
+func TestSSEOneFlushPerChunk(t *testing.T) {
+	w := &countingFlusher{ResponseRecorder: httptest.NewRecorder()}
+	sw := newSSEWriter(w, threeEvents{}, time.Minute, nil)
+	for range 2 {
+		if err := sw.Chunk(&cascade.Chunk{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.flushes != 2 || strings.Count(w.Body.String(), "event: ") != 6 {
+		t.Fatalf("%d flushes for 2 chunks, body %q", w.flushes, w.Body.String())
+	}
 }

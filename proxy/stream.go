@@ -11,8 +11,9 @@ import (
 )
 
 // sseWriter is the walk's sink for a stream: each chunk goes through the dialect's encoder, and
-// each event it makes goes out as a server-sent event, flushed. Headers go out with the first
-// event, so an error before it can still become a status.
+// the events it makes of that chunk go out as server-sent events in one write and one flush (a
+// dialect that opens with several events costs one flush, not several). Headers go out with the
+// first event, so an error before it can still become a status.
 type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
@@ -72,18 +73,29 @@ func (sw *sseWriter) Stage(name string) { sw.stage = name }
 
 // Chunk writes the events the dialect makes of one chunk.
 func (sw *sseWriter) Chunk(ch *cascade.Chunk) error {
+	sw.buf.Reset()
 	err := sw.enc.Chunk(ch, sw.emit)
+	if err == nil {
+		err = sw.flushEvents()
+	}
 	if sw.first.IsZero() && sw.started && err == nil {
 		sw.first = time.Now()
 	}
 	return err
 }
 
-// event writes e: "event: Name" when it has one, then its data, each line of it a "data:" line,
-// then the blank line that ends an event.
+// flushEvents writes and flushes the events buffered since the last flush, if any.
+func (sw *sseWriter) flushEvents() error {
+	if sw.buf.Len() == 0 {
+		return nil
+	}
+	return sw.write(sw.buf.Bytes())
+}
+
+// event buffers e for the next flush: "event: Name" when it has one, then its data, each line
+// of it a "data:" line, then the blank line that ends an event.
 func (sw *sseWriter) event(e dialect.Event) error {
 	sw.start()
-	sw.buf.Reset()
 	if e.Name != "" {
 		sw.buf.WriteString("event: ")
 		sw.buf.WriteString(e.Name)
@@ -101,7 +113,7 @@ func (sw *sseWriter) event(e dialect.Event) error {
 		data = rest
 	}
 	sw.buf.WriteByte('\n')
-	return sw.write(sw.buf.Bytes())
+	return nil
 }
 
 func (sw *sseWriter) write(b []byte) error {
@@ -119,7 +131,11 @@ func (s *Server) finishStream(w http.ResponseWriter, sw *sseWriter, ans *cascade
 	if err != nil {
 		panic(http.ErrAbortHandler)
 	}
+	sw.buf.Reset()
 	if err := sw.enc.End(ans, figures(c), sw.emit); err != nil {
+		return err
+	}
+	if err := sw.flushEvents(); err != nil {
 		return err
 	}
 	setEnergyHeaders(w.Header(), c)
