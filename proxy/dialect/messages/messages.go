@@ -39,21 +39,11 @@ func (Dialect) Decode(_ context.Context, _ string, body []byte) (dialect.Exchang
 	return &exchange{d: d, raw: raw}, nil
 }
 
-// CountTokens answers POST /v1/messages/count_tokens (the package's CountTokens).
-func (Dialect) CountTokens(body []byte) ([]byte, bool, *dialect.Error) { return CountTokens(body) }
-
-// CountTokensHeader is the response header that says how CountTokens counted: EstimateValue when
-// it estimated.
-const (
-	CountTokensHeader = "X-Eoc-Token-Count"
-	EstimateValue     = "estimate"
-)
-
 // CountTokens answers POST /v1/messages/count_tokens: {"input_tokens": N} for the body, a
 // Messages request without max_tokens. estimated is true when N is an estimate at four
-// characters a token, not a tokenizer's count (always, for now): the edge then sets
-// CountTokensHeader to EstimateValue.
-func CountTokens(body []byte) (out []byte, estimated bool, e *dialect.Error) {
+// characters a token, not a tokenizer's count (always, for now): the edge then says so in a
+// header.
+func (Dialect) CountTokens(body []byte) (out []byte, estimated bool, e *dialect.Error) {
 	d, e := decode(body, false)
 	if e != nil {
 		return nil, false, e

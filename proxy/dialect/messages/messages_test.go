@@ -253,14 +253,14 @@ func FuzzDecode(f *testing.F) {
 		if err := json.Unmarshal(x.RawChat(), &back); err != nil {
 			t.Fatalf("RawChat is not a chat request: %v", err)
 		}
-		if _, _, e := CountTokens(body); e != nil {
+		if _, _, e := New().CountTokens(body); e != nil {
 			t.Fatalf("count_tokens refused what messages took: %s", e.Message)
 		}
 	})
 }
 
 func TestCountTokens(t *testing.T) {
-	out, estimated, e := CountTokens([]byte(`{"model":"m","system":"12345678","messages":[{"role":"user","content":"1234"}],` +
+	out, estimated, e := New().CountTokens([]byte(`{"model":"m","system":"12345678","messages":[{"role":"user","content":"1234"}],` +
 		`"tools":[{"name":"abcd","input_schema":{"type":"object"}}]}`))
 	if e != nil {
 		t.Fatal(e.Message)
@@ -269,7 +269,7 @@ func TestCountTokens(t *testing.T) {
 	if string(out) != `{"input_tokens":9}` || !estimated {
 		t.Errorf("got %s, estimated %v", out, estimated)
 	}
-	if _, _, e := CountTokens([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"image"}]}]}`)); e == nil || e.Param != "messages[0].content[0].type" {
+	if _, _, e := New().CountTokens([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"image"}]}]}`)); e == nil || e.Param != "messages[0].content[0].type" {
 		t.Errorf("an image block was counted: %v", e)
 	}
 }
