@@ -40,6 +40,7 @@ measure() {
       vals+=" dchat=$(num "$l" 'dialects add hop -?[0-9]+ µs, chat (-?[0-9]+) µs') dresp=$(num "$l" 'dialects add [^;]* responses (-?[0-9]+) µs')"
       vals+=" sf=$(num "$l" 'first/last: [^;]*floor (-?[0-9]+) µs/') sc1=$(num "$l" 'first/last: [^;]*, chat (-?[0-9]+) µs/') sc2=$(num "$l" 'first/last: [^;]*, chat -?[0-9]+ µs/(-?[0-9]+) µs')"
       vals+=" sh1=$(num "$l" 'first/last: hop (-?[0-9]+) µs/') sh2=$(num "$l" 'first/last: hop -?[0-9]+ µs/(-?[0-9]+) µs')"
+      vals+=" sr1=$(num "$l" 'first/last: [^;]*, responses (-?[0-9]+) µs/') sm1=$(num "$l" 'first/last: [^;]*, messages (-?[0-9]+) µs/') sl1=$(num "$l" 'first/last: [^;]*, completions (-?[0-9]+) µs/')"
       # shellcheck disable=SC2086
       awk $(printf -- '-v %s ' $vals) "BEGIN {v = $expr; if (v == \"\") exit; if (v >= 100 || v <= -100) printf \"%.0f\\n\", v; else printf \"%.3g\\n\", v}" 2>/dev/null || true
     done | median >"$dir/m$which"
@@ -77,3 +78,6 @@ measure "stream: first token beyond the floor (µs)" '(sc1 == "" || sf == "") ? 
 measure "stream: first token, hop adds (µs)" 'sh1'
 measure "stream: last chunk, time added (µs)" 'sc2'
 measure "stream: last chunk, hop adds (µs)" 'sh2'
+measure "stream: Responses first token, time added (µs)" 'sr1'
+measure "stream: Messages first token, time added (µs)" 'sm1'
+measure "stream: completions first token, time added (µs)" 'sl1'
