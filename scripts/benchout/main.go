@@ -179,6 +179,7 @@ type result struct {
 	bareRPS, eocRPS  float64
 	bareCPU, hitCPU  time.Duration // server CPU per cache hit: bare handler, eoc-proxy
 	soak             [3]usage      // after warm-up, halfway, end
+	soakRetried      int64         // soak requests sent again after their connection closed under them
 	neural, hit, sok bool          // which phases ran
 
 	// eoc-proxy's heap allocations per neural call and per cache hit: objects and bytes.
@@ -224,8 +225,8 @@ func (r result) line() string {
 		parts = append(parts, fmt.Sprintf("cache hits %.0f req/s vs bare %.0f req/s; CPU per call bare %s, eoc-proxy %s; allocations per hit %.0f, %.0f B", r.eocRPS, r.bareRPS, us(r.bareCPU), us(r.hitCPU), r.hitAllocs, r.hitBytes))
 	}
 	if r.sok {
-		parts = append(parts, fmt.Sprintf("soak goroutines %d/%d/%d, RSS %d/%d/%d KiB",
-			r.soak[0].goroutines, r.soak[1].goroutines, r.soak[2].goroutines, r.soak[0].rssKiB, r.soak[1].rssKiB, r.soak[2].rssKiB))
+		parts = append(parts, fmt.Sprintf("soak goroutines %d/%d/%d, RSS %d/%d/%d KiB, %d requests sent again after their connection closed",
+			r.soak[0].goroutines, r.soak[1].goroutines, r.soak[2].goroutines, r.soak[0].rssKiB, r.soak[1].rssKiB, r.soak[2].rssKiB, r.soakRetried))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -382,11 +383,11 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 		warm := o.soakN / 20
 		mid := warm + (o.soakN-warm)/2
 		pid := cmd.Process.Pid
-		soak(c, eocURL+path, o.clients, 0, warm, pool)
+		res.soakRetried += soak(c, eocURL+path, o.clients, 0, warm, pool)
 		res.soak[0] = settleSample(pid, eocURL)
-		soak(c, eocURL+path, o.clients, warm, mid, pool)
+		res.soakRetried += soak(c, eocURL+path, o.clients, warm, mid, pool)
 		res.soak[1] = settleSample(pid, eocURL)
-		soak(c, eocURL+path, o.clients, mid, o.soakN, pool)
+		res.soakRetried += soak(c, eocURL+path, o.clients, mid, o.soakN, pool)
 		res.soak[2] = settleSample(pid, eocURL)
 		res.sok = true
 	}
@@ -635,6 +636,12 @@ func printTable(w io.Writer, o *options, stages []string, rs []result, took time
 			met("soak heap growth", fmt.Sprintf("%+.1f%%", 100*hGrow), "≤ 5%", hGrow <= 0.05))
 		line("| soak: RSS, MiB | | %.1f / %.1f / %.1f | %+.1f%% (2nd half) | ~0 (≤ 5%%) | %s |\n", m(0, rss), m(1, rss), m(2, rss), 100*rGrow,
 			met("soak RSS growth", fmt.Sprintf("%+.1f%%", 100*rGrow), "≤ 5%", rGrow <= 0.05))
+		var retried int64
+		for _, r := range rs {
+			retried += r.soakRetried
+		}
+		line("| soak: requests whose connection closed under them (sent again), all runs | | %d | | 0 | %s |\n", retried,
+			met("soak connections closed under a request", fmt.Sprint(retried), "0", retried == 0))
 	}
 	line("\n")
 	for _, v := range verdicts {
