@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -461,9 +462,15 @@ func drain(r io.Reader, cancel context.CancelFunc) {
 	t.Stop()
 }
 
-// newID returns prefix followed by 24 random characters.
+// idEncoding spells ids in rand.Text's alphabet.
+var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// newID returns prefix followed by 24 random characters, in one allocation (the string).
 func newID(prefix string) string {
-	return prefix + rand.Text()[:24]
+	var b [15]byte // 120 bits: 24 characters of 5 bits
+	_, _ = rand.Read(b[:])
+	var buf [48]byte
+	return string(idEncoding.AppendEncode(append(buf[:0], prefix...), b[:]))
 }
 
 // complete reports whether every choice of ans has a finish reason.
