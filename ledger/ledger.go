@@ -88,7 +88,7 @@ type Ledger struct {
 	seal   *sealer
 	line   bytes.Buffer  // the record being written, encoded by enc
 	enc    *json.Encoder // encodes into line: json.Marshal's bytes and the newline, without a copy
-	retry  int64 // size at which to retry a rotation that failed; 0 when none failed
+	retry  int64         // size at which to retry a rotation that failed; 0 when none failed
 	closed bool
 	err    error // sticky failure
 
