@@ -20,6 +20,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	jsonv1 "github.com/go-json-experiment/json/v1"
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
@@ -464,6 +465,14 @@ func drain(r io.Reader, cancel context.CancelFunc) {
 
 // idEncoding spells ids in rand.Text's alphabet.
 var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// decodeAnswer decodes an upstream's answer, or one line or event of its stream, into v with
+// encoding/json's semantics, by go-json-experiment's v1 package: its pooled decoder allocates a
+// fraction of what encoding/json does (BenchmarkOllamaDecode: 10 objects a line to 1).
+// FuzzDecodeAnswer holds the two equal.
+func decodeAnswer(data []byte, v any) error {
+	return jsonv1.Unmarshal(data, v)
+}
 
 // newID returns prefix followed by 24 random characters, in one allocation (the string).
 func newID(prefix string) string {

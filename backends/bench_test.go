@@ -106,7 +106,7 @@ func BenchmarkOllamaDecode(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			var line ollamaLine
-			if err := decodeLine(data, &line); err != nil || !line.Done {
+			if err := decodeAnswer(data, &line); err != nil || !line.Done {
 				b.Fatal(err)
 			}
 		}

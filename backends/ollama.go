@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"time"
 
-	jsonv1 "github.com/go-json-experiment/json/v1"
 	"github.com/ollama/ollama/api"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
@@ -67,13 +66,6 @@ type ollamaLine struct {
 	Error string `json:"error"`
 }
 
-// decodeLine decodes one answer line with encoding/json's semantics, by go-json-experiment's v1
-// package: its pooled decoder allocates next to nothing where encoding/json allocates ten
-// objects a line (BenchmarkOllamaDecode).
-func decodeLine(data []byte, line *ollamaLine) error {
-	return jsonv1.Unmarshal(data, line)
-}
-
 // ollamaMessage is the part of api.Message an answer uses.
 type ollamaMessage struct {
 	Content   string         `json:"content"`
@@ -125,7 +117,7 @@ func (o *Ollama) whole(ctx context.Context, body io.Reader, conv *ollamaConv) (*
 		return nil, o.transportError(ctx, fmt.Errorf("reading response: %w", err))
 	}
 	var line ollamaLine
-	if err := decodeLine(buf.Bytes(), &line); err != nil {
+	if err := decodeAnswer(buf.Bytes(), &line); err != nil {
 		return nil, &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("decoding response: %w", err)}
 	}
 	if line.Error != "" {
@@ -161,7 +153,7 @@ func (o *Ollama) stream(ctx context.Context, cancel context.CancelFunc, body io.
 			continue
 		}
 		line = ollamaLine{}
-		if err := decodeLine(raw, &line); err != nil {
+		if err := decodeAnswer(raw, &line); err != nil {
 			return conv.final(false), &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("decoding stream line: %w", err)}
 		}
 		if line.Error != "" {
