@@ -49,16 +49,18 @@ func BenchmarkWalk(b *testing.B) {
 	for _, bc := range []struct {
 		name   string
 		stages []Stage
+		tracer Tracer
 	}{
-		{"hit", []Stage{hitStage{stored}, learnMiss{"kv"}, learnMiss{"graph"}, backendStage{stored}}},
-		{"miss3", []Stage{learnMiss{"cache"}, learnMiss{"kv"}, learnMiss{"graph"}, backendStage{stored}}},
+		{"hit", []Stage{hitStage{stored}, learnMiss{"kv"}, learnMiss{"graph"}, backendStage{stored}}, nil},
+		{"miss3", []Stage{learnMiss{"cache"}, learnMiss{"kv"}, learnMiss{"graph"}, backendStage{stored}}, nil},
+		{"miss3/traced", []Stage{learnMiss{"cache"}, learnMiss{"kv"}, learnMiss{"graph"}, backendStage{stored}}, nopTracer{}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			c := New(router, bc.stages, Options{StageWatts: 10})
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				req := &Request{Chat: ChatRequest{Model: "m"}, Raw: raw, key: "k"}
+				req := &Request{Chat: ChatRequest{Model: "m"}, Raw: raw, key: "k", Tracer: bc.tracer}
 				var res Result
 				learn, err := c.WalkLearnLater(ctx, req, &res, nil)
 				if err != nil || res.Answer == nil {
@@ -71,3 +73,14 @@ func BenchmarkWalk(b *testing.B) {
 		})
 	}
 }
+
+// nopTracer opens spans that record nothing, to show what tracing costs the walk itself.
+type nopTracer struct{}
+
+func (nopTracer) StartSpan(ctx context.Context, _ SpanKind, _ string) (context.Context, Span) {
+	return ctx, nopSpan{}
+}
+
+type nopSpan struct{}
+
+func (nopSpan) End(SpanResult) {}
