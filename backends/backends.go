@@ -96,6 +96,7 @@ type base struct {
 	apiKey  string
 	timeout time.Duration
 	maxDur  time.Duration
+	overrun error // why a call that outlived maxDur was cut: one value for every call
 	client  *http.Client
 }
 
@@ -113,7 +114,8 @@ func newBase(o Options) (base, error) {
 	if o.Timeout < 0 || o.MaxDuration < 0 {
 		return base{}, fmt.Errorf("backend %s: negative timeout %v or max duration %v", o.Name, o.Timeout, o.MaxDuration)
 	}
-	b := base{name: o.Name, url: strings.TrimRight(o.URL, "/"), apiKey: o.APIKey, timeout: o.Timeout, maxDur: o.MaxDuration, client: o.Client}
+	b := base{name: o.Name, url: strings.TrimRight(o.URL, "/"), apiKey: o.APIKey, timeout: o.Timeout, maxDur: o.MaxDuration, client: o.Client,
+		overrun: &timeoutError{what: "the call did not end", d: o.MaxDuration}}
 	if o.APIKey != "" {
 		b.auth = []string{"Bearer " + o.APIKey}
 	}
@@ -158,7 +160,7 @@ func (b *base) CloseIdleConnections() { b.client.CloseIdleConnections() }
 func (b *base) attempt(ctx context.Context) (context.Context, *watchdog, context.CancelFunc) {
 	stopMax := context.CancelFunc(func() {})
 	if b.maxDur > 0 {
-		ctx, stopMax = context.WithTimeoutCause(ctx, b.maxDur, &timeoutError{what: "the call did not end", d: b.maxDur})
+		ctx, stopMax = context.WithTimeoutCause(ctx, b.maxDur, b.overrun)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	if b.timeout <= 0 {
