@@ -98,11 +98,20 @@ func BenchmarkBareHop(b *testing.B) {
 // benchOllamaAnswer is a whole /api/chat answer as the fake (and Ollama) sends it.
 const benchOllamaAnswer = `{"model":"bench-model","created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":"Hello from the fake upstream."},"done":true,"done_reason":"stop","total_duration":7000000,"load_duration":1000000,"prompt_eval_count":12,"prompt_eval_duration":2000000,"eval_count":4,"eval_duration":3000000}`
 
-// BenchmarkOllamaDecode is the decoding of one answer line: into ollamaLine as Chat does, and
-// into api.ChatResponse, what it replaced, for comparison.
+// BenchmarkOllamaDecode is the decoding of one answer line: into ollamaLine as Chat does, into
+// ollamaLine by encoding/json, and into api.ChatResponse, what ollamaLine replaced, for comparison.
 func BenchmarkOllamaDecode(b *testing.B) {
 	data := []byte(benchOllamaAnswer)
 	b.Run("ollamaLine", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var line ollamaLine
+			if err := decodeAnswer(data, &line); err != nil || !line.Done {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding/json", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			var line ollamaLine

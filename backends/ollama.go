@@ -117,7 +117,7 @@ func (o *Ollama) whole(ctx context.Context, body io.Reader, conv *ollamaConv) (*
 		return nil, o.transportError(ctx, fmt.Errorf("reading response: %w", err))
 	}
 	var line ollamaLine
-	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+	if err := decodeAnswer(buf.Bytes(), &line); err != nil {
 		return nil, &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("decoding response: %w", err)}
 	}
 	if line.Error != "" {
@@ -153,7 +153,7 @@ func (o *Ollama) stream(ctx context.Context, cancel context.CancelFunc, body io.
 			continue
 		}
 		line = ollamaLine{}
-		if err := json.Unmarshal(raw, &line); err != nil {
+		if err := decodeAnswer(raw, &line); err != nil {
 			return conv.final(false), &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("decoding stream line: %w", err)}
 		}
 		if line.Error != "" {

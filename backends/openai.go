@@ -144,7 +144,7 @@ func (o *OpenAI) whole(ctx context.Context, body io.Reader, n int) (*cascade.Ans
 		return nil, o.transportError(ctx, fmt.Errorf("reading response: %w", err))
 	}
 	var w wireAnswer
-	if err := json.Unmarshal(buf.Bytes(), &w); err != nil {
+	if err := decodeAnswer(buf.Bytes(), &w); err != nil {
 		return nil, &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("decoding response: %w", err)}
 	}
 	ans := &w.Answer
@@ -213,7 +213,7 @@ func (o *OpenAI) stream(ctx context.Context, cancel context.CancelFunc, body io.
 			break
 		}
 		w := new(wireChunk)
-		if err := json.Unmarshal(data, w); err != nil {
+		if err := decodeAnswer(data, w); err != nil {
 			return finish(false), &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("decoding stream chunk: %w", err)}
 		}
 		if len(w.Error) > 0 && string(w.Error) != "null" {

@@ -11,9 +11,13 @@ import (
 
 // NewID returns a fresh completion id in OpenAI's form.
 func NewID() string {
+	const prefix = "chatcmpl-"
 	var b [12]byte
 	_, _ = rand.Read(b[:])
-	return "chatcmpl-" + hex.EncodeToString(b[:])
+	var id [len(prefix) + 2*len(b)]byte // built here: one allocation, the string
+	copy(id[:], prefix)
+	hex.Encode(id[len(prefix):], b[:])
+	return string(id[:])
 }
 
 // TextAnswer is a whole, complete answer made by an in-process stage: one assistant choice with

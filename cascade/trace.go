@@ -86,9 +86,10 @@ func stageResult(model string, ans *Answer, err error) SpanResult {
 	if ans != nil {
 		r.Backend, r.Usage, r.Energy = ans.Backend, ans.Usage, ans.Energy
 	}
-	var se *SpentError
-	if errors.As(err, &se) {
-		r.Energy = se.Energy
+	if err != nil && err != ErrMiss { //nolint:errorlint // a plain miss spent nothing: its target is not allocated
+		if se := (*SpentError)(nil); errors.As(err, &se) {
+			r.Energy = se.Energy
+		}
 	}
 	if errors.Is(err, ErrMiss) {
 		r.Err = nil // a miss is no error

@@ -87,3 +87,14 @@ func TestUntracedSpanIsFree(t *testing.T) {
 		t.Errorf("%v allocations per untraced span", n)
 	}
 }
+
+// A traced stage's miss or answer costs its span result no allocation.
+func TestStageResultAllocs(t *testing.T) {
+	ans := &Answer{Backend: "b"}
+	if n := testing.AllocsPerRun(100, func() {
+		_ = stageResult("m", nil, ErrMiss)
+		_ = stageResult("m", ans, nil)
+	}); n != 0 {
+		t.Errorf("%v allocations per stage result", n)
+	}
+}

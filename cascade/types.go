@@ -7,6 +7,7 @@ import (
 	"errors"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 
@@ -130,6 +131,9 @@ func (m *Message) Text() string {
 	// jsontext's unquoting first, not a json.Unmarshal: several stages ask for the text, and it
 	// is the faster of the two. What it refuses (not a string, invalid UTF-8, a lone surrogate)
 	// goes to encoding/json as before, which replaces what is invalid.
+	if s, ok := plainString(m.Content); ok {
+		return s
+	}
 	if b, err := jsontext.AppendUnquote(nil, m.Content); err == nil {
 		return string(b)
 	}
@@ -153,12 +157,32 @@ func (m *Message) Text() string {
 	return b.String()
 }
 
+// plainString returns the text of the JSON string raw when it is its own content: no escapes,
+// no control bytes, valid UTF-8, which most contents are. It copies the text once, where
+// unquoting copies it twice.
+func plainString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	in := raw[1 : len(raw)-1]
+	for _, b := range in {
+		if b < 0x20 || b == '"' || b == '\\' {
+			return "", false
+		}
+	}
+	if !utf8.Valid(in) {
+		return "", false
+	}
+	return string(in), true
+}
+
 // Parts returns the content parts of an array-valued content, or nil.
 func (m *Message) Parts() []ContentPart {
-	var parts []ContentPart
-	if len(m.Content) > 0 && m.Content[0] == '[' {
-		_ = json.Unmarshal(m.Content, &parts)
+	if len(m.Content) == 0 || m.Content[0] != '[' {
+		return nil // declared below, parts would be allocated for every string content too
 	}
+	var parts []ContentPart
+	_ = json.Unmarshal(m.Content, &parts)
 	return parts
 }
 

@@ -27,6 +27,8 @@ type Result struct {
 	// Settle is how to get Answer.Energy's final figure once its counters settle, nil when it is
 	// final: the answering stage's Answer.Settle, with what the walk added to the figure.
 	Settle SettleFunc
+
+	attempts [4]Attempt // Attempts' backing array in a walk of up to four stages
 }
 
 // SettleFunc returns a figure's final form once the counters behind its provisional parts have
@@ -44,8 +46,11 @@ func join(f SettleFunc, ffig energy.Figure, g SettleFunc, gfig energy.Figure) Se
 	case f == nil && ffig.IsZero():
 		return g
 	}
+	// Copies the closure captures: capturing the parameters themselves would move them to the
+	// heap on every call, also on the paths above that need no closure.
+	fcopy, gcopy := ffig, gfig
 	return func(ctx context.Context) (energy.Figure, error) {
-		a, b, aerr, berr := ffig, gfig, error(nil), error(nil)
+		a, b, aerr, berr := fcopy, gcopy, error(nil), error(nil)
 		if f != nil {
 			a, aerr = f(ctx)
 		}
@@ -154,7 +159,10 @@ func (c *Cascade) WalkLearnLater(ctx context.Context, req *Request, res *Result,
 	var spent energy.Figure // what stages that did not answer spent outside this process
 	var spentSettle SettleFunc
 	if res.Attempts == nil {
-		res.Attempts = make([]Attempt, 0, len(c.stages))
+		res.Attempts = res.attempts[:0]
+		if len(c.stages) > len(res.attempts) {
+			res.Attempts = make([]Attempt, 0, len(c.stages))
+		}
 	}
 	for i, st := range c.stages {
 		res.Stage = st.Name()

@@ -86,8 +86,9 @@ type Ledger struct {
 	seq    uint64
 	prev   string
 	seal   *sealer
-	line   []byte
-	retry  int64 // size at which to retry a rotation that failed; 0 when none failed
+	line   bytes.Buffer  // the record being written, encoded by enc
+	enc    *json.Encoder // encodes into line: json.Marshal's bytes and the newline, without a copy
+	retry  int64         // size at which to retry a rotation that failed; 0 when none failed
 	closed bool
 	err    error // sticky failure
 
@@ -250,12 +251,14 @@ func (l *Ledger) write(r Record) (Record, error) {
 	}
 	r.Seq, r.Prev = l.seq+1, l.prev
 	r.Hash = l.seal.seal(&r)
-	b, err := json.Marshal(&r)
-	if err != nil {
+	if l.enc == nil {
+		l.enc = json.NewEncoder(&l.line)
+	}
+	l.line.Reset()
+	if err := l.enc.Encode(&r); err != nil {
 		return r, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	l.line = append(append(l.line[:0], b...), '\n')
-	n, err := l.f.Write(l.line)
+	n, err := l.f.Write(l.line.Bytes())
 	if err != nil {
 		err = fmt.Errorf("ledger: writing %s: %w", l.path, err)
 		if n > 0 {

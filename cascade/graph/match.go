@@ -27,8 +27,9 @@ func words(s string) []word {
 // scanWords is words, except that it stops and reports false at the first word whose matching
 // form keep rejects (nil keeps every word). A possessive "'s" is not offered to keep.
 func scanWords(s string, keep func(norm string) bool) ([]word, bool) {
-	var out []word
-	var cur []rune
+	out := make([]word, 0, 8)
+	var curBuf, lineBuf [64]rune // on the stack: a question's words and lines are mostly short
+	cur := curBuf[:0]
 	initial := true
 	rejected := false
 	flush := func() {
@@ -46,8 +47,12 @@ func scanWords(s string, keep func(norm string) bool) ([]word, bool) {
 	}
 	// Lines one at a time: text.Canon turns a line break into a space, and a new line starts a
 	// sentence.
-	for line := range strings.SplitSeq(s, "\n") {
-		rs := canonRunes(line)
+	// strings.Cut rather than SplitSeq: the range-over-func body would be a closure, and what
+	// it and flush capture would move to the heap on every call.
+	for rest, more := s, true; more; {
+		var line string
+		line, rest, more = strings.Cut(rest, "\n")
+		rs := canonRunes(line, lineBuf[:0])
 		for i := 0; i < len(rs) && !rejected; i++ {
 			r := rs[i]
 			switch {
@@ -82,19 +87,21 @@ func scanWords(s string, keep func(norm string) bool) ([]word, bool) {
 // backquote written as an apostrophe (the runs of white space it collapses and trims end a word
 // either way, and no rule of words looks further than the next two runes). Other lines take
 // the full path.
-func canonRunes(line string) []rune {
+// The runes are appended to buf.
+func canonRunes(line string, buf []rune) []rune {
 	for i := 0; i < len(line); i++ {
 		if line[i] >= utf8.RuneSelf {
-			return []rune(text.StripMarks(text.Canon(line)))
+			return append(buf, []rune(text.StripMarks(text.Canon(line)))...)
 		}
 	}
-	rs := []rune(line)
-	for i, r := range rs {
+	for i := 0; i < len(line); i++ {
+		r := rune(line[i])
 		if r == '`' {
-			rs[i] = '\''
+			r = '\''
 		}
+		buf = append(buf, r)
 	}
-	return rs
+	return buf
 }
 
 func joinNorm(ws []word) string {

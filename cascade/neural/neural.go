@@ -245,11 +245,12 @@ func attemptOf(ctx context.Context, backend string, fig energy.Figure, err error
 		f = cascade.ClientGone
 	}
 	a := cascade.BackendAttempt{Backend: backend, Outcome: f.Outcome(), Energy: fig}
-	var up *cascade.UpstreamError
-	switch {
-	case err == nil:
+	if err == nil {
 		a.Status = statusOK
-	case errors.As(err, &up):
+		return a
+	}
+	var up *cascade.UpstreamError // declared here, it is allocated only for a failed attempt
+	if errors.As(err, &up) {
 		a.Status = up.Status
 	}
 	return a

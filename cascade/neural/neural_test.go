@@ -40,7 +40,7 @@ func (o *observed) Observe(model string, fig energy.Figure, tokens int) {
 	o.models, o.figs, o.tokens = append(o.models, model), append(o.figs, fig), append(o.tokens, tokens)
 }
 
-func stage(t *testing.T, b cascade.Backend, obs Observer) *Stage {
+func stage(t testing.TB, b cascade.Backend, obs Observer) *Stage {
 	t.Helper()
 	router, err := routing.New([]routing.Route{{Name: "up", Type: "openai", Patterns: []string{"*"}, Backend: b}}, routing.Options{})
 	if err != nil {

@@ -180,7 +180,8 @@ func (r *Router) Candidates(model string) ([]*Route, error) {
 		return nil, errModel(model)
 	}
 	now := r.opts.Now()
-	var live, probes []*Route
+	var probes []*Route
+	live := g[:0] // filtered in place: g is this call's own, and each write lands at or before the read
 	for _, rt := range g {
 		switch r.admit(rt, now) {
 		case admitLive:
@@ -189,8 +190,11 @@ func (r *Router) Candidates(model string) ([]*Route, error) {
 			probes = append(probes, rt)
 		}
 	}
-	if len(live)+len(probes) == 0 {
-		return g, nil
+	switch {
+	case len(live)+len(probes) == 0:
+		return g, nil // nothing was written over
+	case len(probes) == 0:
+		return r.order(model, live), nil
 	}
 	return append(probes, r.order(model, live)...), nil
 }
