@@ -141,9 +141,16 @@ func setEnergyHeaders(h http.Header, c *Call) {
 	hv.energy(c, -1)
 }
 
-// writeOK writes a JSON answer with c's X-EOC headers.
-func writeOK(w http.ResponseWriter, c *Call, body []byte) {
-	hv := headerVals{h: w.Header(), vals: make([]string, 0, energyHeaders+2)}
+// okHeaders is the most headers writeOK sets.
+const okHeaders = energyHeaders + 2
+
+// writeOK writes a JSON answer with c's X-EOC headers. vals, when it has room for okHeaders,
+// backs the headers' values.
+func writeOK(w http.ResponseWriter, c *Call, body []byte, vals []string) {
+	if cap(vals) < okHeaders {
+		vals = make([]string, 0, okHeaders)
+	}
+	hv := headerVals{h: w.Header(), vals: vals[:0]}
 	hv.set("Content-Type", "application/json")
 	hv.energy(c, len(body))
 	w.WriteHeader(http.StatusOK)
