@@ -52,7 +52,8 @@ func newMetrics(reg prometheus.Registerer, router cascade.Router, meters metric.
 	if router != nil {
 		m.labels = newModelLabels(router)
 	}
-	calls, err := genai.New(reg, meters, m.labels.label)
+	// observe hands genai the model labelled already.
+	calls, err := genai.New(reg, meters, func(label string) string { return label })
 	if err != nil {
 		panic(err) // a series registered twice, as MustRegister
 	}
@@ -72,8 +73,16 @@ func newMetrics(reg prometheus.Registerer, router cascade.Router, meters metric.
 	return m
 }
 
+// label is model's metric label (model itself without metrics).
+func (m *metrics) label(model string) string {
+	if m == nil {
+		return model
+	}
+	return m.labels.label(model)
+}
+
 // observe counts one call c, with e its final figure (counted when a figure came back), under
-// the metric label model, total its time at the edge.
+// the metric label model (label's), total its time at the edge.
 func (m *metrics) observe(c *Call, e energy.Figure, model string, total time.Duration) {
 	if m == nil {
 		return
@@ -82,7 +91,6 @@ func (m *metrics) observe(c *Call, e energy.Figure, model string, total time.Dur
 	m.calls.Observe(context.Background(), genai.Call{Operation: c.op, Model: model, Backend: c.Backend, Stage: stage, Status: status,
 		Streamed: c.streamed, PromptTokens: c.promptTokens, CompletionTokens: c.tokens, FirstToken: c.firstToken, Duration: total,
 		Timings: c.timings, Energy: e})
-	model = m.labels.label(model)
 	m.requests.WithLabelValues(stage, model, strconv.Itoa(status)).Inc()
 	var answering time.Duration
 	for i, a := range attempts {

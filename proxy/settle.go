@@ -159,7 +159,6 @@ func (s *Server) report(c *Call) {
 		endCall(c)
 		s.settleLater(c, c.held, c.recorded, c.label, c.took)
 	} else {
-		s.metrics.observe(c, c.Energy, c.label, c.took)
 		s.observe(c, c.label)
 	}
 	if c.learn != nil {
