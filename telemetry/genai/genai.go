@@ -11,7 +11,9 @@ package genai
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,6 +85,60 @@ type Metrics struct {
 
 	// The attribute sets of each instrument, by label values (attrSets).
 	usageSets, timeSets, joulesSets, joulesTokenSets attrSets
+	// The Prometheus children, by label values (children).
+	tokenSeries      children[tokenKey, tokenCounters]
+	ttftSeries       children[pairKey, prometheus.Observer]
+	tpotSeries       children[pairKey, prometheus.Observer]
+	joulesPerTokenOf children[jptKey, prometheus.Observer]
+}
+
+// tokenKey labels eoc_tokens_total's pair of series; output says the completion series counts
+// (not for embeddings).
+type tokenKey struct {
+	model, backend, stage string
+	output                bool
+}
+
+// tokenCounters are a tokenKey's children; completion is nil without output.
+type tokenCounters struct{ prompt, completion prometheus.Counter }
+
+type pairKey struct{ model, backend string }
+
+type jptKey struct{ model, backend, phase, grade string }
+
+// maxChildren bounds each children cache, as maxAttrSets bounds the attribute sets.
+const maxChildren = maxAttrSets
+
+// children keeps a metric vector's children by their labels, so that a call finds its series
+// with one map lookup instead of hashing its label values into the vector (each WithLabelValues
+// takes the vector's lock). The map is replaced, never changed, so a lookup takes no lock. It is
+// safe for concurrent use.
+type children[K comparable, V any] struct {
+	m  atomic.Pointer[map[K]V]
+	mu sync.Mutex
+}
+
+// of returns k's child, made by with on its first use.
+func (c *children[K, V]) of(k K, with func(K) V) V {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
+	}
+	v := with(k)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old map[K]V
+	if p := c.m.Load(); p != nil {
+		old = *p
+	}
+	if len(old) < maxChildren {
+		next := make(map[K]V, len(old)+1)
+		maps.Copy(next, old)
+		next[k] = v
+		c.m.Store(&next)
+	}
+	return v
 }
 
 // Buckets. The time ones are the GenAI conventions' advice, widened for small models on fast
@@ -203,9 +259,10 @@ func (m *Metrics) Observe(ctx context.Context, c Call) {
 	// The OpenTelemetry instruments are asked whether they record before their attributes are
 	// looked up: without a meter provider (noop) none does.
 	if c.PromptTokens > 0 || c.CompletionTokens > 0 {
-		m.tokens.WithLabelValues(model, c.Backend, "prompt", c.Stage).Add(float64(max(c.PromptTokens, 0)))
-		if op != Embeddings { // an embedding has no output tokens
-			m.tokens.WithLabelValues(model, c.Backend, "completion", c.Stage).Add(float64(max(c.CompletionTokens, 0)))
+		tc := m.tokenSeries.of(tokenKey{model, c.Backend, c.Stage, op != Embeddings}, m.tokenCounters) // an embedding has no output tokens
+		tc.prompt.Add(float64(max(c.PromptTokens, 0)))
+		if tc.completion != nil {
+			tc.completion.Add(float64(max(c.CompletionTokens, 0)))
 		}
 		if m.usage.Enabled(ctx) {
 			in := [6]string{string(op), string(genaiconv.TokenTypeInput), model, c.Backend, c.Stage, string(Provider)}
@@ -219,13 +276,13 @@ func (m *Metrics) Observe(ctx context.Context, c Call) {
 	}
 	times := [6]string{string(op), model, c.Backend, string(Provider)}
 	if neural && succeeded && c.Streamed && c.FirstToken > 0 {
-		m.ttft.WithLabelValues(model, c.Backend).Observe(c.FirstToken.Seconds())
+		m.ttftSeries.of(pairKey{model, c.Backend}, m.ttftOf).Observe(c.FirstToken.Seconds())
 		if m.firstToken.Enabled(ctx) {
 			m.firstToken.RecordSet(ctx, c.FirstToken.Seconds(), m.timeSets.of(times))
 		}
 	}
 	if d, ok := decodePerToken(c); neural && succeeded && ok {
-		m.tpot.WithLabelValues(model, c.Backend).Observe(d.Seconds())
+		m.tpotSeries.of(pairKey{model, c.Backend}, m.tpotOf).Observe(d.Seconds())
 		if m.perToken.Enabled(ctx) {
 			m.perToken.RecordSet(ctx, d.Seconds(), m.timeSets.of(times))
 		}
@@ -245,19 +302,41 @@ func (m *Metrics) Observe(ctx context.Context, c Call) {
 	prompt, completion := f.PerToken()
 	otel := m.joulesToken.Enabled(ctx)
 	if f.PromptTokens > 0 {
-		m.jpt.WithLabelValues(model, c.Backend, "prompt", grade).Observe(prompt)
+		m.joulesPerTokenOf.of(jptKey{model, c.Backend, "prompt", grade}, m.jptOf).Observe(prompt)
 		if otel {
 			set := m.joulesTokenSets.of([6]string{model, c.Backend, string(genaiconv.TokenTypeInput), grade})
 			m.joulesToken.Record(ctx, prompt, metric.WithAttributeSet(set))
 		}
 	}
 	if f.CompletionTokens > 0 {
-		m.jpt.WithLabelValues(model, c.Backend, "completion", grade).Observe(completion)
+		m.joulesPerTokenOf.of(jptKey{model, c.Backend, "completion", grade}, m.jptOf).Observe(completion)
 		if otel {
 			set := m.joulesTokenSets.of([6]string{model, c.Backend, string(genaiconv.TokenTypeOutput), grade})
 			m.joulesToken.Record(ctx, completion, metric.WithAttributeSet(set))
 		}
 	}
+}
+
+// The children of the vectors, for children.of.
+
+func (m *Metrics) tokenCounters(k tokenKey) tokenCounters {
+	tc := tokenCounters{prompt: m.tokens.WithLabelValues(k.model, k.backend, "prompt", k.stage)}
+	if k.output {
+		tc.completion = m.tokens.WithLabelValues(k.model, k.backend, "completion", k.stage)
+	}
+	return tc
+}
+
+func (m *Metrics) ttftOf(k pairKey) prometheus.Observer {
+	return m.ttft.WithLabelValues(k.model, k.backend)
+}
+
+func (m *Metrics) tpotOf(k pairKey) prometheus.Observer {
+	return m.tpot.WithLabelValues(k.model, k.backend)
+}
+
+func (m *Metrics) jptOf(k jptKey) prometheus.Observer {
+	return m.jpt.WithLabelValues(k.model, k.backend, k.phase, k.grade)
 }
 
 // decodePerToken is a call's decode time per completion token: the backend's own decode time
