@@ -38,6 +38,7 @@ type decodedChat struct {
 	tenant string
 	body   []byte
 	chat   cascade.ChatRequest
+	x      chatExchange // of chat and body: the exchange every call with these bytes shares
 }
 
 func newDecodedChats() *decodedChats {
@@ -57,15 +58,15 @@ func newDecodedChats() *decodedChats {
 	return &decodedChats{hash: hash, lru: c}
 }
 
-// get returns the request decoded from the same bytes as body for tenant, if one is remembered,
-// and the hash for put.
-func (d *decodedChats) get(tenant string, body []byte) (*cascade.ChatRequest, uint64) {
+// get returns the exchange of the request decoded from the same bytes as body for tenant, if one
+// is remembered, and the hash for put. Its raw body is the remembered copy of those bytes.
+func (d *decodedChats) get(tenant string, body []byte) (*chatExchange, uint64) {
 	if len(body) > decodedMaxBody {
 		return nil, 0 // never kept: not worth hashing
 	}
 	h := d.hash(tenant, body)
 	if e, ok := d.lru.Get(h); ok && e.tenant == tenant && bytes.Equal(e.body, body) {
-		return &e.chat, h
+		return &e.x, h
 	}
 	return nil, h
 }
@@ -76,5 +77,7 @@ func (d *decodedChats) put(h uint64, tenant string, body []byte, chat *cascade.C
 	if len(body) > decodedMaxBody {
 		return
 	}
-	d.lru.Add(h, &decodedChat{tenant: tenant, body: body, chat: *chat})
+	e := &decodedChat{tenant: tenant, body: body, chat: *chat}
+	e.x = chatExchange{chat: &e.chat, raw: e.body}
+	d.lru.Add(h, e)
 }

@@ -25,7 +25,7 @@ func TestDecodedChatsAnswersOnlyTheSameBytes(t *testing.T) {
 	chat := cascade.ChatRequest{Model: "m", Messages: []cascade.Message{{Role: "user", Content: []byte(`"a"`)}}}
 	_, h := d.get("k1", a)
 	d.put(h, "k1", a, &chat)
-	if got, _ := d.get("k1", []byte(string(a))); got == nil || !reflect.DeepEqual(*got, chat) {
+	if got, _ := d.get("k1", []byte(string(a))); got == nil || !reflect.DeepEqual(*got.chat, chat) || string(got.raw) != string(a) {
 		t.Fatalf("the same bytes: got %+v, want %+v", got, chat)
 	}
 	if got, _ := d.get("k1", []byte(`{"model":"m","messages":[{"role":"user","content":"b"}]}`)); got != nil {
