@@ -28,12 +28,12 @@ func (d chatDialect) Decode(_ context.Context, tenant string, body []byte) (dial
 	if known != nil {
 		return known, nil // read-only, as the memo's requests are
 	}
-	x := &chatExchange{chat: new(cascade.ChatRequest), raw: body}
-	if e := decodeChat(body, x.chat); e != nil {
-		return nil, e.wire()
+	e := newDecodedChat(tenant, body)
+	if err := decodeChat(body, &e.chat); err != nil {
+		return nil, err.wire()
 	}
-	d.decoded.put(h, tenant, body, x.chat)
-	return x, nil
+	d.decoded.put(h, e)
+	return &e.x, nil
 }
 
 // decodeChat decodes and validates a chat body into c.

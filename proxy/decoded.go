@@ -71,13 +71,19 @@ func (d *decodedChats) get(tenant string, body []byte) (*chatExchange, uint64) {
 	return nil, h
 }
 
-// put remembers chat, decoded and validated from tenant's body, whose hash is h. The caller must
-// not modify body or chat afterwards.
-func (d *decodedChats) put(h uint64, tenant string, body []byte, chat *cascade.ChatRequest) {
-	if len(body) > decodedMaxBody {
+// newDecodedChat is the entry of tenant's body, its request to be decoded into chat: the call
+// that decodes it uses its exchange, and put keeps it for the calls that send the same bytes.
+func newDecodedChat(tenant string, body []byte) *decodedChat {
+	e := &decodedChat{tenant: tenant, body: body}
+	e.x = chatExchange{chat: &e.chat, raw: e.body}
+	return e
+}
+
+// put remembers e, whose request was decoded and validated from its body, whose hash is h.
+// Nothing may modify e's body or request afterwards.
+func (d *decodedChats) put(h uint64, e *decodedChat) {
+	if len(e.body) > decodedMaxBody {
 		return
 	}
-	e := &decodedChat{tenant: tenant, body: body, chat: *chat}
-	e.x = chatExchange{chat: &e.chat, raw: e.body}
 	d.lru.Add(h, e)
 }
