@@ -100,17 +100,7 @@ func (m *metrics) observe(c *Call, e energy.Figure, model string, total time.Dur
 	if answered {
 		k.grade, k.coverage = string(e.Grade), e.Coverage
 	}
-	cs, ok := m.series.get(k)
-	if !ok {
-		cs = callSeries{requests: m.requests.WithLabelValues(stage, model, strconv.Itoa(status))}
-		if k.answered {
-			cs.joules = m.joules.WithLabelValues(stage, model, k.grade, k.coverage)
-		}
-		if k.saved {
-			cs.saved = m.saved.WithLabelValues(stage, model)
-		}
-		m.series.put(k, cs)
-	}
+	cs := m.series.of(k, m.seriesOf)
 	cs.requests.Inc()
 	var answering time.Duration
 	for i, a := range attempts {
@@ -123,13 +113,7 @@ func (m *metrics) observe(c *Call, e energy.Figure, model string, total time.Dur
 		case i == len(attempts)-1:
 			answering = a.Duration
 		}
-		sk := stageKey{a.Stage, outcome}
-		h, ok := m.stages.get(sk)
-		if !ok {
-			h = m.stage.WithLabelValues(a.Stage, outcome)
-			m.stages.put(sk, h)
-		}
-		h.Observe(a.Duration.Seconds())
+		m.stages.of(stageKey{a.Stage, outcome}, m.stageSeries).Observe(a.Duration.Seconds())
 	}
 	if k.answered {
 		cs.joules.Add(e.Joules)
@@ -156,7 +140,22 @@ type callSeries struct {
 	requests, joules, saved prometheus.Counter
 }
 
+func (m *metrics) seriesOf(k callKey) callSeries {
+	cs := callSeries{requests: m.requests.WithLabelValues(k.stage, k.model, strconv.Itoa(k.status))}
+	if k.answered {
+		cs.joules = m.joules.WithLabelValues(k.stage, k.model, k.grade, k.coverage)
+	}
+	if k.saved {
+		cs.saved = m.saved.WithLabelValues(k.stage, k.model)
+	}
+	return cs
+}
+
 type stageKey struct{ stage, outcome string }
+
+func (m *metrics) stageSeries(k stageKey) prometheus.Observer {
+	return m.stage.WithLabelValues(k.stage, k.outcome)
+}
 
 // maxChildren bounds each children cache. The labels are bounded already (models by
 // modelLabels, stages and backends configured, statuses and outcomes fixed words); past the
@@ -172,30 +171,27 @@ type children[K comparable, V any] struct {
 	mu sync.Mutex
 }
 
-func (c *children[K, V]) get(k K) (V, bool) {
+// of returns k's child, made by with on its first use.
+func (c *children[K, V]) of(k K, with func(K) V) V {
 	if m := c.m.Load(); m != nil {
-		v, ok := (*m)[k]
-		return v, ok
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
 	}
-	var none V
-	return none, false
-}
-
-// put keeps v for k while the cache is under maxChildren.
-func (c *children[K, V]) put(k K, v V) {
+	v := with(k)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var old map[K]V
 	if p := c.m.Load(); p != nil {
 		old = *p
 	}
-	if len(old) >= maxChildren {
-		return
+	if len(old) < maxChildren {
+		next := make(map[K]V, len(old)+1)
+		maps.Copy(next, old)
+		next[k] = v
+		c.m.Store(&next)
 	}
-	next := make(map[K]V, len(old)+1)
-	maps.Copy(next, old)
-	next[k] = v
-	c.m.Store(&next)
+	return v
 }
 
 // callIn and callOut count a call in eoc_requests_in_flight.
