@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -60,5 +61,34 @@ func BenchmarkCacheHit(b *testing.B) {
 		if w.h.Get(HeaderStage) != "cache" {
 			b.Fatalf("answered by %q, not the cache", w.h.Get(HeaderStage))
 		}
+	}
+}
+
+// BenchmarkFreshBody runs calls whose bodies the edge has not seen (the neural path's usual case:
+// the decoded-body memo misses and the body is decoded) through the whole handler, answered by a
+// stage in process, so the allocations counted are the edge's and the walk's, not a backend's.
+func BenchmarkFreshBody(b *testing.B) {
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}}, routing.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := cascade.New(router, []cascade.Stage{echoStage{}}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
+	s := New(Options{Cascade: c, Logger: zerolog.New(io.Discard), Registry: prometheus.NewRegistry(), RequestTimeout: 300 * time.Second,
+		Record: func(Call) error { return nil }})
+	bodies := make([][]byte, 2*decodedBodies) // more than the memo holds: every call misses
+	for i := range bodies {
+		bodies[i] = fmt.Appendf(nil, `{"model":"known-1","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Question %d?"}]}`, i)
+	}
+	w := &benchWriter{h: http.Header{}}
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		clear(w.h)
+		w.status, w.n = 0, 0
+		s.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(bodies[i%len(bodies)])))
+		if w.status != http.StatusOK || w.n == 0 {
+			b.Fatalf("status %d, %d bytes", w.status, w.n)
+		}
+		i++
 	}
 }

@@ -26,14 +26,14 @@ var _ dialect.Dialect = chatDialect{}
 func (d chatDialect) Decode(_ context.Context, tenant string, body []byte) (dialect.Exchange, *dialect.Error) {
 	known, h := d.decoded.get(tenant, body)
 	if known != nil {
-		return &chatExchange{chat: known, raw: body}, nil // read-only, as the memo's requests are
+		return known, nil // read-only, as the memo's requests are
 	}
-	x := &chatExchange{chat: new(cascade.ChatRequest), raw: body}
-	if e := decodeChat(body, x.chat); e != nil {
-		return nil, e.wire()
+	e := newDecodedChat(tenant, body)
+	if err := decodeChat(body, &e.chat); err != nil {
+		return nil, err.wire()
 	}
-	d.decoded.put(h, tenant, body, x.chat)
-	return x, nil
+	d.decoded.put(h, e)
+	return &e.x, nil
 }
 
 // decodeChat decodes and validates a chat body into c.
@@ -50,8 +50,8 @@ func decodeChat(body []byte, c *cascade.ChatRequest) *APIError {
 	return validateThink(body)
 }
 
-// chatExchange is one chat call: its body is the cascade's request as it came. chat may be the
-// decoded-body memo's, shared between calls: nothing modifies it.
+// chatExchange is one chat call: its body is the cascade's request as it came. It may be the
+// decoded-body memo's, shared between the calls that sent the same bytes: nothing modifies it.
 type chatExchange struct {
 	chat *cascade.ChatRequest
 	raw  []byte

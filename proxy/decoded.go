@@ -38,6 +38,7 @@ type decodedChat struct {
 	tenant string
 	body   []byte
 	chat   cascade.ChatRequest
+	x      chatExchange // of chat and body: the exchange every call with these bytes shares
 }
 
 func newDecodedChats() *decodedChats {
@@ -57,24 +58,32 @@ func newDecodedChats() *decodedChats {
 	return &decodedChats{hash: hash, lru: c}
 }
 
-// get returns the request decoded from the same bytes as body for tenant, if one is remembered,
-// and the hash for put.
-func (d *decodedChats) get(tenant string, body []byte) (*cascade.ChatRequest, uint64) {
+// get returns the exchange of the request decoded from the same bytes as body for tenant, if one
+// is remembered, and the hash for put. Its raw body is the remembered copy of those bytes.
+func (d *decodedChats) get(tenant string, body []byte) (*chatExchange, uint64) {
 	if len(body) > decodedMaxBody {
 		return nil, 0 // never kept: not worth hashing
 	}
 	h := d.hash(tenant, body)
 	if e, ok := d.lru.Get(h); ok && e.tenant == tenant && bytes.Equal(e.body, body) {
-		return &e.chat, h
+		return &e.x, h
 	}
 	return nil, h
 }
 
-// put remembers chat, decoded and validated from tenant's body, whose hash is h. The caller must
-// not modify body or chat afterwards.
-func (d *decodedChats) put(h uint64, tenant string, body []byte, chat *cascade.ChatRequest) {
-	if len(body) > decodedMaxBody {
+// newDecodedChat is the entry of tenant's body, its request to be decoded into chat: the call
+// that decodes it uses its exchange, and put keeps it for the calls that send the same bytes.
+func newDecodedChat(tenant string, body []byte) *decodedChat {
+	e := &decodedChat{tenant: tenant, body: body}
+	e.x = chatExchange{chat: &e.chat, raw: e.body}
+	return e
+}
+
+// put remembers e, whose request was decoded and validated from its body, whose hash is h.
+// Nothing may modify e's body or request afterwards.
+func (d *decodedChats) put(h uint64, e *decodedChat) {
+	if len(e.body) > decodedMaxBody {
 		return
 	}
-	d.lru.Add(h, &decodedChat{tenant: tenant, body: body, chat: *chat})
+	d.lru.Add(h, e)
 }

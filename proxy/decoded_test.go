@@ -24,8 +24,10 @@ func TestDecodedChatsAnswersOnlyTheSameBytes(t *testing.T) {
 	a := []byte(`{"model":"m","messages":[{"role":"user","content":"a"}]}`)
 	chat := cascade.ChatRequest{Model: "m", Messages: []cascade.Message{{Role: "user", Content: []byte(`"a"`)}}}
 	_, h := d.get("k1", a)
-	d.put(h, "k1", a, &chat)
-	if got, _ := d.get("k1", []byte(string(a))); got == nil || !reflect.DeepEqual(*got, chat) {
+	e := newDecodedChat("k1", a)
+	e.chat = chat
+	d.put(h, e)
+	if got, _ := d.get("k1", []byte(string(a))); got == nil || !reflect.DeepEqual(*got.chat, chat) || string(got.raw) != string(a) {
 		t.Fatalf("the same bytes: got %+v, want %+v", got, chat)
 	}
 	if got, _ := d.get("k1", []byte(`{"model":"m","messages":[{"role":"user","content":"b"}]}`)); got != nil {
@@ -35,7 +37,9 @@ func TestDecodedChatsAnswersOnlyTheSameBytes(t *testing.T) {
 		t.Fatalf("another tenant's same bytes got %+v", got)
 	}
 	big := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", decodedMaxBody) + `"}]}`)
-	d.put(h, "k1", big, &chat)
+	e = newDecodedChat("k1", big)
+	e.chat = chat
+	d.put(h, e)
 	if got, _ := d.get("k1", big); got != nil {
 		t.Fatal("a body over the bound was kept")
 	}

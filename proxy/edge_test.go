@@ -138,14 +138,15 @@ func FuzzDecode(f *testing.F) {
 	s := New(Options{Cascade: cascade.New(&routing.Router{}, nil, cascade.Options{}), Logger: zerolog.Nop(), MaxBodyBytes: 1 << 20})
 	f.Fuzz(func(t *testing.T, body string) {
 		r := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(body))
-		req, _, apiErr := s.decode(httptest.NewRecorder(), r, s.dialects["/v1/chat/completions"], "")
-		if (req == nil) == (apiErr == nil) {
-			t.Fatalf("decode returned req=%v err=%v", req, apiErr)
+		req := new(cascade.Request)
+		x, apiErr := s.decode(httptest.NewRecorder(), r, s.dialects["/v1/chat/completions"], "", req)
+		if (x == nil) == (apiErr == nil) {
+			t.Fatalf("decode returned exchange=%v err=%v", x, apiErr)
 		}
 		if apiErr != nil && (apiErr.Status != 400 || apiErr.Message == "") {
 			t.Fatalf("bad error %+v", apiErr)
 		}
-		if req != nil {
+		if x != nil {
 			_ = req.Key()
 			for i := range req.Chat.Messages {
 				_ = req.Chat.Messages[i].Text()

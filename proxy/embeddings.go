@@ -70,7 +70,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 		setEnergyHeaders(w.Header(), c)
 		writeError(w, c.err)
 	} else {
-		writeOK(w, c, body)
+		writeOK(w, c, body, nil)
 	}
 	flush(w)
 }

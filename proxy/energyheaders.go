@@ -43,20 +43,6 @@ func stateOf(fig energy.Figure) string {
 var boundsTrailerNames = strings.Join([]string{HeaderJoulesLow, HeaderJoulesHigh, HeaderReceiptTime, HeaderJoulesSavedGrade,
 	HeaderJoulesState}, ", ")
 
-// setBoundsHeaders sets the bounds, the figure's state, the receipt time and the saving's grade
-// of o through set.
-func setBoundsHeaders(set func(k, v string), c *Call) {
-	set(HeaderJoulesLow, formatJoules(c.Energy.Low))
-	set(HeaderJoulesHigh, formatJoules(c.Energy.High))
-	set(HeaderJoulesState, stateOf(c.Energy))
-	if !c.Time.IsZero() {
-		set(HeaderReceiptTime, c.Time.UTC().Format(time.RFC3339Nano))
-	}
-	if c.Energy.Saved > 0 {
-		set(HeaderJoulesSavedGrade, string(energy.Estimated))
-	}
-}
-
 // eocBounds are the final eoc chunk's bounds, state, receipt time, saving's grade and joules per
 // token (the figure's prompt and completion parts over the tokens its work processed).
 type eocBounds struct {

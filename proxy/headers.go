@@ -4,8 +4,10 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/energy"
 )
 
 // The X-EOC headers (X-EOC-Joules, …), spelled in Go's canonical form so setting them allocates
@@ -39,9 +41,11 @@ func setBackendHeaders(h http.Header, backend string, attempts []cascade.Backend
 	if len(attempts) == 0 {
 		return
 	}
-	h.Set(HeaderBackend, backend)
-	h.Set(HeaderAttempts, strconv.Itoa(len(attempts)))
+	hv := headerVals{h: h, vals: make([]string, 0, 2)}
+	hv.set(HeaderBackend, backend)
+	hv.set(HeaderAttempts, strconv.Itoa(len(attempts)))
 }
+
 func (s *Server) setBudgetHeader(h http.Header, tenant string) {
 	if left, ok := s.budgets.remaining(tenant); ok {
 		h.Set(HeaderBudgetRemaining, formatJoules(left.joules))
@@ -50,6 +54,8 @@ func (s *Server) setBudgetHeader(h http.Header, tenant string) {
 }
 
 func formatJoules(j float64) string { return strconv.FormatFloat(j, 'f', -1, 64) }
+
+func appendJoules(b []byte, j float64) []byte { return strconv.AppendFloat(b, j, 'f', -1, 64) }
 
 // headerVals sets headers by canonical names (constants), straight into the map, their values
 // sharing one backing array: one allocation where Header.Set makes one per header and
@@ -65,9 +71,37 @@ func (hv *headerVals) set(k, v string) {
 	hv.h[k] = hv.vals[n-1 : n : n]
 }
 
-// energy sets the X-EOC headers of c.
-func (hv *headerVals) energy(c *Call) {
-	hv.set(HeaderJoules, formatJoules(c.Energy.Joules))
+// energy sets the X-EOC headers of c, and Content-Length when length is not negative. The
+// values it formats are appended to one buffer that becomes one string, each value a part of it:
+// one allocation for all of them.
+func (hv *headerVals) energy(c *Call, length int) {
+	var buf [256]byte
+	b := appendJoules(buf[:0], c.Energy.Joules)
+	endJoules := len(b)
+	b = appendJoules(b, c.Energy.Low)
+	endLow := len(b)
+	b = appendJoules(b, c.Energy.High)
+	endHigh := len(b)
+	endSaved := endHigh
+	if c.Energy.Saved > 0 {
+		b = appendJoules(b, c.Energy.Saved)
+		endSaved = len(b)
+	}
+	endRemaining := endSaved
+	if c.remaining != nil {
+		b = appendJoules(b, *c.remaining)
+		endRemaining = len(b)
+	}
+	endTime := endRemaining
+	if !c.Time.IsZero() {
+		b = c.Time.UTC().AppendFormat(b, time.RFC3339Nano)
+		endTime = len(b)
+	}
+	if length >= 0 {
+		b = strconv.AppendInt(b, int64(length), 10)
+	}
+	v := string(b)
+	hv.set(HeaderJoules, v[:endJoules])
 	hv.set(HeaderStage, c.Stage)
 	hv.set(HeaderEnergy, string(c.Energy.Grade))
 	hv.set(HeaderMethod, c.Energy.Method)
@@ -77,13 +111,25 @@ func (hv *headerVals) energy(c *Call) {
 		hv.set(HeaderReason, c.Energy.Reason)
 	}
 	if c.Energy.Saved > 0 {
-		hv.set(HeaderJoulesSaved, formatJoules(c.Energy.Saved))
+		hv.set(HeaderJoulesSaved, v[endHigh:endSaved])
 	}
 	if c.remaining != nil {
-		hv.set(HeaderBudgetRemaining, formatJoules(*c.remaining))
+		hv.set(HeaderBudgetRemaining, v[endSaved:endRemaining])
 		hv.set(HeaderBudgetCoverage, c.coverage)
 	}
-	setBoundsHeaders(hv.set, c)
+	// The bounds, the figure's state, the receipt time and the saving's grade.
+	hv.set(HeaderJoulesLow, v[endJoules:endLow])
+	hv.set(HeaderJoulesHigh, v[endLow:endHigh])
+	hv.set(HeaderJoulesState, stateOf(c.Energy))
+	if !c.Time.IsZero() {
+		hv.set(HeaderReceiptTime, v[endRemaining:endTime])
+	}
+	if c.Energy.Saved > 0 {
+		hv.set(HeaderJoulesSavedGrade, string(energy.Estimated))
+	}
+	if length >= 0 {
+		hv.set("Content-Length", v[endTime:])
+	}
 }
 
 // energyHeaders is the most X-EOC headers one call sets.
@@ -92,15 +138,21 @@ const energyHeaders = 15
 // setEnergyHeaders sets the X-EOC headers of c.
 func setEnergyHeaders(h http.Header, c *Call) {
 	hv := headerVals{h: h, vals: make([]string, 0, energyHeaders)}
-	hv.energy(c)
+	hv.energy(c, -1)
 }
 
-// writeOK writes a JSON answer with c's X-EOC headers.
-func writeOK(w http.ResponseWriter, c *Call, body []byte) {
-	hv := headerVals{h: w.Header(), vals: make([]string, 0, energyHeaders+2)}
-	hv.energy(c)
+// okHeaders is the most headers writeOK sets.
+const okHeaders = energyHeaders + 2
+
+// writeOK writes a JSON answer with c's X-EOC headers. vals, when it has room for okHeaders,
+// backs the headers' values.
+func writeOK(w http.ResponseWriter, c *Call, body []byte, vals []string) {
+	if cap(vals) < okHeaders {
+		vals = make([]string, 0, okHeaders)
+	}
+	hv := headerVals{h: w.Header(), vals: vals[:0]}
 	hv.set("Content-Type", "application/json")
-	hv.set("Content-Length", strconv.Itoa(len(body)))
+	hv.energy(c, len(body))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body)
 }

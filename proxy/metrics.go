@@ -5,8 +5,11 @@ import (
 
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +25,8 @@ import (
 // names.
 type metrics struct {
 	labels   *modelLabels
+	series   children[callKey, callSeries]
+	stages   children[stageKey, prometheus.Observer]
 	requests *prometheus.CounterVec
 	joules   *prometheus.CounterVec
 	saved    *prometheus.CounterVec
@@ -52,7 +57,8 @@ func newMetrics(reg prometheus.Registerer, router cascade.Router, meters metric.
 	if router != nil {
 		m.labels = newModelLabels(router)
 	}
-	calls, err := genai.New(reg, meters, m.labels.label)
+	// observe hands genai the model labelled already.
+	calls, err := genai.New(reg, meters, func(label string) string { return label })
 	if err != nil {
 		panic(err) // a series registered twice, as MustRegister
 	}
@@ -72,8 +78,16 @@ func newMetrics(reg prometheus.Registerer, router cascade.Router, meters metric.
 	return m
 }
 
+// label is model's metric label (model itself without metrics).
+func (m *metrics) label(model string) string {
+	if m == nil {
+		return model
+	}
+	return m.labels.label(model)
+}
+
 // observe counts one call c, with e its final figure (counted when a figure came back), under
-// the metric label model, total its time at the edge.
+// the metric label model (label's), total its time at the edge.
 func (m *metrics) observe(c *Call, e energy.Figure, model string, total time.Duration) {
 	if m == nil {
 		return
@@ -82,8 +96,12 @@ func (m *metrics) observe(c *Call, e energy.Figure, model string, total time.Dur
 	m.calls.Observe(context.Background(), genai.Call{Operation: c.op, Model: model, Backend: c.Backend, Stage: stage, Status: status,
 		Streamed: c.streamed, PromptTokens: c.promptTokens, CompletionTokens: c.tokens, FirstToken: c.firstToken, Duration: total,
 		Timings: c.timings, Energy: e})
-	model = m.labels.label(model)
-	m.requests.WithLabelValues(stage, model, strconv.Itoa(status)).Inc()
+	k := callKey{stage: stage, model: model, status: status, answered: answered, saved: answered && e.Saved > 0}
+	if answered {
+		k.grade, k.coverage = string(e.Grade), e.Coverage
+	}
+	cs := m.series.of(k, m.seriesOf)
+	cs.requests.Inc()
 	var answering time.Duration
 	for i, a := range attempts {
 		outcome := "error"
@@ -95,17 +113,85 @@ func (m *metrics) observe(c *Call, e energy.Figure, model string, total time.Dur
 		case i == len(attempts)-1:
 			answering = a.Duration
 		}
-		m.stage.WithLabelValues(a.Stage, outcome).Observe(a.Duration.Seconds())
+		m.stages.of(stageKey{a.Stage, outcome}, m.stageSeries).Observe(a.Duration.Seconds())
 	}
-	if answered {
-		m.joules.WithLabelValues(stage, model, string(e.Grade), e.Coverage).Add(e.Joules)
-		if e.Saved > 0 {
-			m.saved.WithLabelValues(stage, model).Add(e.Saved)
-		}
+	if k.answered {
+		cs.joules.Add(e.Joules)
+	}
+	if k.saved {
+		cs.saved.Add(e.Saved)
 	}
 	if len(attempts) > 0 {
 		m.overhead.Observe((total - answering).Seconds())
 	}
+}
+
+// callKey is the labels of the series observe counts for every call: eoc_requests_total's, and
+// for a call answered, eoc_joules_total's and (with a saving) eoc_joules_saved_total's.
+type callKey struct {
+	stage, model, grade, coverage string
+	status                        int
+	answered, saved               bool
+}
+
+// callSeries are a callKey's children: requests always, joules and saved when the key says the
+// call counts them (nil otherwise, so that no empty series appears).
+type callSeries struct {
+	requests, joules, saved prometheus.Counter
+}
+
+func (m *metrics) seriesOf(k callKey) callSeries {
+	cs := callSeries{requests: m.requests.WithLabelValues(k.stage, k.model, strconv.Itoa(k.status))}
+	if k.answered {
+		cs.joules = m.joules.WithLabelValues(k.stage, k.model, k.grade, k.coverage)
+	}
+	if k.saved {
+		cs.saved = m.saved.WithLabelValues(k.stage, k.model)
+	}
+	return cs
+}
+
+type stageKey struct{ stage, outcome string }
+
+func (m *metrics) stageSeries(k stageKey) prometheus.Observer {
+	return m.stage.WithLabelValues(k.stage, k.outcome)
+}
+
+// maxChildren bounds each children cache. The labels are bounded already (models by
+// modelLabels, stages and backends configured, statuses and outcomes fixed words); past the
+// bound a call looks its children up in the vectors, as without the cache.
+const maxChildren = 4096
+
+// children keeps a metric vector's children by their labels, so that a call finds all of its
+// series with one map lookup instead of hashing its label values into each vector (each
+// WithLabelValues takes the vector's lock). The map is replaced, never changed, so a lookup takes
+// no lock. It is safe for concurrent use.
+type children[K comparable, V any] struct {
+	m  atomic.Pointer[map[K]V]
+	mu sync.Mutex
+}
+
+// of returns k's child, made by with on its first use.
+func (c *children[K, V]) of(k K, with func(K) V) V {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
+	}
+	v := with(k)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old map[K]V
+	if p := c.m.Load(); p != nil {
+		old = *p
+	}
+	if len(old) < maxChildren {
+		next := make(map[K]V, len(old)+1)
+		maps.Copy(next, old)
+		next[k] = v
+		c.m.Store(&next)
+	}
+	return v
 }
 
 // callIn and callOut count a call in eoc_requests_in_flight.

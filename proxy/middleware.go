@@ -11,14 +11,26 @@ import (
 	"time"
 )
 
-// ctxKey keys the one context value requestID adds: the request's id and its log fields, in
-// one allocation and one context layer (every ctx.Value lookup walks the layers).
+// ctxKey keys the one context value edge adds: the request's id and its log fields.
 type ctxKey struct{}
 
+// requestInfo is what edge keeps of a request, in one allocation: the request's context (it is
+// the context layer that holds the id and the fields, answering ctxKey itself), its id and log
+// fields, and the status writer the access log reads.
 type requestInfo struct {
+	context.Context
 	id     string
 	fields logFields
-	header [1]string // X-Request-Id's value, in the same allocation
+	header [1]string // X-Request-Id's value
+	sw     statusWriter
+}
+
+// Value answers ctxKey with ri, every other key from the parent context.
+func (ri *requestInfo) Value(key any) any {
+	if key == (ctxKey{}) {
+		return ri
+	}
+	return ri.Context.Value(key)
 }
 
 // logFields is what a handler tells the access log about a request. It is written by the one
@@ -65,33 +77,34 @@ func headerSize(r *http.Request) int {
 	return n
 }
 
-// limitHeaders refuses a request whose headers exceed MaxHeaderBytes with a JSON 431, in the
-// shape of its route.
-func (s *Server) limitHeaders(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if headerSize(r) > MaxHeaderBytes {
-			w.Header().Set("Connection", "close")
-			s.writeRouteError(w, r, &APIError{Status: http.StatusRequestHeaderFieldsTooLarge, Type: "invalid_request_error",
-				Code: "request_header_too_large", Message: fmt.Sprintf("request headers are larger than %d bytes", MaxHeaderBytes)})
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-func (s *Server) requestID(next http.Handler) http.Handler {
+// edge is the middleware of every route: it gives the request its id (X-Request-Id, and the
+// context's RequestID), writes its access log line, turns a panic into a 500 and refuses headers
+// beyond MaxHeaderBytes with a JSON 431 in the shape of the route. One function, so that a request
+// pays one allocation for them all.
+func (s *Server) edge(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.handling.Add(1)
 		defer s.handling.Done()
+		start := time.Now()
 		var b [8]byte
 		_, _ = rand.Read(b[:])
 		var text [len("req_") + 2*len(b)]byte
 		copy(text[:], "req_")
 		hex.Encode(text[len("req_"):], b[:])
-		ri := &requestInfo{id: string(text[:])}
+		ri := &requestInfo{Context: r.Context(), id: string(text[:])}
 		ri.header[0] = ri.id
 		w.Header()["X-Request-Id"] = ri.header[:] // canonical already
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri)))
+		ri.sw.ResponseWriter = w
+		r = r.WithContext(ri)
+		defer s.accessLog(ri, r, start)
+		defer s.recoverer(ri, r)
+		if headerSize(r) > MaxHeaderBytes {
+			ri.sw.Header().Set("Connection", "close")
+			s.writeRouteError(&ri.sw, r, &APIError{Status: http.StatusRequestHeaderFieldsTooLarge, Type: "invalid_request_error",
+				Code: "request_header_too_large", Message: fmt.Sprintf("request headers are larger than %d bytes", MaxHeaderBytes)})
+			return
+		}
+		next.ServeHTTP(&ri.sw, r)
 	})
 }
 
@@ -129,75 +142,64 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // accessLog writes one JSON line per request: id, route, status, stage, model, joules, latency.
 // It never logs a prompt, a completion or a key.
-func (s *Server) accessLog(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
-		defer func() {
-			f := fields(r.Context())
-			took := time.Since(start)
-			ev := s.log.Info()
-			if sw.status >= 500 {
-				ev = s.log.Warn()
-			}
-			ev = ev.Str("request_id", RequestID(r.Context())).Str("method", r.Method).Str("path", r.URL.Path).
-				Int("status", sw.status).Int64("bytes", sw.bytes).Dur("latency_ms", took)
-			c := f.call
-			if c == nil {
-				c = &Call{} // a call refused before the walk
-			}
-			if c.Stage != "" || f.model != "" {
-				ev = ev.Str("stage", c.Stage).Str("model", f.model).Float64("joules", c.Energy.Joules).Str("grade", string(c.Energy.Grade)).
-					Str("energy_method", c.Energy.Method)
-				if c.Backend != "" {
-					ev = ev.Str("backend", c.Backend)
-				}
-				if c.Energy.Saved > 0 {
-					ev = ev.Float64("joules_saved", c.Energy.Saved)
-				}
-				if c.Energy.Provisional {
-					ev = ev.Str("joules_state", StateProvisional)
-				}
-				var upstream time.Duration // the time spent in the answering stage
-				if n := len(c.stages); n > 0 {
-					upstream = c.stages[n-1].Duration
-				}
-				ev = ev.Dur("overhead_ms", took-upstream)
-			}
-			if f.tenant != "" {
-				ev = ev.Str("key_id", f.tenant)
-			}
-			if f.err != nil {
-				ev = ev.AnErr("error", f.err)
-			}
-			ev.Msg("request")
-		}()
-		next.ServeHTTP(sw, r)
-	})
+func (s *Server) accessLog(ri *requestInfo, r *http.Request, start time.Time) {
+	f, sw := &ri.fields, &ri.sw
+	took := time.Since(start)
+	ev := s.log.Info()
+	if sw.status >= 500 {
+		ev = s.log.Warn()
+	}
+	ev = ev.Str("request_id", ri.id).Str("method", r.Method).Str("path", r.URL.Path).
+		Int("status", sw.status).Int64("bytes", sw.bytes).Dur("latency_ms", took)
+	c := f.call
+	if c == nil {
+		c = &Call{} // a call refused before the walk
+	}
+	if c.Stage != "" || f.model != "" {
+		ev = ev.Str("stage", c.Stage).Str("model", f.model).Float64("joules", c.Energy.Joules).Str("grade", string(c.Energy.Grade)).
+			Str("energy_method", c.Energy.Method)
+		if c.Backend != "" {
+			ev = ev.Str("backend", c.Backend)
+		}
+		if c.Energy.Saved > 0 {
+			ev = ev.Float64("joules_saved", c.Energy.Saved)
+		}
+		if c.Energy.Provisional {
+			ev = ev.Str("joules_state", StateProvisional)
+		}
+		var upstream time.Duration // the time spent in the answering stage
+		if n := len(c.stages); n > 0 {
+			upstream = c.stages[n-1].Duration
+		}
+		ev = ev.Dur("overhead_ms", took-upstream)
+	}
+	if f.tenant != "" {
+		ev = ev.Str("key_id", f.tenant)
+	}
+	if f.err != nil {
+		ev = ev.AnErr("error", f.err)
+	}
+	ev.Msg("request")
 }
 
-// recoverer turns a panic into a 500 in its route's shape that carries the request id; the stack goes
-// to the log only. http.ErrAbortHandler passes through: it is how a broken stream is cut.
-func (s *Server) recoverer(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			rec := recover()
-			if rec == nil {
-				return
-			}
-			if err, ok := rec.(error); ok && errors.Is(err, http.ErrAbortHandler) {
-				panic(rec)
-			}
-			id := RequestID(r.Context())
-			if sw, ok := w.(*statusWriter); ok && sw.status != 0 {
-				s.log.Error().Str("request_id", id).Str("panic", fmt.Sprint(rec)).Bytes("stack", debug.Stack()).Msg("panic after the response began")
-				panic(http.ErrAbortHandler)
-			}
-			s.log.Error().Str("request_id", id).Str("panic", fmt.Sprint(rec)).Bytes("stack", debug.Stack()).Msg("panic")
-			fields(r.Context()).err = fmt.Errorf("panic: %v", rec)
-			s.writeRouteError(w, r, &APIError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
-				Message: "internal error; request id " + id})
-		}()
-		next.ServeHTTP(w, r)
-	})
+// recoverer, deferred, turns a panic into a 500 in its route's shape that carries the request
+// id; the stack goes to the log only. http.ErrAbortHandler passes through: it is how a broken
+// stream is cut.
+func (s *Server) recoverer(ri *requestInfo, r *http.Request) {
+	rec := recover()
+	if rec == nil {
+		return
+	}
+	if err, ok := rec.(error); ok && errors.Is(err, http.ErrAbortHandler) {
+		panic(rec)
+	}
+	id := ri.id
+	if ri.sw.status != 0 {
+		s.log.Error().Str("request_id", id).Str("panic", fmt.Sprint(rec)).Bytes("stack", debug.Stack()).Msg("panic after the response began")
+		panic(http.ErrAbortHandler)
+	}
+	s.log.Error().Str("request_id", id).Str("panic", fmt.Sprint(rec)).Bytes("stack", debug.Stack()).Msg("panic")
+	ri.fields.err = fmt.Errorf("panic: %v", rec)
+	s.writeRouteError(&ri.sw, r, &APIError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
+		Message: "internal error; request id " + id})
 }

@@ -55,7 +55,9 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		lf := fields(r.Context())
-		req, x, apiErr := s.decode(w, r, d, lf.tenant)
+		st := new(callState)
+		req := &st.req
+		x, apiErr := s.decode(w, r, d, lf.tenant, req)
 		if apiErr != nil {
 			s.refuse(w, d, lf, apiErr)
 			return
@@ -71,7 +73,7 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 		}
 		s.metrics.callIn()
 		defer s.metrics.callOut()
-		var res cascade.Result
+		res := &st.res
 		var sw *sseWriter
 		var sink cascade.StageSink
 		if x.Stream() {
@@ -81,7 +83,7 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 		}
 		var learn func()
 		err := s.guard(req.ID, func() (werr error) {
-			learn, werr = s.cascade.WalkLearnLater(ctx, req, &res, sink)
+			learn, werr = s.cascade.WalkLearnLater(ctx, req, res, sink)
 			return werr
 		})
 		// A whole answer is rendered before the call is settled, so the record holds the status
@@ -93,7 +95,8 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 				return werr
 			})
 		}
-		c := newCall(req.ID, req.Tenant, req.Key(), req.Chat.Model, start, trace.SpanFromContext(ctx))
+		c := &st.call
+		c.begin(req.ID, req.Tenant, req.Key(), req.Chat.Model, start, trace.SpanFromContext(ctx))
 		c.wrote = res.Wrote
 		c.op, c.streamed = operation(r.URL.Path), sw != nil
 		if sw != nil && !sw.first.IsZero() {
@@ -129,7 +132,7 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 			flush(w)
 			return
 		default:
-			writeOK(w, c, whole)
+			writeOK(w, c, whole, st.hdr[:0])
 		}
 		// Before a whole answer is flushed: a stored response (Responses' previous_response_id) is
 		// there for the client's next call.
@@ -138,6 +141,16 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 		}
 		flush(w)
 	}
+}
+
+// callState is what serve keeps of one call, in one allocation: the cascade's request, the
+// walk's result, the call as it is settled and its headers' values.
+type callState struct {
+	req  cascade.Request
+	res  cascade.Result
+	call Call
+	// hdr backs the values of a whole answer's headers (writeOK).
+	hdr [okHeaders]string
 }
 
 // guard runs a cascade walk, turning a panic in a stage or backend into an error (500,
@@ -161,19 +174,19 @@ func (s *Server) guard(id string, walk func() error) (err error) {
 	return walk()
 }
 
-// decode reads the body of tenant's call and decodes it with d into the cascade's request.
-func (s *Server) decode(w http.ResponseWriter, r *http.Request, d dialect.Dialect, tenant string) (*cascade.Request, dialect.Exchange, *APIError) {
+// decode reads the body of tenant's call and decodes it with d into req, the cascade's request.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, d dialect.Dialect, tenant string, req *cascade.Request) (dialect.Exchange, *APIError) {
 	body, apiErr := s.readJSON(w, r)
 	if apiErr != nil {
-		return nil, nil, apiErr
+		return nil, apiErr
 	}
 	x, derr := d.Decode(r.Context(), tenant, body)
 	if derr != nil {
-		return nil, nil, fromWire(derr)
+		return nil, fromWire(derr)
 	}
-	req := &cascade.Request{Tenant: tenant, Chat: *x.Chat(), Raw: x.RawChat(), ID: RequestID(r.Context()), Tracer: s.stages}
+	*req = cascade.Request{Tenant: tenant, Chat: *x.Chat(), Raw: x.RawChat(), ID: RequestID(r.Context()), Tracer: s.stages}
 	req.NoCache, req.NoStore = cacheControl(r)
-	return req, x, nil
+	return x, nil
 }
 
 // refuse answers a request that did not decode.

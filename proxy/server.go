@@ -133,7 +133,7 @@ func New(o Options) *Server {
 		s.stages = stageTracer{s.tracer}
 	}
 	r := chi.NewRouter()
-	r.Use(s.requestID, s.accessLog, s.recoverer, s.limitHeaders)
+	r.Use(s.edge)
 	r.Group(func(r chi.Router) {
 		r.Use(s.traced, s.authenticate)
 		for _, path := range s.paths {

@@ -65,7 +65,14 @@ type Call struct {
 
 // newCall is the call req makes, before its walk ends.
 func newCall(id, tenant, key, model string, start time.Time, span trace.Span) *Call {
-	return &Call{RequestID: id, KeyID: tenant, Key: key, Model: model, start: start, span: span}
+	c := new(Call)
+	c.begin(id, tenant, key, model, start, span)
+	return c
+}
+
+// begin makes c the call req makes, before its walk ends.
+func (c *Call) begin(id, tenant, key, model string, start time.Time, span trace.Span) {
+	*c = Call{RequestID: id, KeyID: tenant, Key: key, Model: model, start: start, span: span}
 }
 
 // answer takes what a walk produced: the answering stage, the stages tried, and the figure that
@@ -152,7 +159,6 @@ func (s *Server) report(c *Call) {
 		endCall(c)
 		s.settleLater(c, c.held, c.recorded, c.label, c.took)
 	} else {
-		s.metrics.observe(c, c.Energy, c.label, c.took)
 		s.observe(c, c.label)
 	}
 	if c.learn != nil {

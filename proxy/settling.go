@@ -82,7 +82,7 @@ func (s *Server) settleLater(c *Call, held heldCost, recorded bool, model string
 			}
 		}
 		s.budgets.adjust(held, final)
-		s.metrics.observe(c, final, model, total)
+		s.metrics.observe(c, final, s.metrics.label(model), total)
 		s.ui.observe(c, model, final, receipt, now)
 		s.calls.settled(c.KeyID, c.RequestID, final, receipt, why)
 	}

@@ -89,12 +89,11 @@ type UICall struct {
 	energy.Figure
 }
 
-// observe hands one settled call to the page's figures and to the call's span: settle's one call
-// for both.
+// observe hands one settled call to the metrics, the page's figures and the call's span: report's
+// one call for them all, the model labelled once for both the metrics and the page.
 func (s *Server) observe(c *Call, model string) {
-	if s.metrics != nil {
-		model = s.metrics.labels.label(model)
-	}
+	model = s.metrics.label(model)
+	s.metrics.observe(c, c.Energy, model, c.took)
 	s.ui.observe(c, model, c.Energy, "", c.Time)
 	endCall(c)
 }

@@ -11,6 +11,9 @@ package genai
 import (
 	"context"
 	"errors"
+	"maps"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,6 +82,63 @@ type Metrics struct {
 	perToken    genaiconv.ServerTimePerOutputToken
 	joules      metric.Float64Counter
 	joulesToken metric.Float64Histogram
+
+	// The attribute sets of each instrument, by label values (attrSets).
+	usageSets, timeSets, joulesSets, joulesTokenSets attrSets
+	// The Prometheus children, by label values (children).
+	tokenSeries      children[tokenKey, tokenCounters]
+	ttftSeries       children[pairKey, prometheus.Observer]
+	tpotSeries       children[pairKey, prometheus.Observer]
+	joulesPerTokenOf children[jptKey, prometheus.Observer]
+}
+
+// tokenKey labels eoc_tokens_total's pair of series; output says the completion series counts
+// (not for embeddings).
+type tokenKey struct {
+	model, backend, stage string
+	output                bool
+}
+
+// tokenCounters are a tokenKey's children; completion is nil without output.
+type tokenCounters struct{ prompt, completion prometheus.Counter }
+
+type pairKey struct{ model, backend string }
+
+type jptKey struct{ model, backend, phase, grade string }
+
+// maxChildren bounds each children cache, as maxAttrSets bounds the attribute sets.
+const maxChildren = maxAttrSets
+
+// children keeps a metric vector's children by their labels, so that a call finds its series
+// with one map lookup instead of hashing its label values into the vector (each WithLabelValues
+// takes the vector's lock). The map is replaced, never changed, so a lookup takes no lock. It is
+// safe for concurrent use.
+type children[K comparable, V any] struct {
+	m  atomic.Pointer[map[K]V]
+	mu sync.Mutex
+}
+
+// of returns k's child, made by with on its first use.
+func (c *children[K, V]) of(k K, with func(K) V) V {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
+	}
+	v := with(k)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old map[K]V
+	if p := c.m.Load(); p != nil {
+		old = *p
+	}
+	if len(old) < maxChildren {
+		next := make(map[K]V, len(old)+1)
+		maps.Copy(next, old)
+		next[k] = v
+		c.m.Store(&next)
+	}
+	return v
 }
 
 // Buckets. The time ones are the GenAI conventions' advice, widened for small models on fast
@@ -133,7 +193,49 @@ func New(reg prometheus.Registerer, mp metric.MeterProvider, label func(model st
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
+	m.usageSets.keys = []attribute.Key{"gen_ai.operation.name", "gen_ai.token.type", "gen_ai.request.model", "eoc.backend", "eoc.stage",
+		"gen_ai.provider.name"}
+	m.timeSets.keys = []attribute.Key{"gen_ai.operation.name", "gen_ai.request.model", "eoc.backend", "gen_ai.provider.name"}
+	m.joulesSets.keys = []attribute.Key{"eoc.stage", "gen_ai.request.model", "eoc.energy.grade", "eoc.energy.coverage"}
+	m.joulesTokenSets.keys = []attribute.Key{"gen_ai.request.model", "eoc.backend", "gen_ai.token.type", "eoc.energy.grade"}
 	return m, nil
+}
+
+// maxAttrSets bounds each instrument's attrSets. The label values are bounded already (models
+// through the label function, the rest configured names or fixed words); past the bound a set
+// is built per call, as it would be without the cache.
+const maxAttrSets = 4096
+
+// attrSets keeps the attribute set of each tuple of label values an instrument recorded, so
+// that a call does not copy, sort and hash the same attributes again. The values are in the
+// order of keys; a value past len(keys) is unused. It is safe for concurrent use.
+type attrSets struct {
+	keys []attribute.Key
+	mu   sync.RWMutex
+	sets map[[6]string]attribute.Set
+}
+
+func (a *attrSets) of(vals [6]string) attribute.Set {
+	a.mu.RLock()
+	s, ok := a.sets[vals]
+	a.mu.RUnlock()
+	if ok {
+		return s
+	}
+	kvs := make([]attribute.KeyValue, len(a.keys))
+	for i, k := range a.keys {
+		kvs[i] = k.String(vals[i])
+	}
+	s = attribute.NewSet(kvs...)
+	a.mu.Lock()
+	if a.sets == nil {
+		a.sets = make(map[[6]string]attribute.Set)
+	}
+	if len(a.sets) < maxAttrSets {
+		a.sets[vals] = s
+	}
+	a.mu.Unlock()
+	return s
 }
 
 // Observe counts one finished call: its tokens; for a neural call that succeeded, its time to
@@ -154,47 +256,87 @@ func (m *Metrics) Observe(ctx context.Context, c Call) {
 		op = Chat
 	}
 	neural, succeeded := c.Backend != "", c.Status < 400
-	attrModel := attribute.String("gen_ai.request.model", model)
-	attrBackend := attribute.String("eoc.backend", c.Backend)
-
+	// The OpenTelemetry instruments are asked whether they record before their attributes are
+	// looked up: without a meter provider (noop) none does.
 	if c.PromptTokens > 0 || c.CompletionTokens > 0 {
-		stage := attribute.String("eoc.stage", c.Stage)
-		m.tokens.WithLabelValues(model, c.Backend, "prompt", c.Stage).Add(float64(max(c.PromptTokens, 0)))
-		m.usage.Record(ctx, int64(max(c.PromptTokens, 0)), op, Provider, genaiconv.TokenTypeInput, attrModel, attrBackend, stage)
-		if op != Embeddings { // an embedding has no output tokens
-			m.tokens.WithLabelValues(model, c.Backend, "completion", c.Stage).Add(float64(max(c.CompletionTokens, 0)))
-			m.usage.Record(ctx, int64(max(c.CompletionTokens, 0)), op, Provider, genaiconv.TokenTypeOutput, attrModel, attrBackend, stage)
+		tc := m.tokenSeries.of(tokenKey{model, c.Backend, c.Stage, op != Embeddings}, m.tokenCounters) // an embedding has no output tokens
+		tc.prompt.Add(float64(max(c.PromptTokens, 0)))
+		if tc.completion != nil {
+			tc.completion.Add(float64(max(c.CompletionTokens, 0)))
+		}
+		if m.usage.Enabled(ctx) {
+			in := [6]string{string(op), string(genaiconv.TokenTypeInput), model, c.Backend, c.Stage, string(Provider)}
+			m.usage.RecordSet(ctx, int64(max(c.PromptTokens, 0)), m.usageSets.of(in))
+			if op != Embeddings {
+				out := in
+				out[1] = string(genaiconv.TokenTypeOutput)
+				m.usage.RecordSet(ctx, int64(max(c.CompletionTokens, 0)), m.usageSets.of(out))
+			}
 		}
 	}
+	times := [6]string{string(op), model, c.Backend, string(Provider)}
 	if neural && succeeded && c.Streamed && c.FirstToken > 0 {
-		m.ttft.WithLabelValues(model, c.Backend).Observe(c.FirstToken.Seconds())
-		m.firstToken.Record(ctx, c.FirstToken.Seconds(), op, Provider, attrModel, attrBackend)
+		m.ttftSeries.of(pairKey{model, c.Backend}, m.ttftOf).Observe(c.FirstToken.Seconds())
+		if m.firstToken.Enabled(ctx) {
+			m.firstToken.RecordSet(ctx, c.FirstToken.Seconds(), m.timeSets.of(times))
+		}
 	}
 	if d, ok := decodePerToken(c); neural && succeeded && ok {
-		m.tpot.WithLabelValues(model, c.Backend).Observe(d.Seconds())
-		m.perToken.Record(ctx, d.Seconds(), op, Provider, attrModel, attrBackend)
+		m.tpotSeries.of(pairKey{model, c.Backend}, m.tpotOf).Observe(d.Seconds())
+		if m.perToken.Enabled(ctx) {
+			m.perToken.RecordSet(ctx, d.Seconds(), m.timeSets.of(times))
+		}
 	}
 	f := c.Energy
 	if f.IsZero() {
 		return
 	}
-	m.joules.Add(ctx, f.Joules, metric.WithAttributes(attribute.String("eoc.stage", c.Stage), attrModel,
-		attribute.String("eoc.energy.grade", string(f.Grade)), attribute.String("eoc.energy.coverage", f.Coverage)))
+	grade := string(f.Grade)
+	if m.joules.Enabled(ctx) {
+		set := m.joulesSets.of([6]string{c.Stage, model, grade, f.Coverage})
+		m.joules.Add(ctx, f.Joules, metric.WithAttributeSet(set))
+	}
 	if !neural || f.Provisional {
 		return
 	}
-	grade := string(f.Grade)
 	prompt, completion := f.PerToken()
+	otel := m.joulesToken.Enabled(ctx)
 	if f.PromptTokens > 0 {
-		m.jpt.WithLabelValues(model, c.Backend, "prompt", grade).Observe(prompt)
-		m.joulesToken.Record(ctx, prompt, metric.WithAttributes(attrModel, attrBackend,
-			attribute.String("gen_ai.token.type", string(genaiconv.TokenTypeInput)), attribute.String("eoc.energy.grade", grade)))
+		m.joulesPerTokenOf.of(jptKey{model, c.Backend, "prompt", grade}, m.jptOf).Observe(prompt)
+		if otel {
+			set := m.joulesTokenSets.of([6]string{model, c.Backend, string(genaiconv.TokenTypeInput), grade})
+			m.joulesToken.Record(ctx, prompt, metric.WithAttributeSet(set))
+		}
 	}
 	if f.CompletionTokens > 0 {
-		m.jpt.WithLabelValues(model, c.Backend, "completion", grade).Observe(completion)
-		m.joulesToken.Record(ctx, completion, metric.WithAttributes(attrModel, attrBackend,
-			attribute.String("gen_ai.token.type", string(genaiconv.TokenTypeOutput)), attribute.String("eoc.energy.grade", grade)))
+		m.joulesPerTokenOf.of(jptKey{model, c.Backend, "completion", grade}, m.jptOf).Observe(completion)
+		if otel {
+			set := m.joulesTokenSets.of([6]string{model, c.Backend, string(genaiconv.TokenTypeOutput), grade})
+			m.joulesToken.Record(ctx, completion, metric.WithAttributeSet(set))
+		}
 	}
+}
+
+// The children of the vectors, for children.of.
+
+func (m *Metrics) tokenCounters(k tokenKey) tokenCounters {
+	tc := tokenCounters{prompt: m.tokens.WithLabelValues(k.model, k.backend, "prompt", k.stage)}
+	if k.output {
+		tc.completion = m.tokens.WithLabelValues(k.model, k.backend, "completion", k.stage)
+	}
+	return tc
+}
+
+func (m *Metrics) ttftOf(k pairKey) prometheus.Observer {
+	return m.ttft.WithLabelValues(k.model, k.backend)
+}
+
+func (m *Metrics) tpotOf(k pairKey) prometheus.Observer {
+	return m.tpot.WithLabelValues(k.model, k.backend)
+}
+
+func (m *Metrics) jptOf(k jptKey) prometheus.Observer {
+	return m.jpt.WithLabelValues(k.model, k.backend, k.phase, k.grade)
 }
 
 // decodePerToken is a call's decode time per completion token: the backend's own decode time

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -367,5 +368,27 @@ func BenchmarkObservePrometheus(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		m.Observe(context.Background(), c)
+	}
+}
+
+// TestAttrSets checks the cache of attribute sets: a tuple seen before gets the set its values
+// make, and the cache stops growing at its bound while each tuple still gets its own set.
+func TestAttrSets(t *testing.T) {
+	a := attrSets{keys: []attribute.Key{"a", "b"}}
+	want := attribute.NewSet(attribute.String("a", "x"), attribute.String("b", "y"))
+	for range 2 {
+		if got := a.of([6]string{"x", "y"}); !got.Equals(&want) {
+			t.Fatalf("set %v, want %v", got.Encoded(attribute.DefaultEncoder()), want.Encoded(attribute.DefaultEncoder()))
+		}
+	}
+	for i := range maxAttrSets + 10 {
+		v := strings.Repeat("v", i%7) + string(rune('a'+i%26)) + strconv.Itoa(i)
+		s := a.of([6]string{v, "y"})
+		if got, _ := s.Value("a"); got.AsString() != v {
+			t.Fatalf("tuple %d: a=%q, want %q", i, got.AsString(), v)
+		}
+	}
+	if len(a.sets) != maxAttrSets {
+		t.Fatalf("%d sets kept, want the bound %d", len(a.sets), maxAttrSets)
 	}
 }
