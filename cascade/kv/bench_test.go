@@ -2,6 +2,7 @@ package kv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"testing"
 
 	chromem "github.com/philippgille/chromem-go"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
 )
 
 var benchVocab = strings.Fields(`account address alert archive backup balance battery billing
@@ -250,4 +253,58 @@ func benchScan(b *testing.B, n int) {
 			b.Fatal("a random sketch within the cutoff")
 		}
 	}
+}
+
+// BenchmarkServeMiss is Serve's miss on scripts/benchout's neural path with the built-in
+// embedder: a system message and a fresh question shaped like every learned one (the same
+// template, other made-up words), against a collection of n learned entries. Nothing
+// is learned during the loop, so every op sees n entries.
+func BenchmarkServeMiss(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(sizeName(n), func(b *testing.B) {
+			s, err := New(Options{MaxEntries: 100000})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = s.Close() })
+			r := rand.New(rand.NewPCG(5, uint64(n)))
+			sys := msg("system", "You are a helpful assistant. Be brief.")
+			for range n {
+				q, ok := s.query(request("", "m", sys, user(benchoutPrompt(r))))
+				if !ok {
+					b.Fatal("not a query")
+				}
+				if err := s.learn(job{model: "m", q: q, answer: "a", joules: 1, ctok: 7}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reqs := make([]*cascade.Request, 512)
+			for i := range reqs {
+				reqs[i] = request("", "m", sys, user(benchoutPrompt(r)))
+			}
+			defer cpuClock(b)()
+			for i := 0; b.Loop(); i++ {
+				if _, err := s.Serve(context.Background(), reqs[i%len(reqs)], nil); !errors.Is(err, cascade.ErrMiss) {
+					b.Fatalf("Serve: %v, want a miss", err)
+				}
+			}
+		})
+	}
+}
+
+// benchoutPrompt is scripts/benchout's user message (prompts.next): a dozen made-up words of two
+// or three syllables from a small alphabet, so that prompts share many trigrams.
+func benchoutPrompt(r *rand.Rand) string {
+	cons := []string{"b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "tr", "st", "gl"}
+	vows := []string{"a", "e", "i", "o", "u", "ai", "ou"}
+	w := make([]string, 12)
+	for i := range w {
+		var b strings.Builder
+		for range 2 + r.IntN(2) {
+			b.WriteString(cons[r.IntN(len(cons))])
+			b.WriteString(vows[r.IntN(len(vows))])
+		}
+		w[i] = b.String()
+	}
+	return "Please explain in two sentences how " + strings.Join(w[:6], " ") + " relates to " + strings.Join(w[6:], " ") + "."
 }
