@@ -260,7 +260,7 @@ func benchScan(b *testing.B, n int) {
 // template, other made-up words), against a collection of n learned entries. Nothing
 // is learned during the loop, so every op sees n entries.
 func BenchmarkServeMiss(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
+	for _, n := range []int{1000, 10000, 100000} {
 		b.Run(sizeName(n), func(b *testing.B) {
 			s, err := New(Options{MaxEntries: 100000})
 			if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -54,7 +55,13 @@ const (
 	weightBigram  = 1.5
 )
 
-func embedBuiltin(s string) []float32 { return embedWords(normWords(s)) }
+func embedBuiltin(s string) []float32 {
+	wp := wordsPool.Get().(*[]string)
+	words := appendNormWords((*wp)[:0], s)
+	v := embedWords(words)
+	putWords(wp, words)
+	return v
+}
 
 // normWords is strings.Fields(Normalize(s)) without building the joined text: the words of
 // each token (a token is one word unless folding gave it white space).
@@ -71,37 +78,133 @@ func normWords(s string) []string {
 	return words
 }
 
+// appendNormWords appends normWords(s) to words. An ASCII text, the usual one, is read in one
+// pass over its bytes by the rules of tokenizeLine: text.Canon changes nothing in ASCII but
+// white space (which only ends words) and the backquote (an apostrophe), and folding it is
+// lower-casing it.
+func appendNormWords(words []string, s string) []string {
+	if !isASCII(s) {
+		return append(words, normWords(s)...)
+	}
+	s = strings.ReplaceAll(strings.ToLower(s), "`", "'")
+	start, apos := -1, false // the word is s[start:i]; start < 0: no word
+	var prev byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		var next byte
+		if i+1 < len(s) {
+			next = s[i+1]
+		}
+		switch {
+		case asciiSpace[c]:
+			words, start, apos = appendASCIIWord(words, s, start, i, apos)
+		case (c == '.' || c == ',' || c == ':') && isDigit(prev) && isDigit(next):
+			if start < 0 {
+				start = i // 3.5, 1,000, 10:30
+			}
+		case c == '-' && isDigit(next) && !isDigit(prev) && !isLetter(prev):
+			words, _, apos = appendASCIIWord(words, s, start, i, apos)
+			start = i // -4
+		case c == '\'':
+			apos = apos || start >= 0 // kept until the word ends: contractions are read with it
+		case unicode.IsPunct(rune(c)) && strings.IndexByte(keptPunct, c) < 0:
+			words, start, apos = appendASCIIWord(words, s, start, i, apos)
+		default:
+			if start < 0 {
+				start = i
+			}
+		}
+		prev = c
+	}
+	words, _, _ = appendASCIIWord(words, s, start, len(s), apos)
+	return words
+}
+
+// appendASCIIWord appends the words of s[start:end] (none when start < 0), a word of an ASCII
+// text, as appendWord makes its tokens, and returns the state of no word.
+func appendASCIIWord(words []string, s string, start, end int, apos bool) ([]string, int, bool) {
+	if start < 0 {
+		return words, -1, false
+	}
+	w := s[start:end]
+	parts := expand(w)
+	if parts == nil {
+		parts = []string{w}
+	}
+	for _, p := range parts {
+		if apos {
+			p = strings.ReplaceAll(p, "'", "")
+		}
+		if p != "" {
+			words = append(words, p)
+		}
+	}
+	return words, -1, false
+}
+
+// asciiSpace is unicode.IsSpace for ASCII bytes.
+var asciiSpace = [256]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
+
+func isDigit(c byte) bool  { return '0' <= c && c <= '9' }
+func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// wordsPool holds the word lists the embedder builds and drops.
+var wordsPool = sync.Pool{New: func() any { return new([]string) }}
+
 // embedQuery is Builtin's embedding of a query's question and context, each as Embed makes
 // it, tokenizing the question once when the context ends with it as its last user message:
 // the context's words are then those of the messages before, "user", and the question's
 // (query renders that message as its own line, "user: " and the text; see builtinTail).
 func embedQuery(q query) (question, context []float32) {
-	qw := normWords(q.question)
-	prefix, ok := builtinTail(q)
-	if !ok {
-		return embedWords(qw), embedBuiltin(q.context)
-	}
-	cw := normWords(prefix)
-	cw = append(cw, "user")
-	cw = append(cw, qw...)
-	return embedWords(qw), embedWords(cw)
+	v := make([]float32, 2*BuiltinDim)
+	embedQueryInto(v, q)
+	return v[:BuiltinDim:BuiltinDim], v[BuiltinDim:]
 }
 
 // embedQueryJoined is join(embedQuery(q)) written into one vector: the same floats, without the
 // two half vectors and the copy.
 func embedQueryJoined(q query) ([]float32, bool) {
-	qw := normWords(q.question)
-	prefix, ok := builtinTail(q)
-	if !ok {
-		return join(embedWords(qw), embedBuiltin(q.context))
-	}
-	cw := normWords(prefix)
-	cw = append(cw, "user")
-	cw = append(cw, qw...)
 	v := make([]float32, 2*BuiltinDim)
-	embedWordsInto(v[:BuiltinDim], qw)
-	embedWordsInto(v[BuiltinDim:], cw)
+	embedQueryInto(v, q)
 	return joinInPlace(v)
+}
+
+// embedQueryInto writes embedQuery(q) into v, question half then context half.
+func embedQueryInto(v []float32, q query) {
+	prefix, ok := builtinTail(q)
+	wp := wordsPool.Get().(*[]string)
+	if !ok {
+		w := appendNormWords((*wp)[:0], q.question)
+		embedWordsInto(v[:BuiltinDim], w)
+		clear(w)
+		w = appendNormWords(w[:0], q.context)
+		embedWordsInto(v[BuiltinDim:], w)
+		putWords(wp, w)
+		return
+	}
+	cw := appendNormWords((*wp)[:0], prefix)
+	cw = append(cw, "user")
+	n := len(cw)
+	cw = appendNormWords(cw, q.question)
+	embedWordsInto(v[:BuiltinDim], cw[n:])
+	embedWordsInto(v[BuiltinDim:], cw)
+	putWords(wp, cw)
+}
+
+// putWords returns a word list to wordsPool, emptied so that the pool keeps no text alive.
+func putWords(wp *[]string, words []string) {
+	clear(words)
+	*wp = words[:0]
+	wordsPool.Put(wp)
 }
 
 // builtinTail reports whether q's context is some lines, then "user: " and the question, and
