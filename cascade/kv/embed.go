@@ -271,7 +271,7 @@ func embedWordsInto(v []float32, words []string) {
 		}
 	}
 	tri(' ')
-	normalize(v)
+	normalizeCounts(v)
 }
 
 // FNV-1a, inline so hashing a feature allocates nothing.
@@ -297,17 +297,49 @@ func fnvRune(h uint64, r rune) uint64 {
 }
 
 // normalize scales v to unit length in place; a zero vector stays zero. It reports the length.
-func normalize(v []float32) float64 {
+func normalize(v []float32) float64 { return normalizeScaled(v, 1) }
+
+// normalizeScaled is normalize, then each coordinate multiplied by scale, in one pass.
+func normalizeScaled(v []float32, scale float32) float64 {
 	var sum float64
 	for _, x := range v {
 		sum += float64(x) * float64(x)
 	}
+	return divide(v, sum, scale)
+}
+
+// normalizeCounts is normalize for the built-in embedder's sums of feature weights, which are
+// multiples of 0.5 (so are float32 sums and roundings of them): their squares are multiples of
+// 0.25, which float64 adds exactly in any order below 2⁵¹, so four running sums give normalize's
+// sum. A larger one is summed again in normalize's order.
+func normalizeCounts(v []float32) float64 {
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(v); i += 4 {
+		s0 += float64(v[i]) * float64(v[i])
+		s1 += float64(v[i+1]) * float64(v[i+1])
+		s2 += float64(v[i+2]) * float64(v[i+2])
+		s3 += float64(v[i+3]) * float64(v[i+3])
+	}
+	for ; i < len(v); i++ {
+		s0 += float64(v[i]) * float64(v[i])
+	}
+	sum := s0 + s1 + s2 + s3
+	if sum >= 1<<50 {
+		return normalize(v)
+	}
+	return divide(v, sum, 1)
+}
+
+// divide divides v by the root of sum, its squares' sum, and multiplies it by scale; a zero
+// vector stays zero. It reports the root.
+func divide(v []float32, sum float64, scale float32) float64 {
 	n := math.Sqrt(sum)
 	if n == 0 {
 		return 0
 	}
 	for i := range v {
-		v[i] = float32(float64(v[i]) / n)
+		v[i] = float32(float64(v[i])/n) * scale
 	}
 	return n
 }

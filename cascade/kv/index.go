@@ -418,11 +418,8 @@ func join(question, context []float32) ([]float32, bool) {
 // joinInPlace is join for a vector that holds the two embeddings already, half and half.
 func joinInPlace(v []float32) ([]float32, bool) {
 	half := len(v) / 2
-	if normalize(v[:half]) == 0 || normalize(v[half:]) == 0 {
+	if normalizeScaled(v[:half], math.Sqrt2/2) == 0 || normalizeScaled(v[half:], math.Sqrt2/2) == 0 {
 		return nil, false
-	}
-	for i := range v {
-		v[i] *= math.Sqrt2 / 2
 	}
 	return v, true
 }

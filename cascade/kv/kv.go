@@ -407,13 +407,18 @@ func (s *Stage) embedSettle(ctx context.Context, q query, timeout time.Duration)
 // sketchOf returns v's sketch, creating the rotation for the first dimension seen. The caller
 // makes sure v has the index's dimension (collectionFor, indexes).
 func (s *Stage) sketchOf(v []float32) sketch {
-	s.mu.Lock()
-	if s.lsh == nil {
-		s.lsh = newLSH(len(v))
-		s.dim = len(v)
-	}
+	s.mu.RLock() // the rotation is made once: concurrent calls share the read lock after that
 	l := s.lsh
-	s.mu.Unlock()
+	s.mu.RUnlock()
+	if l == nil {
+		s.mu.Lock()
+		if s.lsh == nil {
+			s.lsh = newLSH(len(v))
+			s.dim = len(v)
+		}
+		l = s.lsh
+		s.mu.Unlock()
+	}
 	return l.sketch(v)
 }
 

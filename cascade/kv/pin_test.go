@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -58,5 +60,35 @@ func TestBuiltinPinned(t *testing.T) {
 	}
 	if len(pinnedSums) != len(pinnedTexts) {
 		t.Errorf("%d sums for %d texts", len(pinnedSums), len(pinnedTexts))
+	}
+}
+
+// TestNormalizeCounts: normalizeCounts gives normalize's floats, bit for bit, on sums of the
+// built-in embedder's weights small and large (past 2²⁵, where float32 rounds them and the
+// four running sums are not used).
+func TestNormalizeCounts(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	weights := []float32{weightTrigram, weightWord, weightBigram}
+	for trial := range 300 {
+		v := make([]float32, BuiltinDim)
+		scale := float32(int(1) << (trial % 30)) // up to 2²⁹ a bump: float32 sums round
+		if trial == 0 { // one large coordinate: the others' squares are lost in its, in order
+			for i := range v {
+				v[i] = 0.5
+			}
+			v[0] = 1 << 28
+		}
+		for range 1 + r.IntN(2000) {
+			w := weights[r.IntN(len(weights))] * scale
+			if r.IntN(2) == 0 {
+				w = -w
+			}
+			v[r.IntN(len(v))] += w
+		}
+		want := slices.Clone(v)
+		nw := normalize(want)
+		if n := normalizeCounts(v); n != nw || !slices.Equal(v, want) {
+			t.Fatalf("trial %d: normalizeCounts differs from normalize (lengths %v, %v)", trial, n, nw)
+		}
 	}
 }

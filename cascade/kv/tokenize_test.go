@@ -126,3 +126,21 @@ func FuzzNormWords(f *testing.F) {
 		}
 	})
 }
+
+// TestWhole: every key of contractions and bare expands through whole as it did through the
+// two maps, and each bare form to a contraction's expansion.
+func TestWhole(t *testing.T) {
+	for w, parts := range contractions {
+		if !slices.Equal(expand(w), parts) {
+			t.Errorf("expand(%q) = %q, want %q", w, expand(w), parts)
+		}
+	}
+	for b, c := range bare {
+		if got := expand(b); got == nil || !slices.Equal(got, expand(c)) {
+			t.Errorf("expand(%q) = %q, want expand(%q) = %q", b, got, c, expand(c))
+		}
+	}
+	if expand("john's") != nil || expand("word") != nil {
+		t.Error("a possessive or a plain word expanded")
+	}
+}
