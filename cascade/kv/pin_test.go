@@ -72,7 +72,8 @@ func TestNormalizeCounts(t *testing.T) {
 	for trial := range 300 {
 		v := make([]float32, BuiltinDim)
 		scale := float32(int(1) << (trial % 30)) // up to 2²⁹ a bump: float32 sums round
-		if trial == 0 { // one large coordinate: the others' squares are lost in its, in order
+		// Trial 0 has one large coordinate: summed in order, the others' squares are lost in it.
+		if trial == 0 {
 			for i := range v {
 				v[i] = 0.5
 			}
