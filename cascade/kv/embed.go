@@ -195,8 +195,21 @@ func embedQueryInto(v []float32, q query) {
 	cw = append(cw, "user")
 	n := len(cw)
 	cw = appendNormWords(cw, q.question)
-	embedWordsInto(v[:BuiltinDim], cw[n:])
-	embedWordsInto(v[BuiltinDim:], cw)
+	qv, cv := v[:BuiltinDim], v[BuiltinDim:]
+	if n == len(cw) || len(q.context) >= 1<<18 {
+		embedWordsInto(qv, cw[n:])
+		embedWordsInto(cv, cw)
+		putWords(wp, cw)
+		return
+	}
+	// The context's features are the question's and those of the words before it: the
+	// question's are counted once and copied. The weights are multiples of 0.5 and a context
+	// under 256 KiB has less than 2²¹ of them, so float32 adds them exactly in any order.
+	addFeatures(qv, cw[n:], "")
+	copy(cv, qv)
+	addFeatures(cv, cw[:n], cw[n])
+	normalizeCounts(qv)
+	normalizeCounts(cv)
 	putWords(wp, cw)
 }
 
@@ -233,6 +246,16 @@ func embedWords(words []string) []float32 {
 
 // embedWordsInto writes the built-in embedding of words into v (BuiltinDim long, all zero).
 func embedWordsInto(v []float32, words []string) {
+	addFeatures(v, words, "")
+	normalizeCounts(v[:BuiltinDim])
+}
+
+// addFeatures adds to v the weights of the features of a text's words: the words, the pairs of
+// words, and the character trigrams of " " + the words joined by " " + " ". With next, words
+// are followed by a word next and the text goes on: then also the pair of the last word and
+// next, and of the trigrams only those that start before the space ahead of next (the others
+// are next's text's own).
+func addFeatures(v []float32, words []string, next string) {
 	v = v[:BuiltinDim]
 	bump := func(h uint64, w float32) {
 		h ^= h >> 33 // fmix64: FNV's high bits mix poorly on short inputs
@@ -243,15 +266,20 @@ func embedWordsInto(v []float32, words []string) {
 		}
 		v[h%BuiltinDim] += w
 	}
+	pair := func(a, b string) {
+		h := fnvString(fnvByte(fnvOffset, 'b'), a)
+		bump(fnvString(fnvByte(h, ' '), b), weightBigram)
+	}
 	for i, w := range words {
 		bump(fnvString(fnvByte(fnvOffset, 'w'), w), weightWord)
 		if i > 0 {
-			h := fnvString(fnvByte(fnvOffset, 'b'), words[i-1])
-			bump(fnvString(fnvByte(h, ' '), w), weightBigram)
+			pair(words[i-1], w)
 		}
 	}
-	// The character trigrams of " " + words joined by " " + " ", a window sliding one rune at a
-	// time, without building that text.
+	if next != "" && len(words) > 0 {
+		pair(words[len(words)-1], next)
+	}
+	// The trigrams, a window sliding one rune at a time, without building the text.
 	var r0, r1 rune
 	n := 0
 	tri := func(c rune) {
@@ -270,8 +298,11 @@ func embedWordsInto(v []float32, words []string) {
 			tri(c)
 		}
 	}
-	tri(' ')
-	normalizeCounts(v)
+	tri(' ') // the end, or the space before next
+	if next != "" {
+		r, _ := utf8.DecodeRuneInString(next)
+		tri(r)
+	}
 }
 
 // FNV-1a, inline so hashing a feature allocates nothing.
