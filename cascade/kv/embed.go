@@ -203,8 +203,9 @@ func embedQueryInto(v []float32, q query) {
 		return
 	}
 	// The context's features are the question's and those of the words before it: the
-	// question's are counted once and copied. The weights are multiples of 0.5 and a context
-	// under 256 KiB has less than 2²¹ of them, so float32 adds them exactly in any order.
+	// question's are counted once and copied. The weights are multiples of 0.5, and a context
+	// under 256 KiB has less than 2²² of them (about 12 a byte at most: NFKC writes up to 18
+	// runes for one character), so float32 adds them exactly in any order.
 	addFeatures(qv, cw[n:], "")
 	copy(cv, qv)
 	addFeatures(cv, cw[:n], cw[n])
