@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -92,4 +93,18 @@ func TestNormalizeCounts(t *testing.T) {
 			t.Fatalf("trial %d: normalizeCounts differs from normalize (lengths %v, %v)", trial, n, nw)
 		}
 	}
+}
+
+// TestEmbedQueryLargest: the largest context whose question's features are shared, made of the
+// character NFKC writes as the most runes, embeds as Builtin.Embed does.
+func TestEmbedQueryLargest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of NFKC")
+	}
+	sys := strings.Repeat("ﷺ", (1<<18-64)/len("ﷺ"))
+	q := query{question: "How do I reset it?", context: "system: " + sys + "\nuser: How do I reset it?"}
+	if len(q.context) >= 1<<18 {
+		t.Fatalf("context of %d bytes", len(q.context))
+	}
+	checkEmbedQuery(t, q)
 }
