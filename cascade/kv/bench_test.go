@@ -2,6 +2,7 @@ package kv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"testing"
 
 	chromem "github.com/philippgille/chromem-go"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
 )
 
 var benchVocab = strings.Fields(`account address alert archive backup balance battery billing
@@ -250,4 +253,95 @@ func benchScan(b *testing.B, n int) {
 			b.Fatal("a random sketch within the cutoff")
 		}
 	}
+}
+
+// BenchmarkServeMiss is Serve's miss on scripts/benchout's neural path with the built-in
+// embedder: a system message and a fresh question shaped like every learned one (the same
+// template, other made-up words), against a collection of n learned entries. Nothing is learned
+// during the loop, so every op sees n entries. "search" is the index's part alone.
+func BenchmarkServeMiss(b *testing.B) {
+	for _, n := range []int{1000, 10000, 100000} {
+		b.Run(sizeName(n), func(b *testing.B) {
+			set := benchMissSet(b, n)
+			defer cpuClock(b)()
+			for i := 0; b.Loop(); i++ {
+				if _, err := set.s.Serve(context.Background(), set.reqs[i%len(set.reqs)], nil); !errors.Is(err, cascade.ErrMiss) {
+					b.Fatalf("Serve: %v, want a miss", err)
+				}
+			}
+		})
+		b.Run(sizeName(n)+"/search", func(b *testing.B) {
+			set := benchMissSet(b, n)
+			defer cpuClock(b)()
+			for i := 0; b.Loop(); i++ {
+				k := i % len(set.vecs)
+				if len(set.col.search(set.vecs[k], set.sks[k], DefaultThreshold)) > 0 {
+					b.Fatal("a fresh question found")
+				}
+			}
+		})
+	}
+}
+
+type missSet struct {
+	s    *Stage
+	col  *collection
+	reqs []*cascade.Request // fresh requests
+	vecs [][]float32        // their vectors and sketches
+	sks  []sketch
+}
+
+var missSets sync.Map
+
+// benchMissSet builds (once per size) BenchmarkServeMiss's stage and fresh requests.
+func benchMissSet(b *testing.B, n int) *missSet {
+	if v, ok := missSets.Load(n); ok {
+		return v.(*missSet)
+	}
+	s, err := New(Options{MaxEntries: 100000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(5, uint64(n)))
+	sys := msg("system", "You are a helpful assistant. Be brief.")
+	for range n {
+		q, ok := s.query(request("", "m", sys, user(benchoutPrompt(r))))
+		if !ok {
+			b.Fatal("not a query")
+		}
+		if err := s.learn(job{model: "m", q: q, answer: "a", joules: 1, ctok: 7}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	set := &missSet{s: s, col: s.collection("", "m")}
+	for range 512 {
+		req := request("", "m", sys, user(benchoutPrompt(r)))
+		q, _ := s.query(req)
+		v, _, err := s.embed(context.Background(), q, serveEmbedTimeout)
+		if err != nil {
+			b.Fatal(err)
+		}
+		set.reqs = append(set.reqs, req)
+		set.vecs = append(set.vecs, v)
+		set.sks = append(set.sks, s.sketchOf(v))
+	}
+	missSets.Store(n, set)
+	return set
+}
+
+// benchoutPrompt is scripts/benchout's user message (prompts.next): a dozen made-up words of two
+// or three syllables from a small alphabet, so that prompts share many trigrams.
+func benchoutPrompt(r *rand.Rand) string {
+	cons := []string{"b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "tr", "st", "gl"}
+	vows := []string{"a", "e", "i", "o", "u", "ai", "ou"}
+	w := make([]string, 12)
+	for i := range w {
+		var b strings.Builder
+		for range 2 + r.IntN(2) {
+			b.WriteString(cons[r.IntN(len(cons))])
+			b.WriteString(vows[r.IntN(len(vows))])
+		}
+		w[i] = b.String()
+	}
+	return "Please explain in two sentences how " + strings.Join(w[:6], " ") + " relates to " + strings.Join(w[6:], " ") + "."
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -54,7 +55,13 @@ const (
 	weightBigram  = 1.5
 )
 
-func embedBuiltin(s string) []float32 { return embedWords(normWords(s)) }
+func embedBuiltin(s string) []float32 {
+	wp := wordsPool.Get().(*[]string)
+	words := appendNormWords((*wp)[:0], s)
+	v := embedWords(words)
+	putWords(wp, words)
+	return v
+}
 
 // normWords is strings.Fields(Normalize(s)) without building the joined text: the words of
 // each token (a token is one word unless folding gave it white space).
@@ -71,37 +78,147 @@ func normWords(s string) []string {
 	return words
 }
 
+// appendNormWords appends normWords(s) to words. An ASCII text, the usual one, is read in one
+// pass over its bytes by the rules of tokenizeLine: text.Canon changes nothing in ASCII but
+// white space (which only ends words) and the backquote (an apostrophe), and folding it is
+// lower-casing it.
+func appendNormWords(words []string, s string) []string {
+	if !isASCII(s) {
+		return append(words, normWords(s)...)
+	}
+	s = strings.ReplaceAll(strings.ToLower(s), "`", "'")
+	start, apos := -1, false // the word is s[start:i]; start < 0: no word
+	var prev byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		var next byte
+		if i+1 < len(s) {
+			next = s[i+1]
+		}
+		switch {
+		case asciiSpace[c]:
+			words, start, apos = appendASCIIWord(words, s, start, i, apos)
+		case (c == '.' || c == ',' || c == ':') && isDigit(prev) && isDigit(next):
+			if start < 0 {
+				start = i // 3.5, 1,000, 10:30
+			}
+		case c == '-' && isDigit(next) && !isDigit(prev) && !isLetter(prev):
+			words, _, apos = appendASCIIWord(words, s, start, i, apos)
+			start = i // -4
+		case c == '\'':
+			apos = apos || start >= 0 // kept until the word ends: contractions are read with it
+		case unicode.IsPunct(rune(c)) && strings.IndexByte(keptPunct, c) < 0:
+			words, start, apos = appendASCIIWord(words, s, start, i, apos)
+		default:
+			if start < 0 {
+				start = i
+			}
+		}
+		prev = c
+	}
+	words, _, _ = appendASCIIWord(words, s, start, len(s), apos)
+	return words
+}
+
+// appendASCIIWord appends the words of s[start:end] (none when start < 0), a word of an ASCII
+// text, as appendWord makes its tokens, and returns the state of no word.
+func appendASCIIWord(words []string, s string, start, end int, apos bool) ([]string, int, bool) {
+	if start < 0 {
+		return words, -1, false
+	}
+	w := s[start:end]
+	parts := expand(w)
+	if parts == nil {
+		parts = []string{w}
+	}
+	for _, p := range parts {
+		if apos {
+			p = strings.ReplaceAll(p, "'", "")
+		}
+		if p != "" {
+			words = append(words, p)
+		}
+	}
+	return words, -1, false
+}
+
+// asciiSpace is unicode.IsSpace for ASCII bytes.
+var asciiSpace = [256]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
+
+func isDigit(c byte) bool  { return '0' <= c && c <= '9' }
+func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// wordsPool holds the word lists the embedder builds and drops.
+var wordsPool = sync.Pool{New: func() any { return new([]string) }}
+
 // embedQuery is Builtin's embedding of a query's question and context, each as Embed makes
 // it, tokenizing the question once when the context ends with it as its last user message:
 // the context's words are then those of the messages before, "user", and the question's
 // (query renders that message as its own line, "user: " and the text; see builtinTail).
 func embedQuery(q query) (question, context []float32) {
-	qw := normWords(q.question)
-	prefix, ok := builtinTail(q)
-	if !ok {
-		return embedWords(qw), embedBuiltin(q.context)
-	}
-	cw := normWords(prefix)
-	cw = append(cw, "user")
-	cw = append(cw, qw...)
-	return embedWords(qw), embedWords(cw)
+	v := make([]float32, 2*BuiltinDim)
+	embedQueryInto(v, q)
+	return v[:BuiltinDim:BuiltinDim], v[BuiltinDim:]
 }
 
 // embedQueryJoined is join(embedQuery(q)) written into one vector: the same floats, without the
 // two half vectors and the copy.
 func embedQueryJoined(q query) ([]float32, bool) {
-	qw := normWords(q.question)
-	prefix, ok := builtinTail(q)
-	if !ok {
-		return join(embedWords(qw), embedBuiltin(q.context))
-	}
-	cw := normWords(prefix)
-	cw = append(cw, "user")
-	cw = append(cw, qw...)
 	v := make([]float32, 2*BuiltinDim)
-	embedWordsInto(v[:BuiltinDim], qw)
-	embedWordsInto(v[BuiltinDim:], cw)
+	embedQueryInto(v, q)
 	return joinInPlace(v)
+}
+
+// embedQueryInto writes embedQuery(q) into v, question half then context half.
+func embedQueryInto(v []float32, q query) {
+	prefix, ok := builtinTail(q)
+	wp := wordsPool.Get().(*[]string)
+	if !ok {
+		w := appendNormWords((*wp)[:0], q.question)
+		embedWordsInto(v[:BuiltinDim], w)
+		clear(w)
+		w = appendNormWords(w[:0], q.context)
+		embedWordsInto(v[BuiltinDim:], w)
+		putWords(wp, w)
+		return
+	}
+	cw := appendNormWords((*wp)[:0], prefix)
+	cw = append(cw, "user")
+	n := len(cw)
+	cw = appendNormWords(cw, q.question)
+	qv, cv := v[:BuiltinDim], v[BuiltinDim:]
+	if n == len(cw) || len(q.context) >= 1<<18 {
+		embedWordsInto(qv, cw[n:])
+		embedWordsInto(cv, cw)
+		putWords(wp, cw)
+		return
+	}
+	// The context's features are the question's and those of the words before it: the
+	// question's are counted once and copied. The weights are multiples of 0.5, and a context
+	// under 256 KiB has less than 2²² of them (about 12 a byte at most: NFKC writes up to 18
+	// runes for one character), so float32 adds them exactly in any order.
+	addFeatures(qv, cw[n:], "")
+	copy(cv, qv)
+	addFeatures(cv, cw[:n], cw[n])
+	normalizeCounts(qv)
+	normalizeCounts(cv)
+	putWords(wp, cw)
+}
+
+// putWords returns a word list to wordsPool, emptied so that the pool keeps no text alive.
+func putWords(wp *[]string, words []string) {
+	clear(words)
+	*wp = words[:0]
+	wordsPool.Put(wp)
 }
 
 // builtinTail reports whether q's context is some lines, then "user: " and the question, and
@@ -130,6 +247,16 @@ func embedWords(words []string) []float32 {
 
 // embedWordsInto writes the built-in embedding of words into v (BuiltinDim long, all zero).
 func embedWordsInto(v []float32, words []string) {
+	addFeatures(v, words, "")
+	normalizeCounts(v[:BuiltinDim])
+}
+
+// addFeatures adds to v the weights of the features of a text's words: the words, the pairs of
+// words, and the character trigrams of " " + the words joined by " " + " ". With next, words
+// are followed by a word next and the text goes on: then also the pair of the last word and
+// next, and of the trigrams only those that start before the space ahead of next (the others
+// are next's text's own).
+func addFeatures(v []float32, words []string, next string) {
 	v = v[:BuiltinDim]
 	bump := func(h uint64, w float32) {
 		h ^= h >> 33 // fmix64: FNV's high bits mix poorly on short inputs
@@ -140,15 +267,20 @@ func embedWordsInto(v []float32, words []string) {
 		}
 		v[h%BuiltinDim] += w
 	}
+	pair := func(a, b string) {
+		h := fnvString(fnvByte(fnvOffset, 'b'), a)
+		bump(fnvString(fnvByte(h, ' '), b), weightBigram)
+	}
 	for i, w := range words {
 		bump(fnvString(fnvByte(fnvOffset, 'w'), w), weightWord)
 		if i > 0 {
-			h := fnvString(fnvByte(fnvOffset, 'b'), words[i-1])
-			bump(fnvString(fnvByte(h, ' '), w), weightBigram)
+			pair(words[i-1], w)
 		}
 	}
-	// The character trigrams of " " + words joined by " " + " ", a window sliding one rune at a
-	// time, without building that text.
+	if next != "" && len(words) > 0 {
+		pair(words[len(words)-1], next)
+	}
+	// The trigrams, a window sliding one rune at a time, without building the text.
 	var r0, r1 rune
 	n := 0
 	tri := func(c rune) {
@@ -167,8 +299,11 @@ func embedWordsInto(v []float32, words []string) {
 			tri(c)
 		}
 	}
-	tri(' ')
-	normalize(v)
+	tri(' ') // the end, or the space before next
+	if next != "" {
+		r, _ := utf8.DecodeRuneInString(next)
+		tri(r)
+	}
 }
 
 // FNV-1a, inline so hashing a feature allocates nothing.
@@ -194,17 +329,49 @@ func fnvRune(h uint64, r rune) uint64 {
 }
 
 // normalize scales v to unit length in place; a zero vector stays zero. It reports the length.
-func normalize(v []float32) float64 {
+func normalize(v []float32) float64 { return normalizeScaled(v, 1) }
+
+// normalizeScaled is normalize, then each coordinate multiplied by scale, in one pass.
+func normalizeScaled(v []float32, scale float32) float64 {
 	var sum float64
 	for _, x := range v {
 		sum += float64(x) * float64(x)
 	}
+	return divide(v, sum, scale)
+}
+
+// normalizeCounts is normalize for the built-in embedder's sums of feature weights, which are
+// multiples of 0.5 (so are float32 sums and roundings of them): their squares are multiples of
+// 0.25, which float64 adds exactly in any order below 2⁵¹, so four running sums give normalize's
+// sum. A larger one is summed again in normalize's order.
+func normalizeCounts(v []float32) float64 {
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(v); i += 4 {
+		s0 += float64(v[i]) * float64(v[i])
+		s1 += float64(v[i+1]) * float64(v[i+1])
+		s2 += float64(v[i+2]) * float64(v[i+2])
+		s3 += float64(v[i+3]) * float64(v[i+3])
+	}
+	for ; i < len(v); i++ {
+		s0 += float64(v[i]) * float64(v[i])
+	}
+	sum := s0 + s1 + s2 + s3
+	if sum >= 1<<50 {
+		return normalize(v)
+	}
+	return divide(v, sum, 1)
+}
+
+// divide divides v by the root of sum, its squares' sum, and multiplies it by scale; a zero
+// vector stays zero. It reports the root.
+func divide(v []float32, sum float64, scale float32) float64 {
 	n := math.Sqrt(sum)
 	if n == 0 {
 		return 0
 	}
 	for i := range v {
-		v[i] = float32(float64(v[i]) / n)
+		v[i] = float32(float64(v[i])/n) * scale
 	}
 	return n
 }

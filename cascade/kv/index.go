@@ -342,22 +342,38 @@ func within(q, s *sketch, c cutoffs) bool {
 // appendNear appends to out, in order, the slots whose sketch is within both cutoffs of sk;
 // heads holds the first headWords of each slot's sketch, all the sketches. It is the loop every
 // search runs over the whole collection (scan.go), on one goroutine: BenchmarkLookup and
-// BenchmarkScan measure it against real questions' sketches.
+// BenchmarkScan measure it against real questions' sketches. The first pass runs over
+// chunkBlocks blocks before the second reads the whole sketches of those it kept: those are
+// scattered reads that miss the cache in a large collection, and with the chunk's all at hand
+// the processor overlaps their misses rather than waiting for each behind the next block's
+// first pass.
 func appendNear(heads, all []uint64, sk *sketch, c cutoffs, out []int32) []int32 {
 	if c.head < 0 || c.full < 0 {
 		return out
 	}
 	n := len(heads) / headWords
 	slot := 0
-	for ; slot+blockSlots <= n; slot += blockSlots {
-		m := headMask((*[blockSlots * headWords]uint64)(heads[slot*headWords:(slot+blockSlots)*headWords]), sk[0], sk[1], c.head)
-		if m == 0 {
-			continue
+	var masks [chunkBlocks]uint64
+	for slot+blockSlots <= n {
+		k := min(chunkBlocks, (n-slot)/blockSlots)
+		kept := uint64(0)
+		for b := range k {
+			s := slot + b*blockSlots
+			masks[b] = headMask((*[blockSlots * headWords]uint64)(heads[s*headWords:(s+blockSlots)*headWords]), sk[0], sk[1], c.head)
+			kept |= masks[b]
 		}
-		m = fullMask((*[blockSlots * sketchWords]uint64)(all[slot*sketchWords:(slot+blockSlots)*sketchWords]), sk, c.full, m)
-		for ; m != 0; m &= m - 1 {
-			out = append(out, int32(slot+bits.TrailingZeros64(m)))
+		for b := 0; kept != 0 && b < k; b++ {
+			m := masks[b]
+			if m == 0 {
+				continue
+			}
+			s := slot + b*blockSlots
+			m = fullMask((*[blockSlots * sketchWords]uint64)(all[s*sketchWords:(s+blockSlots)*sketchWords]), sk, c.full, m)
+			for ; m != 0; m &= m - 1 {
+				out = append(out, int32(s+bits.TrailingZeros64(m)))
+			}
 		}
+		slot += k * blockSlots
 	}
 	for ; slot < n; slot++ {
 		if within(sk, (*sketch)(all[slot*sketchWords:(slot+1)*sketchWords]), c) {
@@ -366,6 +382,9 @@ func appendNear(heads, all []uint64, sk *sketch, c cutoffs, out []int32) []int32
 	}
 	return out
 }
+
+// chunkBlocks is how many blocks the scan's first pass covers before its second.
+const chunkBlocks = 16
 
 func dot(a, b []float32) float32 {
 	b = b[:len(a)]
@@ -399,11 +418,8 @@ func join(question, context []float32) ([]float32, bool) {
 // joinInPlace is join for a vector that holds the two embeddings already, half and half.
 func joinInPlace(v []float32) ([]float32, bool) {
 	half := len(v) / 2
-	if normalize(v[:half]) == 0 || normalize(v[half:]) == 0 {
+	if normalizeScaled(v[:half], math.Sqrt2/2) == 0 || normalizeScaled(v[half:], math.Sqrt2/2) == 0 {
 		return nil, false
-	}
-	for i := range v {
-		v[i] *= math.Sqrt2 / 2
 	}
 	return v, true
 }

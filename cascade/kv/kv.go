@@ -3,17 +3,18 @@
 package kv
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	lru "github.com/hashicorp/golang-lru/v2"
 	chromem "github.com/philippgille/chromem-go"
 	"github.com/rs/zerolog"
@@ -275,31 +276,57 @@ func (s *Stage) query(req *cascade.Request) (query, bool) {
 	if last.Role != "user" {
 		return query{}, false
 	}
-	var b strings.Builder
-	var question string
+	// The context is built in a pooled buffer and made a string once; the question is its tail.
+	bp := queryBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= 64<<10 { // a long conversation's buffer is not kept
+			queryBufs.Put(bp)
+		}
+	}()
+	b := (*bp)[:0]
+	start := 0 // where the last message's text starts in b
 	for i := range c.Messages {
 		m := &c.Messages[i]
 		if m.Role == "tool" || len(m.ToolCalls) > 0 {
 			return query{}, false
 		}
-		text, ok := textOf(m)
-		if !ok {
-			return query{}, false
-		}
-		question = text
 		role := m.Role
 		if role == "developer" {
 			role = "system"
 		}
 		if i > 0 {
-			b.WriteByte('\n')
+			b = append(b, '\n')
 		}
-		b.WriteString(role + ": " + text)
+		b = append(b, role...)
+		b = append(b, ": "...)
+		start = len(b)
+		var ok bool
+		if b, ok = appendText(b, m); !ok {
+			*bp = b
+			return query{}, false
+		}
 	}
-	if strings.TrimSpace(question) == "" {
+	*bp = b
+	if len(bytes.TrimSpace(b[start:])) == 0 {
 		return query{}, false
 	}
-	return query{question: question, context: b.String(), params: paramsOf(c.StopWords())}, true
+	context := string(b)
+	return query{question: context[start:], context: context, params: paramsOf(c.StopWords())}, true
+}
+
+// queryBufs holds the buffers query renders conversations in.
+var queryBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// appendText appends textOf(m) to dst, false when m has non-text parts. A JSON string is
+// unquoted straight into dst, the way Message.Text does first; anything else goes through Text.
+func appendText(dst []byte, m *cascade.Message) ([]byte, bool) {
+	if len(m.Content) > 0 && m.Content[0] == '"' {
+		if b, err := jsontext.AppendUnquote(dst, m.Content); err == nil {
+			return b, true
+		}
+	}
+	text, ok := textOf(m)
+	return append(dst, text...), ok
 }
 
 // paramsOf is the canonical form of the stop sequences, the one request field besides the
@@ -380,13 +407,18 @@ func (s *Stage) embedSettle(ctx context.Context, q query, timeout time.Duration)
 // sketchOf returns v's sketch, creating the rotation for the first dimension seen. The caller
 // makes sure v has the index's dimension (collectionFor, indexes).
 func (s *Stage) sketchOf(v []float32) sketch {
-	s.mu.Lock()
-	if s.lsh == nil {
-		s.lsh = newLSH(len(v))
-		s.dim = len(v)
-	}
+	s.mu.RLock() // the rotation is made once: concurrent calls share the read lock after that
 	l := s.lsh
-	s.mu.Unlock()
+	s.mu.RUnlock()
+	if l == nil {
+		s.mu.Lock()
+		if s.lsh == nil {
+			s.lsh = newLSH(len(v))
+			s.dim = len(v)
+		}
+		l = s.lsh
+		s.mu.Unlock()
+	}
 	return l.sketch(v)
 }
 

@@ -125,8 +125,10 @@ func (s *Stage) work() {
 }
 
 func (s *Stage) learn(j job) error {
-	ctx, cancel := context.WithTimeout(context.Background(), learnEmbedTimeout)
-	defer cancel()
+	// A remote embedder's call gets its deadline in embed; the store's calls take none (chromem
+	// reads a context only to embed, and entries carry their vectors), so a learn that Serve
+	// embedded makes no timer.
+	ctx := context.Background()
 	if j.vec == nil {
 		// Metered by the embedder like any model call, but billed to no request: counted apart.
 		v, fig, err := s.embed(ctx, j.q, learnEmbedTimeout)

@@ -5,10 +5,10 @@ import (
 	"math/bits"
 )
 
-// The scan reads sketches in two passes, 64 slots a step. The first reads only each sketch's
-// first two words (16 of its 32 bytes, kept apart in collection.heads) and keeps the slots
-// within a cutoff of its own for those 128 bits; the second counts the whole sketch of those
-// only. Reading every whole sketch bounds a lookup from below; the first pass reads half the
+// The scan reads sketches in two passes, 64 slots a step (a block), 16 blocks at a time. The
+// first reads only each sketch's first two words (16 of its 32 bytes, kept apart in
+// collection.heads) and keeps the slots within a cutoff of its own for those 128 bits; the
+// second counts the whole sketch of those only. Reading every whole sketch bounds a lookup from below; the first pass reads half the
 // bytes and keeps few slots of real questions' (BenchmarkLookup), and every sketch within the
 // full cutoff but with the probability below (headCutoff).
 

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"maps"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -183,14 +184,32 @@ var (
 	}
 )
 
+// whole maps each key of contractions and bare to its expansion, so that a word is looked up
+// once: most words are neither. (Made in init: its values come from bySuffix, which may call
+// expand, which reads it.)
+var whole map[string][]string
+
+func init() {
+	whole = maps.Clone(contractions)
+	for b, c := range bare {
+		if parts, ok := contractions[c]; ok {
+			whole[b] = parts
+		} else {
+			whole[b] = bySuffix(c)
+		}
+	}
+}
+
 // expand writes out a folded word if it is a contraction, else returns nil.
 func expand(w string) []string {
-	if c, ok := bare[w]; ok {
-		w = c
-	}
-	if parts, ok := contractions[w]; ok {
+	if parts, ok := whole[w]; ok {
 		return parts
 	}
+	return bySuffix(w)
+}
+
+// bySuffix is expand for a word that is no key of contractions or bare.
+func bySuffix(w string) []string {
 	if strings.IndexByte(w, '\'') < 0 {
 		return nil // every suffix has one
 	}

@@ -105,3 +105,42 @@ func tokenizeRef(s string) []token {
 	}
 	return toks
 }
+
+// FuzzNormWords: appendNormWords's pass over an ASCII text finds normWords's words (tokenize
+// after text.Canon), for the text and for its bytes made ASCII.
+func FuzzNormWords(f *testing.F) {
+	for _, s := range []string{"What's 3.5 + -4?", "I can't, won't, I'm, John's, dont do'nt it`s", "'s n't' `ll", "a-4 -4 x--4 .5 3. 4",
+		"system: Be brief.\nuser: How do I rotate the token?", "a''b ''c d'' '", "1,000:30", "tab\there  two\v\f\r spaces",
+		"C++ & C# 5% $3 @x *y /z \\w _u [v] {w} (x) <y> |z| ~a ^b =c", "WHATS Theyre IM", "\x00\x01\x1f\x7f"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		b := []byte(s)
+		for i := range b {
+			b[i] &= 0x7f
+		}
+		for _, s := range []string{s, string(b)} {
+			if got, want := appendNormWords(nil, s), normWords(s); !slices.Equal(got, want) {
+				t.Errorf("appendNormWords(%q) = %q, want %q", s, got, want)
+			}
+		}
+	})
+}
+
+// TestWhole: every key of contractions and bare expands through whole as it did through the
+// two maps, and each bare form to a contraction's expansion.
+func TestWhole(t *testing.T) {
+	for w, parts := range contractions {
+		if !slices.Equal(expand(w), parts) {
+			t.Errorf("expand(%q) = %q, want %q", w, expand(w), parts)
+		}
+	}
+	for b, c := range bare {
+		if got := expand(b); got == nil || !slices.Equal(got, expand(c)) {
+			t.Errorf("expand(%q) = %q, want expand(%q) = %q", b, got, c, expand(c))
+		}
+	}
+	if expand("john's") != nil || expand("word") != nil {
+		t.Error("a possessive or a plain word expanded")
+	}
+}

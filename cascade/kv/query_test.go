@@ -1,0 +1,76 @@
+package kv
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+)
+
+// queryRef is Stage.query as it was: each message's text through textOf, the context written
+// into a strings.Builder.
+func queryRef(s *Stage, req *cascade.Request) (query, bool) {
+	c := &req.Chat
+	if !plain(c) || (c.Temperature != nil && *c.Temperature > s.maxTemp) || len(c.Messages) == 0 {
+		return query{}, false
+	}
+	if c.Messages[len(c.Messages)-1].Role != "user" {
+		return query{}, false
+	}
+	var b strings.Builder
+	var question string
+	for i := range c.Messages {
+		m := &c.Messages[i]
+		if m.Role == "tool" || len(m.ToolCalls) > 0 {
+			return query{}, false
+		}
+		text, ok := textOf(m)
+		if !ok {
+			return query{}, false
+		}
+		question = text
+		role := m.Role
+		if role == "developer" {
+			role = "system"
+		}
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(role + ": " + text)
+	}
+	if strings.TrimSpace(question) == "" {
+		return query{}, false
+	}
+	return query{question: question, context: b.String(), params: paramsOf(c.StopWords())}, true
+}
+
+// FuzzQuery: query renders any conversation of two messages, their contents raw JSON (strings
+// with escapes, invalid UTF-8, parts, null, not JSON), as queryRef does.
+func FuzzQuery(f *testing.F) {
+	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	for _, c := range [][3]string{
+		{"system", q("You are a helpful assistant. Be brief."), q("Please explain how x relates to y.")},
+		{"developer", q("Be terse.\n"), q("  ")},
+		{"assistant", `null`, `"\ud800 lone \u00e9 \"quoted\" \\ \n"`},
+		{"user", `[{"type":"text","text":"a"},{"type":"text","text":"b"}]`, `[{"type":"image_url","image_url":{"url":"x"}}]`},
+		{"system", "\"\xff\xfe invalid\"", `"unterminated`},
+		{"tool", q("t"), q("q")},
+		{"system", ``, `42`},
+	} {
+		f.Add(c[0], c[1], c[2])
+	}
+	s, err := New(Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = s.Close() })
+	f.Fuzz(func(t *testing.T, role, first, last string) {
+		req := request("", "m", cascade.Message{Role: role, Content: json.RawMessage(first)}, cascade.Message{Role: "user", Content: json.RawMessage(last)})
+		got, gok := s.query(req)
+		want, wok := queryRef(s, req)
+		if got != want || gok != wok {
+			t.Errorf("query(%q: %q, user: %q) = %+v %v, want %+v %v", role, first, last, got, gok, want, wok)
+		}
+	})
+}
