@@ -396,6 +396,16 @@ type Learner interface {
 	Learn(req *Request, ans *Answer)
 }
 
+// EagerLearner is a Learner with a part that must be in place before the answer goes out: the
+// exact cache's entry in this process, so that a client asking again the moment it has the
+// answer is answered from it, not by the backend a second time. The walk calls LearnEager when
+// the answer is known, in place of Learn: it does that part (cheap, never blocking) and returns
+// the rest (a remote store), or nil, for after the answer. Learn is both at once.
+type EagerLearner interface {
+	Learner
+	LearnEager(req *Request, ans *Answer) (rest func())
+}
+
 // Backend is one upstream dialect. With a nil sink it returns a whole Answer; with a sink it
 // streams every chunk there and returns the assembled Answer (Streamed set) at the end.
 type Backend interface {

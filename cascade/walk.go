@@ -220,20 +220,37 @@ func (c *Cascade) WalkLearnLater(ctx context.Context, req *Request, res *Result,
 
 // learners returns what learning ans means for the stages before the i-th, which answered req:
 // each Learner among them takes it (an Oversize answer too, to count it as not stored); nil
-// when none learns.
+// when none learns. An EagerLearner's eager part runs now, before the answer goes out, and its
+// rest with the other learners.
 func (c *Cascade) learners(i int, req *Request, ans *Answer) func() {
+	var rests []func()
+	later := false
 	for _, prev := range c.stages[:i] {
-		if _, ok := prev.(Learner); ok {
-			return func() {
-				for _, prev := range c.stages[:i] {
-					if l, ok := prev.(Learner); ok {
-						l.Learn(req, ans)
-					}
-				}
+		switch l := prev.(type) {
+		case EagerLearner:
+			if rest := l.LearnEager(req, ans); rest != nil {
+				rests = append(rests, rest)
+			}
+		case Learner:
+			later = true
+		}
+	}
+	if !later && rests == nil {
+		return nil
+	}
+	return func() {
+		for _, rest := range rests {
+			rest()
+		}
+		for _, prev := range c.stages[:i] {
+			if _, eager := prev.(EagerLearner); eager {
+				continue
+			}
+			if l, ok := prev.(Learner); ok {
+				l.Learn(req, ans)
 			}
 		}
 	}
-	return nil
 }
 
 // trackedSink passes a walk's chunks to its sink, telling the sink first which stage writes.

@@ -17,7 +17,10 @@ go build -o "$dir/benchout" ./scripts/benchout
 for i in $(seq "$n"); do
   for which in A B; do
     bin=$a; [ $which = B ] && bin=$b
-    line=$("$dir/benchout" -root . -eoc-bin "$bin" -runs 1 "$@" 2>&1 >/dev/null | grep 'run 1/1' | sed 's/.*run 1\/1: //')
+    if ! "$dir/benchout" -root . -eoc-bin "$bin" -runs 1 "$@" >/dev/null 2>"$dir/log"; then
+      echo "$which $i: benchout failed:" >&2; tail -20 "$dir/log" >&2; exit 1
+    fi
+    line=$(grep 'run 1/1' "$dir/log" | sed 's/.*run 1\/1: //')
     echo "$which $i: $line" | tee -a "$dir/lines"
   done
 done

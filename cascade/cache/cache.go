@@ -17,7 +17,7 @@ import (
 
 var (
 	_ cascade.Stage        = (*Stage)(nil)
-	_ cascade.Learner      = (*Stage)(nil)
+	_ cascade.EagerLearner = (*Stage)(nil)
 	_ cascade.EmbedStage   = (*Stage)(nil)
 	_ cascade.EmbedLearner = (*Stage)(nil)
 	_ cascade.EntryBounder = (*Stage)(nil)
@@ -201,20 +201,31 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 }
 
 // Learn stores a complete answer under the request's key, unless it is over MaxEntryBytes (or
-// its stream was too large to record).
+// its stream was too large to record), here and in the remote layer when there is one.
 func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {
+	if rest := s.LearnEager(req, ans); rest != nil {
+		rest()
+	}
+}
+
+// LearnEager is Learn's part in this process, which the walk runs before the answer goes out,
+// so that the same question asked the moment the answer arrives is a hit; the remote layer's
+// write is returned for after the answer (nil without one).
+func (s *Stage) LearnEager(req *cascade.Request, ans *cascade.Answer) (rest func()) {
 	if !ans.Complete {
-		return
+		return nil
 	}
 	if ans.Oversize {
 		s.tooLarge.Add(1)
-		return
+		return nil
 	}
 	kept := *ans
-	if !s.add(req.Key(), entry{ans: &kept, size: ans.Size()}) {
-		return
+	if !s.add(req.Key(), entry{ans: &kept, size: ans.Size()}) || s.remote == nil {
+		return nil
 	}
-	s.remoteSet(req.Tenant, req.Key(), stored{Answer: &kept, Cost: cascade.OriginalCost(ans)})
+	return func() {
+		s.remoteSet(req.Tenant, req.Key(), stored{Answer: &kept, Cost: cascade.OriginalCost(ans)})
+	}
 }
 
 // embedSize is about how many bytes a set of vectors holds.

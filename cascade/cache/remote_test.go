@@ -109,3 +109,37 @@ func TestSharedEmbeddings(t *testing.T) {
 		t.Fatal("another tenant got the vectors")
 	}
 }
+
+// The walk stores an answer in this process before it returns, so that the same question asked
+// the moment the answer is out is a hit; only the remote layer's write waits for learn, which
+// the edge runs after the response.
+func TestLearnEagerBeforeTheAnswer(t *testing.T) {
+	router, _ := routing.New([]routing.Route{{Name: "b", Patterns: []string{"*"}, Backend: anyBackend{}}}, routing.Options{})
+	remote := &mapRemote{m: map[string][]byte{}}
+	model := &countingStage{complete: true}
+	c := cascade.New(router, []cascade.Stage{NewShared(100, time.Hour, remote), model}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
+	mk := func() *cascade.Request {
+		r := &cascade.Request{Raw: json.RawMessage(`{"model":"m","messages":[{"role":"user","content":"q"}]}`), Tenant: "t"}
+		r.Chat.Model = "m"
+		return r
+	}
+	var first cascade.Result
+	learn, err := c.WalkLearnLater(context.Background(), mk(), &first, nil)
+	if err != nil || learn == nil {
+		t.Fatalf("err %v, learn set %v: want the remote write left for later", err, learn != nil)
+	}
+	if len(remote.m) != 0 {
+		t.Fatal("the remote layer was written before the answer went out")
+	}
+	var second cascade.Result
+	if err := c.Walk(context.Background(), mk(), &second, nil); err != nil {
+		t.Fatal(err)
+	}
+	if second.Stage != "cache" || model.calls != 1 {
+		t.Fatalf("asked again before learn ran: stage %q, model calls %d; want a hit", second.Stage, model.calls)
+	}
+	learn()
+	if len(remote.m) != 1 {
+		t.Fatalf("after learn the remote layer holds %d entries, want 1", len(remote.m))
+	}
+}
