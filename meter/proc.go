@@ -29,9 +29,10 @@ type procfs struct {
 	live     bool
 
 	// Kept open by the Meter when it needs them; nil reads each file afresh (stat) or not at all
-	// (loadavg).
-	loadavg  sampleFile // the last PID created, to know that the process set did not change
-	hostStat sampleFile // host CPU time, read only when RAPL is live
+	// (the last PID).
+	lastPIDFile sampleFile // the last PID created, to know that the process set did not change
+	lastPIDNs   bool       // lastPIDFile is sys/kernel/ns_last_pid (one number), not loadavg
+	hostStat    sampleFile // host CPU time, read only when RAPL is live
 }
 
 // procStat is what the meter reads from /proc/<pid>/stat.
@@ -239,19 +240,23 @@ func (p *procfs) hostTimes() (hostCPU, error) {
 	return parseHostStat(buf[:n])
 }
 
-// lastPID is the PID most recently handed out in this PID namespace, the last field of
-// /proc/loadavg. Every fork and every new thread moves it on, so while it stands still no
-// process can have joined a tree, and no PID can have been reused. ok is false when it cannot
-// be read (no loadavg kept open, or a malformed line).
+// lastPID is the PID most recently handed out in this PID namespace: ns_last_pid, or the last
+// field of /proc/loadavg. Every fork and every new thread moves it on, so while it stands still
+// no process can have joined a tree, and no PID can have been reused. ok is false when it
+// cannot be read (no file kept open, or a malformed one).
 func (p *procfs) lastPID() (pid uint64, ok bool) {
-	if p.loadavg == nil {
+	if p.lastPIDFile == nil {
 		return 0, false
 	}
 	buf := getBuf()
 	defer putBuf(buf)
-	n, err := p.loadavg.ReadStart(buf[:128])
+	n, err := p.lastPIDFile.ReadStart(buf[:128])
 	if err != nil {
 		return 0, false
+	}
+	if p.lastPIDNs {
+		v, err := parseUintFile(buf[:n], "ns_last_pid")
+		return v, err == nil
 	}
 	return parseLastPID(buf[:n])
 }
@@ -372,7 +377,7 @@ func parseListeners(b []byte, port int, dst []uint64) []uint64 {
 
 // close releases the files kept open.
 func (p *procfs) close() {
-	for _, f := range []sampleFile{p.loadavg, p.hostStat} {
+	for _, f := range []sampleFile{p.lastPIDFile, p.hostStat} {
 		if f != nil {
 			_ = f.Close() // read-only
 		}
