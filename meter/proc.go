@@ -44,16 +44,29 @@ type procStat struct {
 	starttime uint64 // clock ticks after boot
 }
 
-// stat reads /proc/<pid>/stat. The command name may hold spaces and parentheses, so the fields
-// are counted from the last ')'.
+// stat reads /proc/<pid>/stat, all but the command name (statComm). The command name may hold
+// spaces and parentheses, so the fields are counted from the last ')'.
 func (p *procfs) stat(pid int) (procStat, error) {
+	return p.readStat(pid, false)
+}
+
+// statComm is stat with the command name.
+func (p *procfs) statComm(pid int) (procStat, error) {
+	return p.readStat(pid, true)
+}
+
+func (p *procfs) readStat(pid int, comm bool) (procStat, error) {
 	buf := getBuf()
 	defer putBuf(buf)
 	n, err := p.fs.ReadFile(p.path(pid, "stat"), buf[:1024])
 	if err != nil {
 		return procStat{}, err
 	}
-	return parseStat(buf[:n])
+	st, err := parseStat(buf[:n])
+	if err == nil && comm {
+		st.comm = string(buf[bytes.IndexByte(buf[:n], '(')+1 : bytes.LastIndexByte(buf[:n], ')')])
+	}
+	return st, err
 }
 
 func parseStat(b []byte) (procStat, error) {
@@ -62,7 +75,7 @@ func parseStat(b []byte) (procStat, error) {
 	if open < 0 || end < open || end+2 >= len(b) {
 		return procStat{}, errors.New("malformed stat")
 	}
-	st := procStat{comm: string(b[open+1 : end])}
+	var st procStat // the command name, b[open+1:end], only when asked (readStat): it allocates
 	// Fields after the comm, numbered from 3 (state) as in proc(5).
 	rest := b[end+2:]
 	field := 3
@@ -103,12 +116,19 @@ func parseStat(b []byte) (procStat, error) {
 	return st, nil
 }
 
+// path is <root>/<pid>[/elem...], in one allocation.
 func (p *procfs) path(pid int, elem ...string) string {
+	var num [20]byte
+	digits := strconv.AppendInt(num[:0], int64(pid), 10)
+	size := len(p.root) + 1 + len(digits)
+	for _, e := range elem {
+		size += 1 + len(e)
+	}
 	var b strings.Builder
-	b.Grow(len(p.root) + 24)
+	b.Grow(size)
 	b.WriteString(p.root)
 	b.WriteByte('/')
-	b.WriteString(strconv.Itoa(pid))
+	b.Write(digits)
 	for _, e := range elem {
 		b.WriteByte('/')
 		b.WriteString(e)

@@ -101,13 +101,10 @@ type procSample struct {
 // tree's CPU time read here is booked in the backend's edge book, which splits it among
 // overlapping calls.
 func (m *Meter) Begin(backend string) *Span {
-	s := &Span{m: m, start: time.Now()}
-	if m != nil {
-		s.start = m.opts.now()
-	}
 	if m == nil {
-		return s
+		return &Span{start: time.Now()}
 	}
+	s := &Span{m: m, start: m.opts.now()}
 	s.b = m.backends[backend]
 	if s.b == nil || !s.b.local {
 		return s
