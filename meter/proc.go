@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -191,9 +192,9 @@ func (p *procfs) children(pid int, dst []int) ([]int, error) {
 			continue
 		}
 		found = true
-		for _, f := range bytes.Fields(buf[:n]) {
-			if v, err := strconv.Atoi(string(f)); err == nil {
-				dst = append(dst, v)
+		for f := range bytes.FieldsSeq(buf[:n]) {
+			if v, ok := parseUint(f); ok && v <= math.MaxInt32 {
+				dst = append(dst, int(v))
 			}
 		}
 	}
