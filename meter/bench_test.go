@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -89,6 +92,27 @@ func BenchmarkBeginEnd(b *testing.B) {
 		}
 		b.ReportMetric(float64(be.walks-walks)/float64(b.N), "walks/op")
 	})
+	// What benchout's neural phase pays on this box: a local backend of one process (a child
+	// sleep named by a pid file), no RAPL, no NVML.
+	b.Run("local-sleep-no-rapl", func(b *testing.B) {
+		cmd := exec.Command("sleep", "3600")
+		if err := cmd.Start(); err != nil {
+			b.Skip("no sleep:", err)
+		}
+		b.Cleanup(func() {
+			_ = cmd.Process.Kill() // a test child: its status is not the benchmark's
+			_ = cmd.Wait()
+		})
+		pidFile := filepath.Join(b.TempDir(), "backend.pid")
+		if err := os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		m := meter(b, b.TempDir(), BackendInfo{Name: "local", URL: "http://127.0.0.1:1", PIDFile: pidFile})
+		if f := m.Begin("local").End(Work{}); f.Method == MethodTokenModel {
+			b.Fatalf("no process found behind the pid file: %+v", f)
+		}
+		span(b, m, "local")
+	})
 	// A real backend, e.g. Ollama with a model loaded: EOC_METER_BENCH_URL=http://127.0.0.1:11434.
 	b.Run("env-backend", func(b *testing.B) {
 		u := os.Getenv("EOC_METER_BENCH_URL")
@@ -145,6 +169,24 @@ func BenchmarkRead(b *testing.B) {
 			}
 		}
 	})
+	// The last PID handed out, as a span's End reads it: /proc/loadavg's last field, or the same
+	// number from /proc/sys/kernel/ns_last_pid.
+	for _, name := range []string{"loadavg", "sys/kernel/ns_last_pid"} {
+		b.Run("last-pid-"+filepath.Base(name), func(b *testing.B) {
+			f, err := osFS{}.Open("/proc/" + name)
+			if err != nil {
+				b.Skip(err)
+			}
+			defer func() { _ = f.Close() }() // read-only
+			buf := make([]byte, 128)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := f.ReadStart(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 	b.Run("proxy-cpu", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

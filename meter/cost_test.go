@@ -483,6 +483,86 @@ func TestTreeWalkedWhenLastPIDUnreadable(t *testing.T) {
 	}
 }
 
+// TestLastPIDFromNsLastPID: where /proc/sys/kernel/ns_last_pid opens, a span reads the last PID
+// there and not in loadavg; the tree follows it as it follows loadavg's (a child handed the PID
+// is walked), and a malformed number leaves nothing to trust the cached tree by.
+func TestLastPIDFromNsLastPID(t *testing.T) {
+	m, cfs, _, procRoot := localFixtureMeter(t, func(_ *Options, procRoot string) {
+		if err := os.MkdirAll(filepath.Join(procRoot, "sys", "kernel"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(procRoot, "sys", "kernel", "ns_last_pid"), "5000\n")
+	})
+	nsFile := filepath.Join(procRoot, "sys", "kernel", "ns_last_pid")
+	b := m.backends["ollama"]
+	m.Begin("ollama").End(Work{})
+	cfs.take()
+	m.Begin("ollama").End(Work{})
+	if n := cfs.take(); n["sample ns_last_pid"] != 1 || n["sample loadavg"] != 0 {
+		t.Fatalf("one span read %v, want the last PID from ns_last_pid once", n)
+	}
+	addChild := func(pid int) {
+		if err := os.MkdirAll(filepath.Join(procRoot, fmt.Sprint(pid), "task", fmt.Sprint(pid)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(procRoot, fmt.Sprint(pid), "stat"), fmt.Sprintf("%d (runner) S 102 %d %d 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 7 0 0", pid, pid, pid))
+		writeFile(t, filepath.Join(procRoot, fmt.Sprint(pid), "task", fmt.Sprint(pid), "children"), "")
+		writeFile(t, filepath.Join(procRoot, "102", "task", "102", "children"), fmt.Sprint(pid))
+	}
+	tree := func() []int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return slices.Clone(b.tree)
+	}
+	// A child of the tree handed the next PID: ns_last_pid moves, loadavg (stale) does not.
+	addChild(5001)
+	writeFile(t, nsFile, "5001\n")
+	m.Begin("ollama").End(Work{})
+	if !slices.Contains(tree(), 5001) {
+		t.Fatalf("tree after ns_last_pid moved = %v", tree())
+	}
+	for _, bad := range []string{"", "\n", "-1\n", "5001x\n", "99999999999999999999999\n"} {
+		walks := b.walks
+		writeFile(t, nsFile, bad)
+		m.Begin("ollama").End(Work{})
+		if b.walks == walks {
+			t.Errorf("ns_last_pid %q: the cached tree was trusted", bad)
+		}
+	}
+}
+
+// TestLastPIDLive: on the live /proc the meter reads the last PID where the kernel has
+// ns_last_pid, and it is loadavg's number.
+func TestLastPIDLive(t *testing.T) {
+	if _, err := os.Stat("/proc/sys/kernel/ns_last_pid"); err != nil {
+		t.Skip("no ns_last_pid:", err)
+	}
+	m, err := New(Options{SkipProbe: true, nvml: noGPU, SysfsRoot: t.TempDir(), DevRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeOK(t, m)
+	if !m.proc.lastPIDNs {
+		t.Fatal("the meter reads loadavg where ns_last_pid opens")
+	}
+	loadavg := &procfs{fs: osFS{}, root: "/proc"}
+	loadavg.lastPIDFile, err = osFS{}.Open("/proc/loadavg")
+	if err != nil {
+		t.Skip("no loadavg:", err)
+	}
+	defer loadavg.close()
+	// PIDs handed out between the reads move both on: read loadavg around ns_last_pid.
+	before, ok1 := loadavg.lastPID()
+	ns, ok2 := m.proc.lastPID()
+	after, ok3 := loadavg.lastPID()
+	if !ok1 || !ok2 || !ok3 {
+		t.Fatalf("last PID unread: %v %v %v", ok1, ok2, ok3)
+	}
+	if before <= after && (ns < before || ns > after) {
+		t.Fatalf("ns_last_pid %d, loadavg %d then %d", ns, before, after)
+	}
+}
+
 // TestRootDeathSeenAtEnd: a root that died (a zombie, its socket closed) while no PID was
 // handed out is noticed at End: the backend has no process.
 func TestRootDeathSeenAtEnd(t *testing.T) {

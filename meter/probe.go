@@ -384,7 +384,7 @@ func (m *Meter) backendStatus(b *backendState) BackendStatus {
 		}
 	}
 	for _, pid := range pids {
-		st, err := m.proc.stat(pid)
+		st, err := m.proc.statComm(pid)
 		if err != nil {
 			continue
 		}

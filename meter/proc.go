@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -29,9 +30,10 @@ type procfs struct {
 	live     bool
 
 	// Kept open by the Meter when it needs them; nil reads each file afresh (stat) or not at all
-	// (loadavg).
-	loadavg  sampleFile // the last PID created, to know that the process set did not change
-	hostStat sampleFile // host CPU time, read only when RAPL is live
+	// (the last PID).
+	lastPIDFile sampleFile // the last PID created, to know that the process set did not change
+	lastPIDNs   bool       // lastPIDFile is sys/kernel/ns_last_pid (one number), not loadavg
+	hostStat    sampleFile // host CPU time, read only when RAPL is live
 }
 
 // procStat is what the meter reads from /proc/<pid>/stat.
@@ -43,16 +45,29 @@ type procStat struct {
 	starttime uint64 // clock ticks after boot
 }
 
-// stat reads /proc/<pid>/stat. The command name may hold spaces and parentheses, so the fields
-// are counted from the last ')'.
+// stat reads /proc/<pid>/stat, all but the command name (statComm). The command name may hold
+// spaces and parentheses, so the fields are counted from the last ')'.
 func (p *procfs) stat(pid int) (procStat, error) {
+	return p.readStat(pid, false)
+}
+
+// statComm is stat with the command name.
+func (p *procfs) statComm(pid int) (procStat, error) {
+	return p.readStat(pid, true)
+}
+
+func (p *procfs) readStat(pid int, comm bool) (procStat, error) {
 	buf := getBuf()
 	defer putBuf(buf)
 	n, err := p.fs.ReadFile(p.path(pid, "stat"), buf[:1024])
 	if err != nil {
 		return procStat{}, err
 	}
-	return parseStat(buf[:n])
+	st, err := parseStat(buf[:n])
+	if err == nil && comm {
+		st.comm = string(buf[bytes.IndexByte(buf[:n], '(')+1 : bytes.LastIndexByte(buf[:n], ')')])
+	}
+	return st, err
 }
 
 func parseStat(b []byte) (procStat, error) {
@@ -61,7 +76,7 @@ func parseStat(b []byte) (procStat, error) {
 	if open < 0 || end < open || end+2 >= len(b) {
 		return procStat{}, errors.New("malformed stat")
 	}
-	st := procStat{comm: string(b[open+1 : end])}
+	var st procStat // the command name, b[open+1:end], only when asked (readStat): it allocates
 	// Fields after the comm, numbered from 3 (state) as in proc(5).
 	rest := b[end+2:]
 	field := 3
@@ -102,12 +117,19 @@ func parseStat(b []byte) (procStat, error) {
 	return st, nil
 }
 
+// path is <root>/<pid>[/elem...], in one allocation.
 func (p *procfs) path(pid int, elem ...string) string {
+	var num [20]byte
+	digits := strconv.AppendInt(num[:0], int64(pid), 10)
+	size := len(p.root) + 1 + len(digits)
+	for _, e := range elem {
+		size += 1 + len(e)
+	}
 	var b strings.Builder
-	b.Grow(len(p.root) + 24)
+	b.Grow(size)
 	b.WriteString(p.root)
 	b.WriteByte('/')
-	b.WriteString(strconv.Itoa(pid))
+	b.Write(digits)
 	for _, e := range elem {
 		b.WriteByte('/')
 		b.WriteString(e)
@@ -170,9 +192,9 @@ func (p *procfs) children(pid int, dst []int) ([]int, error) {
 			continue
 		}
 		found = true
-		for _, f := range bytes.Fields(buf[:n]) {
-			if v, err := strconv.Atoi(string(f)); err == nil {
-				dst = append(dst, v)
+		for f := range bytes.FieldsSeq(buf[:n]) {
+			if v, ok := parseUint(f); ok && v <= math.MaxInt32 {
+				dst = append(dst, int(v))
 			}
 		}
 	}
@@ -239,19 +261,23 @@ func (p *procfs) hostTimes() (hostCPU, error) {
 	return parseHostStat(buf[:n])
 }
 
-// lastPID is the PID most recently handed out in this PID namespace, the last field of
-// /proc/loadavg. Every fork and every new thread moves it on, so while it stands still no
-// process can have joined a tree, and no PID can have been reused. ok is false when it cannot
-// be read (no loadavg kept open, or a malformed line).
+// lastPID is the PID most recently handed out in this PID namespace: ns_last_pid, or the last
+// field of /proc/loadavg. Every fork and every new thread moves it on, so while it stands still
+// no process can have joined a tree, and no PID can have been reused. ok is false when it
+// cannot be read (no file kept open, or a malformed one).
 func (p *procfs) lastPID() (pid uint64, ok bool) {
-	if p.loadavg == nil {
+	if p.lastPIDFile == nil {
 		return 0, false
 	}
 	buf := getBuf()
 	defer putBuf(buf)
-	n, err := p.loadavg.ReadStart(buf[:128])
+	n, err := p.lastPIDFile.ReadStart(buf[:128])
 	if err != nil {
 		return 0, false
+	}
+	if p.lastPIDNs {
+		v, err := parseUintFile(buf[:n], "ns_last_pid")
+		return v, err == nil
 	}
 	return parseLastPID(buf[:n])
 }
@@ -372,7 +398,7 @@ func parseListeners(b []byte, port int, dst []uint64) []uint64 {
 
 // close releases the files kept open.
 func (p *procfs) close() {
-	for _, f := range []sampleFile{p.loadavg, p.hostStat} {
+	for _, f := range []sampleFile{p.lastPIDFile, p.hostStat} {
 		if f != nil {
 			_ = f.Close() // read-only
 		}

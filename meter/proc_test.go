@@ -37,7 +37,7 @@ func TestProcFixture(t *testing.T) {
 		t.Fatalf("scanChildren(101) = %v", got)
 	}
 
-	st, err := p.stat(102)
+	st, err := p.statComm(102)
 	if err != nil || st.comm != "gpu (worker) x" || st.ppid != 101 || st.ticks != 15 || st.starttime != 3000 {
 		t.Fatalf("stat(102) = %+v, %v", st, err)
 	}

@@ -82,9 +82,24 @@ type reasonError string
 
 func (e reasonError) Error() string { return "meter: recorded reason " + string(e) }
 
+// errOf is the error a recorded reason word stands for. The words a counter's state gives every
+// span of a host (no-rapl, no-nvml, ...) come boxed once: boxing a word allocates.
 func errOf(reason string) error {
-	if reason == "" {
+	switch reason {
+	case "":
 		return nil
+	case ReasonNoRAPL:
+		return reasonError(ReasonNoRAPL)
+	case ReasonNoNVML:
+		return reasonError(ReasonNoNVML)
+	case ReasonNoProcEnergy:
+		return reasonError(ReasonNoProcEnergy)
+	case ReasonNoGPURail:
+		return reasonError(ReasonNoGPURail)
+	case ReasonCounterDead:
+		return reasonError(ReasonCounterDead)
+	case ReasonPermission:
+		return reasonError(ReasonPermission)
 	}
 	return reasonError(reason)
 }

@@ -92,21 +92,19 @@ type procSample struct {
 // to meter (not found, or listening in this process), read nothing: their figure is priced by
 // tokens. A local one reads the CPU clock of each process of its tree, which is walked again
 // only after a new PID that may be the tree's was handed out on the host (End reads the last
-// PID from /proc/loadavg, the stat of each of up to 4 new PIDs, and polls the root's pidfd).
-// The host's CPU time, the proxy's and RAPL are read only when a
+// PID from /proc/sys/kernel/ns_last_pid or /proc/loadavg, the stat of each of up to 4 new PIDs,
+// and polls the root's pidfd). The host's CPU time, the proxy's and RAPL are read only when a
 // measured CPU figure is possible: RAPL live and no other local span open. NVML is read only
 // when live, and in a goroutine, which asks each GPU's counter reader (one per GPU, whatever
 // the spans: an energy read takes milliseconds on some boards) for the counter at the span's
-// start and then waits (bounded) for its next update, the Begin end of the GPU window. The tree's CPU time read here is booked in the backend's edge book, which
-// splits it among overlapping calls.
+// start and then waits (bounded) for its next update, the Begin end of the GPU window. The
+// tree's CPU time read here is booked in the backend's edge book, which splits it among
+// overlapping calls.
 func (m *Meter) Begin(backend string) *Span {
-	s := &Span{m: m, start: time.Now()}
-	if m != nil {
-		s.start = m.opts.now()
-	}
 	if m == nil {
-		return s
+		return &Span{start: time.Now()}
 	}
+	s := &Span{m: m, start: m.opts.now()}
 	s.b = m.backends[backend]
 	if s.b == nil || !s.b.local {
 		return s

@@ -48,7 +48,7 @@ func (m *Meter) sampleTree(b *backendState, dst []procSample, atEnd bool) ([]pro
 
 // tree returns the backend's root process and its descendants, root first. It reuses the last
 // walk while that is known complete: no PID has been handed out on the host since the walk
-// began (the last PID in /proc/loadavg stands still), or the few handed out went to processes
+// began (the last PID, procfs.lastPID, stands still), or the few handed out went to processes
 // or threads outside the tree (newPIDsOutside), so no process can have joined the tree and no
 // PID in it can have been reused; processes that left fail their CPU read. Otherwise it walks
 // again. At a span's end it also checks that the root is still alive (one poll of its pidfd).
@@ -126,7 +126,7 @@ const maxNewPIDs = 4
 // reports false: walk.
 //
 // A PID with no /proc entry may also not be born yet: the kernel hands out the PID (and shows it
-// in loadavg) a moment before the process can be seen. So the first such PID, unless it is
+// as the last PID) a moment before the process can be seen. So the first such PID, unless it is
 // unborn (already found so by the last check), stops upTo, the PID the tree is known settled
 // to: the next check looks at it again, and a child of the tree born since is walked then.
 // Otherwise upTo is cur.

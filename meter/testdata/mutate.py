@@ -47,6 +47,7 @@ muts = [
  ("new PID: a wrap or too many trusted", "tree.go", "if cur-from > maxNewPIDs { // a wrap makes the difference huge", "if false {"),
  ("root not checked alive at End", "tree.go", "if !atEnd || b.aliveLocked(m.proc) {", "if true {"),
  ("pidfd exit ignored", "clock_linux.go", "return n > 0, nil", "return n < 0, nil"),
+ ("ns_last_pid: a malformed number trusted", "proc.go", "\t\treturn v, err == nil\n", "\t\t_ = err\n\t\treturn v, true\n"),
  ("another namespace's /proc trusted for the last PID", "meter.go", "err == nil && self != strconv.Itoa(m.selfPID)", "err == nil && self != strconv.Itoa(m.selfPID) && false"),
  ("host and RAPL read under overlap", "span.go", "if m.rapl != nil && !s.overlap {", "if m.rapl != nil {"),
  ("in-process upstream looked up at every span", "backend.go", "case b.inProcess && time.Since(b.lastTry) < inProcessRecheck:", "case false:"),
