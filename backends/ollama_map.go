@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/ollama/ollama/api"
 
@@ -124,7 +123,7 @@ func ollamaContent(raw json.RawMessage, om *api.Message, msg int) error {
 	}
 	switch raw[0] {
 	case '"':
-		if s, ok := plainString(raw); ok {
+		if s, ok := cascade.PlainString(raw); ok {
 			om.Content = s
 			return nil
 		}
@@ -162,24 +161,6 @@ func ollamaContent(raw json.RawMessage, om *api.Message, msg int) error {
 	}
 	om.Content = text.String()
 	return nil
-}
-
-// plainString returns the text of the JSON string raw when it decodes to its own content: no
-// escapes, no control bytes, valid UTF-8. Most contents are such; the others go to json.Unmarshal.
-func plainString(raw []byte) (string, bool) {
-	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
-		return "", false
-	}
-	in := raw[1 : len(raw)-1]
-	for _, b := range in {
-		if b < 0x20 || b == '"' || b == '\\' {
-			return "", false
-		}
-	}
-	if !utf8.Valid(in) {
-		return "", false
-	}
-	return string(in), true
 }
 
 // imageData decodes an image_url ({"url": ...} or a bare string) holding a base64 data: URL.

@@ -131,7 +131,7 @@ func (m *Message) Text() string {
 	// jsontext's unquoting first, not a json.Unmarshal: several stages ask for the text, and it
 	// is the faster of the two. What it refuses (not a string, invalid UTF-8, a lone surrogate)
 	// goes to encoding/json as before, which replaces what is invalid.
-	if s, ok := plainString(m.Content); ok {
+	if s, ok := PlainString(m.Content); ok {
 		return s
 	}
 	if b, err := jsontext.AppendUnquote(nil, m.Content); err == nil {
@@ -157,10 +157,10 @@ func (m *Message) Text() string {
 	return b.String()
 }
 
-// plainString returns the text of the JSON string raw when it is its own content: no escapes,
+// PlainString returns the text of the JSON string raw when it is its own content: no escapes,
 // no control bytes, valid UTF-8, which most contents are. It copies the text once, where
-// unquoting copies it twice.
-func plainString(raw []byte) (string, bool) {
+// unquoting copies it twice; a string it refuses needs a real decode.
+func PlainString(raw []byte) (string, bool) {
 	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
 		return "", false
 	}

@@ -1,11 +1,11 @@
-package backends
+package cascade
 
 import (
 	"encoding/json"
 	"testing"
 )
 
-// plainString takes only strings json.Unmarshal decodes to the same text, and takes the plain ones.
+// PlainString takes only strings json.Unmarshal decodes to the same text, and takes the plain ones.
 func TestPlainString(t *testing.T) {
 	for _, c := range []struct {
 		raw  string
@@ -15,9 +15,9 @@ func TestPlainString(t *testing.T) {
 		{`"a\nb"`, false}, {`"a\"b"`, false}, {`"\u0041"`, false}, {"\"a\tb\"", false},
 		{"\"\xff\"", false}, {"\"\xed\xa0\x80\"", false}, {`"a" "b"`, false}, {`"`, false}, {`x"`, false},
 	} {
-		s, ok := plainString([]byte(c.raw))
+		s, ok := PlainString([]byte(c.raw))
 		if ok != c.want {
-			t.Errorf("plainString(%q) ok = %v, want %v", c.raw, ok, c.want)
+			t.Errorf("PlainString(%q) ok = %v, want %v", c.raw, ok, c.want)
 		}
 		checkPlain(t, []byte(c.raw), s, ok)
 	}
@@ -28,7 +28,7 @@ func FuzzPlainString(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		s, ok := plainString(raw)
+		s, ok := PlainString(raw)
 		checkPlain(t, raw, s, ok)
 	})
 }
@@ -40,6 +40,6 @@ func checkPlain(t *testing.T, raw []byte, s string, ok bool) {
 	}
 	var want string
 	if err := json.Unmarshal(raw, &want); err != nil || want != s {
-		t.Errorf("plainString(%q) = %q; json.Unmarshal gives %q, %v", raw, s, want, err)
+		t.Errorf("PlainString(%q) = %q; json.Unmarshal gives %q, %v", raw, s, want, err)
 	}
 }
