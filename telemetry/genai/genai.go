@@ -11,9 +11,7 @@ package genai
 import (
 	"context"
 	"errors"
-	"maps"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/energy"
+	"github.com/eoc-proxy/eoc-proxy/internal/cowmap"
 )
 
 // Operation is the GenAI operation a call performed (gen_ai.operation.name).
@@ -85,11 +84,11 @@ type Metrics struct {
 
 	// The attribute sets of each instrument, by label values (attrSets).
 	usageSets, timeSets, joulesSets, joulesTokenSets attrSets
-	// The Prometheus children, by label values (children).
-	tokenSeries      children[tokenKey, tokenCounters]
-	ttftSeries       children[pairKey, prometheus.Observer]
-	tpotSeries       children[pairKey, prometheus.Observer]
-	joulesPerTokenOf children[jptKey, prometheus.Observer]
+	// The Prometheus children, by label values.
+	tokenSeries      cowmap.Map[tokenKey, tokenCounters]
+	ttftSeries       cowmap.Map[pairKey, prometheus.Observer]
+	tpotSeries       cowmap.Map[pairKey, prometheus.Observer]
+	joulesPerTokenOf cowmap.Map[jptKey, prometheus.Observer]
 }
 
 // tokenKey labels eoc_tokens_total's pair of series; output says the completion series counts
@@ -105,41 +104,6 @@ type tokenCounters struct{ prompt, completion prometheus.Counter }
 type pairKey struct{ model, backend string }
 
 type jptKey struct{ model, backend, phase, grade string }
-
-// maxChildren bounds each children cache, as maxAttrSets bounds the attribute sets.
-const maxChildren = maxAttrSets
-
-// children keeps a metric vector's children by their labels, so that a call finds its series
-// with one map lookup instead of hashing its label values into the vector (each WithLabelValues
-// takes the vector's lock). The map is replaced, never changed, so a lookup takes no lock. It is
-// safe for concurrent use.
-type children[K comparable, V any] struct {
-	m  atomic.Pointer[map[K]V]
-	mu sync.Mutex
-}
-
-// of returns k's child, made by with on its first use.
-func (c *children[K, V]) of(k K, with func(K) V) V {
-	if m := c.m.Load(); m != nil {
-		if v, ok := (*m)[k]; ok {
-			return v
-		}
-	}
-	v := with(k)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var old map[K]V
-	if p := c.m.Load(); p != nil {
-		old = *p
-	}
-	if len(old) < maxChildren {
-		next := make(map[K]V, len(old)+1)
-		maps.Copy(next, old)
-		next[k] = v
-		c.m.Store(&next)
-	}
-	return v
-}
 
 // Buckets. The time ones are the GenAI conventions' advice, widened for small models on fast
 // GPUs (a few ms a token) and for model loads (tens of seconds to the first token); joules per
@@ -161,7 +125,11 @@ func New(reg prometheus.Registerer, mp metric.MeterProvider, label func(model st
 		mp = noop.NewMeterProvider()
 	}
 	m := &Metrics{
-		label: label,
+		label:            label,
+		tokenSeries:      cowmap.Map[tokenKey, tokenCounters]{Max: maxAttrSets},
+		ttftSeries:       cowmap.Map[pairKey, prometheus.Observer]{Max: maxAttrSets},
+		tpotSeries:       cowmap.Map[pairKey, prometheus.Observer]{Max: maxAttrSets},
+		joulesPerTokenOf: cowmap.Map[jptKey, prometheus.Observer]{Max: maxAttrSets},
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eoc_tokens_total",
 			Help: "Tokens of the calls answered, by model, backend (empty for a cheap stage), kind (prompt or completion) and the stage that answered: the usage the clients got."},
 			[]string{"model", "backend", "kind", "stage"}),
@@ -259,7 +227,7 @@ func (m *Metrics) Observe(ctx context.Context, c Call) {
 	// The OpenTelemetry instruments are asked whether they record before their attributes are
 	// looked up: without a meter provider (noop) none does.
 	if c.PromptTokens > 0 || c.CompletionTokens > 0 {
-		tc := m.tokenSeries.of(tokenKey{model, c.Backend, c.Stage, op != Embeddings}, m.tokenCounters) // an embedding has no output tokens
+		tc := m.tokenSeries.Of(tokenKey{model, c.Backend, c.Stage, op != Embeddings}, m.tokenCounters) // an embedding has no output tokens
 		tc.prompt.Add(float64(max(c.PromptTokens, 0)))
 		if tc.completion != nil {
 			tc.completion.Add(float64(max(c.CompletionTokens, 0)))
@@ -276,13 +244,13 @@ func (m *Metrics) Observe(ctx context.Context, c Call) {
 	}
 	times := [6]string{string(op), model, c.Backend, string(Provider)}
 	if neural && succeeded && c.Streamed && c.FirstToken > 0 {
-		m.ttftSeries.of(pairKey{model, c.Backend}, m.ttftOf).Observe(c.FirstToken.Seconds())
+		m.ttftSeries.Of(pairKey{model, c.Backend}, m.ttftOf).Observe(c.FirstToken.Seconds())
 		if m.firstToken.Enabled(ctx) {
 			m.firstToken.RecordSet(ctx, c.FirstToken.Seconds(), m.timeSets.of(times))
 		}
 	}
 	if d, ok := decodePerToken(c); neural && succeeded && ok {
-		m.tpotSeries.of(pairKey{model, c.Backend}, m.tpotOf).Observe(d.Seconds())
+		m.tpotSeries.Of(pairKey{model, c.Backend}, m.tpotOf).Observe(d.Seconds())
 		if m.perToken.Enabled(ctx) {
 			m.perToken.RecordSet(ctx, d.Seconds(), m.timeSets.of(times))
 		}
@@ -302,14 +270,14 @@ func (m *Metrics) Observe(ctx context.Context, c Call) {
 	prompt, completion := f.PerToken()
 	otel := m.joulesToken.Enabled(ctx)
 	if f.PromptTokens > 0 {
-		m.joulesPerTokenOf.of(jptKey{model, c.Backend, "prompt", grade}, m.jptOf).Observe(prompt)
+		m.joulesPerTokenOf.Of(jptKey{model, c.Backend, "prompt", grade}, m.jptOf).Observe(prompt)
 		if otel {
 			set := m.joulesTokenSets.of([6]string{model, c.Backend, string(genaiconv.TokenTypeInput), grade})
 			m.joulesToken.Record(ctx, prompt, metric.WithAttributeSet(set))
 		}
 	}
 	if f.CompletionTokens > 0 {
-		m.joulesPerTokenOf.of(jptKey{model, c.Backend, "completion", grade}, m.jptOf).Observe(completion)
+		m.joulesPerTokenOf.Of(jptKey{model, c.Backend, "completion", grade}, m.jptOf).Observe(completion)
 		if otel {
 			set := m.joulesTokenSets.of([6]string{model, c.Backend, string(genaiconv.TokenTypeOutput), grade})
 			m.joulesToken.Record(ctx, completion, metric.WithAttributeSet(set))
