@@ -92,3 +92,21 @@ func BenchmarkFreshBody(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkAccessLog writes a neural call's access-log line with a logger shaped as serve's
+// (a timestamp, the component field) to io.Discard: the line's cost on the request path, which
+// is all of it, since serve's writer takes the line off the path (cmd/eoc-proxy lineWriter).
+func BenchmarkAccessLog(b *testing.B) {
+	s := &Server{log: zerolog.New(io.Discard).With().Timestamp().Str("component", "proxy").Logger()}
+	ri := &requestInfo{Context: b.Context(), id: "req_0123456789abcdef"}
+	ri.sw.status, ri.sw.bytes = http.StatusOK, 812
+	c := &Call{Stage: "neural", Backend: "ollama"}
+	c.Energy.Joules, c.Energy.Grade, c.Energy.Method = 12.345678, "estimated", "process-cpu"
+	ri.fields = logFields{tenant: "key_abc", model: "qwen3:0.6b", call: c}
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	start := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		s.accessLog(ri, r, start)
+	}
+}

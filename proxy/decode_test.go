@@ -2,7 +2,10 @@ package proxy
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
+
+	jsonv1 "github.com/go-json-experiment/json/v1"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 )
@@ -59,4 +62,47 @@ func BenchmarkDecodeRequest(b *testing.B) {
 			}
 		}
 	})
+}
+
+// FuzzUnmarshal holds unmarshal equal to encoding/json: the same bodies accepted, the same value
+// decoded, and a refusal in encoding/json's words.
+func FuzzUnmarshal(f *testing.F) {
+	for _, s := range decodeSeeds {
+		f.Add([]byte(s))
+	}
+	for _, s := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hi","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}],"think":false}`,
+		`{"model":"m","messages":[{"role":"user","content":"a"}],"think":"high","reasoning_effort":"low","response_format":{"type":"json_schema","json_schema":{"name":"s","schema":{"type":"object"}}}}`,
+		`{"model":"m","messages":[{"role":"user","content":"a"}],"seed":1.5}`,
+		`{"model":"m","messages":[{"role":"user","content":"a"}],"n":-0,"temperature":-1e-400,"unknown":{"x":[1,{}]}}`,
+		`{"model":"m","messages":null,"stop":null,"tools":null}`,
+		` {"model":"m"} `, `{"model":"m"}  x`, `{"model":"\u0000"}`, `{"model":"a\/b"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		sameDecode(t, body, func() any { return new(cascade.ChatRequest) })
+		sameDecode(t, body, func() any { return new(embeddingsRequest) })
+		sameDecode(t, body, func() any { return new(thinkFields) })
+	})
+}
+
+// sameDecode decodes body into fresh values with jsonv1, with unmarshal and with encoding/json:
+// all three accept or refuse it together and decode the same value.
+func sameDecode(t *testing.T, body []byte, fresh func() any) {
+	t.Helper()
+	want := fresh()
+	werr := json.Unmarshal(body, want)
+	fast := fresh()
+	if ferr := jsonv1.Unmarshal(body, fast); (ferr == nil) != (werr == nil) {
+		t.Fatalf("%T: jsonv1 on %q: err %v, encoding/json err %v", fast, body, ferr, werr)
+	} else if ferr == nil && !reflect.DeepEqual(fast, want) {
+		t.Fatalf("%T: jsonv1 on %q = %+v, encoding/json %+v", fast, body, fast, want)
+	}
+	got := fresh()
+	if gerr := unmarshal(body, got); (gerr == nil) != (werr == nil) {
+		t.Fatalf("%T: unmarshal(%q) err %v, encoding/json err %v", got, body, gerr, werr)
+	} else if gerr == nil && !reflect.DeepEqual(got, want) {
+		t.Fatalf("%T: unmarshal(%q) = %+v, encoding/json %+v", got, body, got, want)
+	}
 }
