@@ -1,15 +1,10 @@
 package proxy
 
 import (
-	"github.com/eoc-proxy/eoc-proxy/energy"
-
 	"context"
 	"errors"
-	"maps"
 	"net/http"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/energy"
+	"github.com/eoc-proxy/eoc-proxy/internal/cowmap"
 	"github.com/eoc-proxy/eoc-proxy/telemetry/genai"
 )
 
@@ -25,8 +22,8 @@ import (
 // names.
 type metrics struct {
 	labels   *modelLabels
-	series   children[callKey, callSeries]
-	stages   children[stageKey, prometheus.Observer]
+	series   cowmap.Map[callKey, callSeries]           // a call's series, by labels: one map lookup, no lock,
+	stages   cowmap.Map[stageKey, prometheus.Observer] // instead of WithLabelValues per series per call
 	requests *prometheus.CounterVec
 	joules   *prometheus.CounterVec
 	saved    *prometheus.CounterVec
@@ -38,6 +35,8 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer, router cascade.Router, meters metric.MeterProvider) *metrics {
 	m := &metrics{
+		series: cowmap.Map[callKey, callSeries]{Max: maxChildren},
+		stages: cowmap.Map[stageKey, prometheus.Observer]{Max: maxChildren},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eoc_requests_total",
 			Help: "Chat completion and embeddings requests by answering stage, model and HTTP status."}, []string{"stage", "model", "status"}),
 		joules: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eoc_joules_total",
@@ -100,7 +99,7 @@ func (m *metrics) observe(c *Call, e energy.Figure, model string, total time.Dur
 	if answered {
 		k.grade, k.coverage = string(e.Grade), e.Coverage
 	}
-	cs := m.series.of(k, m.seriesOf)
+	cs := m.series.Of(k, m.seriesOf)
 	cs.requests.Inc()
 	var answering time.Duration
 	for i, a := range attempts {
@@ -113,7 +112,7 @@ func (m *metrics) observe(c *Call, e energy.Figure, model string, total time.Dur
 		case i == len(attempts)-1:
 			answering = a.Duration
 		}
-		m.stages.of(stageKey{a.Stage, outcome}, m.stageSeries).Observe(a.Duration.Seconds())
+		m.stages.Of(stageKey{a.Stage, outcome}, m.stageSeries).Observe(a.Duration.Seconds())
 	}
 	if k.answered {
 		cs.joules.Add(e.Joules)
@@ -161,38 +160,6 @@ func (m *metrics) stageSeries(k stageKey) prometheus.Observer {
 // modelLabels, stages and backends configured, statuses and outcomes fixed words); past the
 // bound a call looks its children up in the vectors, as without the cache.
 const maxChildren = 4096
-
-// children keeps a metric vector's children by their labels, so that a call finds all of its
-// series with one map lookup instead of hashing its label values into each vector (each
-// WithLabelValues takes the vector's lock). The map is replaced, never changed, so a lookup takes
-// no lock. It is safe for concurrent use.
-type children[K comparable, V any] struct {
-	m  atomic.Pointer[map[K]V]
-	mu sync.Mutex
-}
-
-// of returns k's child, made by with on its first use.
-func (c *children[K, V]) of(k K, with func(K) V) V {
-	if m := c.m.Load(); m != nil {
-		if v, ok := (*m)[k]; ok {
-			return v
-		}
-	}
-	v := with(k)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var old map[K]V
-	if p := c.m.Load(); p != nil {
-		old = *p
-	}
-	if len(old) < maxChildren {
-		next := make(map[K]V, len(old)+1)
-		maps.Copy(next, old)
-		next[k] = v
-		c.m.Store(&next)
-	}
-	return v
-}
 
 // callIn and callOut count a call in eoc_requests_in_flight.
 func (m *metrics) callIn() {
