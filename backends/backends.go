@@ -470,7 +470,7 @@ var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 // decodeAnswer decodes an upstream's answer, or one line or event of its stream, into v with
 // encoding/json's semantics, by go-json-experiment's v1 package: its pooled decoder allocates a
-// fraction of what encoding/json does (BenchmarkOllamaDecode: 10 objects a line to 1).
+// fraction of what encoding/json does (BenchmarkOllamaDecode).
 // FuzzDecodeAnswer holds the two equal.
 func decodeAnswer(data []byte, v any) error {
 	return jsonv1.Unmarshal(data, v)
