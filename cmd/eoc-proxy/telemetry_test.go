@@ -9,9 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	colmetric "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
@@ -89,42 +87,7 @@ func TestTracesReachTheCollector(t *testing.T) {
 // collector's metrics URL: token usage by type, time to first token of a stream, time per output
 // token (the fake llama.cpp's timings), and the energy under eoc.energy.*.
 func TestGenAIMetricsReachTheCollector(t *testing.T) {
-	var mu sync.Mutex
-	got := map[string][]map[string]string{} // metric name → its points' string attributes
-	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		if r.URL.Path != "/v1/metrics" {
-			return
-		}
-		var req colmetric.ExportMetricsServiceRequest
-		if err := proto.Unmarshal(b, &req); err != nil {
-			t.Errorf("the collector got no OTLP protobuf: %v", err)
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		for _, rm := range req.GetResourceMetrics() {
-			for _, sm := range rm.GetScopeMetrics() {
-				for _, m := range sm.GetMetrics() {
-					var points [][]*commonpb.KeyValue
-					for _, p := range m.GetHistogram().GetDataPoints() {
-						points = append(points, p.GetAttributes())
-					}
-					for _, p := range m.GetSum().GetDataPoints() {
-						points = append(points, p.GetAttributes())
-					}
-					for _, attrs := range points {
-						kv := map[string]string{}
-						for _, a := range attrs {
-							kv[a.GetKey()] = a.GetValue().GetStringValue()
-						}
-						got[m.GetName()] = append(got[m.GetName()], kv)
-					}
-				}
-			}
-		}
-	}))
-	defer collector.Close()
+	collector := fakes.NewOTLPCollector(t)
 	fake := fakes.NewOpenAI(t, fakes.Config{})
 	s := startStack(t, oneBackend("llamacpp", fake.BaseURL(), fmt.Sprintf("telemetry: {otlp_endpoint: %q}\n", collector.URL+"/v1/traces")))
 	c := client(s, "")
@@ -147,8 +110,7 @@ func TestGenAIMetricsReachTheCollector(t *testing.T) {
 	if err := s.app.shutdown(); err != nil { // flushes the exporters
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	got := collector.Points()
 	for _, name := range []string{"gen_ai.client.token.usage", "gen_ai.server.time_to_first_token",
 		"gen_ai.server.time_per_output_token", "eoc.energy.joules", "eoc.energy.joules_per_token"} {
 		points := got[name]

@@ -2,62 +2,20 @@ package genai
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	colmetric "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 	"github.com/eoc-proxy/eoc-proxy/telemetry"
 )
 
 // With an OTLP endpoint, the GenAI metrics and the energy ones reach the collector's metrics URL
 // as OTLP/HTTP protobuf by shutdown, with the conventions' attributes.
 func TestGenAIMetricsReachTheCollector(t *testing.T) {
-	var mu sync.Mutex
-	got := map[string][]map[string]string{} // metric name → its points' attributes
-	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		if r.URL.Path != "/v1/metrics" {
-			t.Errorf("metrics posted to %s", r.URL.Path)
-			return
-		}
-		var req colmetric.ExportMetricsServiceRequest
-		if err := proto.Unmarshal(b, &req); err != nil {
-			t.Errorf("the collector got no OTLP protobuf: %v", err)
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		for _, rm := range req.GetResourceMetrics() {
-			for _, sm := range rm.GetScopeMetrics() {
-				for _, m := range sm.GetMetrics() {
-					var attrs [][]*commonpb.KeyValue
-					for _, p := range m.GetHistogram().GetDataPoints() {
-						attrs = append(attrs, p.GetAttributes())
-					}
-					for _, p := range m.GetSum().GetDataPoints() {
-						attrs = append(attrs, p.GetAttributes())
-					}
-					for _, a := range attrs {
-						kv := map[string]string{}
-						for _, x := range a {
-							kv[x.GetKey()] = x.GetValue().GetStringValue()
-						}
-						got[m.GetName()] = append(got[m.GetName()], kv)
-					}
-				}
-			}
-		}
-	}))
-	defer collector.Close()
+	collector := fakes.NewOTLPCollector(t)
 	mp, shutdown, err := telemetry.SetupMetrics(telemetry.Options{Endpoint: collector.URL + "/v1/traces", Version: "test"})
 	if err != nil || mp == nil {
 		t.Fatalf("provider %v, err %v", mp, err)
@@ -72,8 +30,10 @@ func TestGenAIMetricsReachTheCollector(t *testing.T) {
 	if err := shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	if other := collector.OtherPaths(); len(other) > 0 {
+		t.Errorf("metrics posted to %v", other)
+	}
+	got := collector.Points()
 	for name, want := range map[string]map[string]string{
 		"gen_ai.client.token.usage":           {"gen_ai.request.model": "llama3", "gen_ai.operation.name": "chat", "gen_ai.provider.name": "eoc-proxy"},
 		"gen_ai.server.time_to_first_token":   {"gen_ai.request.model": "llama3", "eoc.backend": "gpu0"},
