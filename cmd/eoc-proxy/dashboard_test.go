@@ -52,18 +52,7 @@ func TestDashboard(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	req := chatReq("a stream") // a time to first token
-	req.Stream = true
-	st, err := c.CreateChatCompletionStream(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := st.Recv(); err != nil {
-			break
-		}
-	}
-	_ = st.Close()
+	streamChat(t, c, "a stream") // a time to first token
 	s.settled(t)
 	families, err := s.app.registry.Gather()
 	if err != nil {

@@ -87,6 +87,23 @@ func chatReq(content string) openai.ChatCompletionRequest {
 	return openai.ChatCompletionRequest{Model: fakes.DefaultModel, Messages: []openai.ChatCompletionMessage{{Role: "user", Content: content}}}
 }
 
+// streamChat sends content as a streamed chat call and reads the stream to its end.
+func streamChat(t *testing.T, c *openai.Client, content string) {
+	t.Helper()
+	req := chatReq(content)
+	req.Stream = true
+	st, err := c.CreateChatCompletionStream(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for {
+		if _, err := st.Recv(); err != nil {
+			return
+		}
+	}
+}
+
 var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 func checkEnergyHeaders(t *testing.T, h http.Header, stage string) {

@@ -94,18 +94,7 @@ func TestGenAIMetricsReachTheCollector(t *testing.T) {
 	if _, err := c.CreateChatCompletion(context.Background(), chatReq("hello there")); err != nil {
 		t.Fatal(err)
 	}
-	req := chatReq("stream this")
-	req.Stream = true
-	st, err := c.CreateChatCompletionStream(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := st.Recv(); err != nil {
-			break
-		}
-	}
-	_ = st.Close()
+	streamChat(t, c, "stream this")
 	s.settled(t)                             // the call span and metrics follow the response
 	if err := s.app.shutdown(); err != nil { // flushes the exporters
 		t.Fatal(err)

@@ -44,7 +44,8 @@ func newRig(t *testing.T) *rig {
 	return r
 }
 
-// series is one Prometheus series: a counter's value, or a histogram's count and sum.
+// series is one Prometheus series or OpenTelemetry point: a counter's (sum's) value, or a
+// histogram's count and sum.
 type series struct {
 	value, sum float64
 	count      uint64
@@ -79,20 +80,14 @@ func labelKey(ls []*dto.LabelPair) string {
 	return strings.Join(parts, ",")
 }
 
-// otelPoint is one OpenTelemetry data point: a sum's value, or a histogram's count and sum.
-type otelPoint struct {
-	value, sum float64
-	count      uint64
-}
-
 // otel returns every point of the instrument name, keyed by its attributes as labelKey keys them.
-func (r *rig) otel(t *testing.T, name string) map[string]otelPoint {
+func (r *rig) otel(t *testing.T, name string) map[string]series {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := r.reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]otelPoint{}
+	out := map[string]series{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			if m.Name != name {
@@ -101,15 +96,15 @@ func (r *rig) otel(t *testing.T, name string) map[string]otelPoint {
 			switch d := m.Data.(type) {
 			case metricdata.Histogram[int64]:
 				for _, p := range d.DataPoints {
-					out[attrKey(p.Attributes)] = otelPoint{sum: float64(p.Sum), count: p.Count}
+					out[attrKey(p.Attributes)] = series{sum: float64(p.Sum), count: p.Count}
 				}
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {
-					out[attrKey(p.Attributes)] = otelPoint{sum: p.Sum, count: p.Count}
+					out[attrKey(p.Attributes)] = series{sum: p.Sum, count: p.Count}
 				}
 			case metricdata.Sum[float64]:
 				for _, p := range d.DataPoints {
-					out[attrKey(p.Attributes)] = otelPoint{value: p.Value}
+					out[attrKey(p.Attributes)] = series{value: p.Value}
 				}
 			default:
 				t.Fatalf("%s: unexpected data %T", name, m.Data)
@@ -130,28 +125,12 @@ func attrKey(s attribute.Set) string {
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-12*math.Max(1, math.Abs(b)) }
 
-// wantSeries checks that got holds exactly the keys of want, with their values.
+// wantSeries checks that got holds exactly the keys of want, with their values (Prometheus
+// series and OpenTelemetry points alike).
 func wantSeries(t *testing.T, name string, got map[string]series, want map[string]series) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Errorf("%s: %d series %v, want %d %v", name, len(got), got, len(want), want)
-	}
-	for k, w := range want {
-		g, ok := got[k]
-		if !ok {
-			t.Errorf("%s{%s} missing; have %v", name, k, got)
-			continue
-		}
-		if !near(g.value, w.value) || !near(g.sum, w.sum) || g.count != w.count {
-			t.Errorf("%s{%s} = %+v, want %+v", name, k, g, w)
-		}
-	}
-}
-
-func wantPoints(t *testing.T, name string, got map[string]otelPoint, want map[string]otelPoint) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Errorf("%s: %d points %v, want %d %v", name, len(got), got, len(want), want)
 	}
 	for k, w := range want {
 		g, ok := got[k]
@@ -193,18 +172,18 @@ func TestWholeCall(t *testing.T) {
 	})
 
 	base := "eoc.backend=gpu0,eoc.stage=neural,gen_ai.operation.name=chat,gen_ai.provider.name=eoc-proxy,gen_ai.request.model=llama3,"
-	wantPoints(t, "usage", r.otel(t, "gen_ai.client.token.usage"), map[string]otelPoint{
+	wantSeries(t, "usage", r.otel(t, "gen_ai.client.token.usage"), map[string]series{
 		base + "gen_ai.token.type=input":  {count: 1, sum: 20},
 		base + "gen_ai.token.type=output": {count: 1, sum: 40},
 	})
-	wantPoints(t, "ttft", r.otel(t, "gen_ai.server.time_to_first_token"), nil)
-	wantPoints(t, "tpot", r.otel(t, "gen_ai.server.time_per_output_token"), map[string]otelPoint{
+	wantSeries(t, "ttft", r.otel(t, "gen_ai.server.time_to_first_token"), nil)
+	wantSeries(t, "tpot", r.otel(t, "gen_ai.server.time_per_output_token"), map[string]series{
 		"eoc.backend=gpu0,gen_ai.operation.name=chat,gen_ai.provider.name=eoc-proxy,gen_ai.request.model=llama3": {count: 1, sum: 0.02},
 	})
-	wantPoints(t, "joules", r.otel(t, "eoc.energy.joules"), map[string]otelPoint{
+	wantSeries(t, "joules", r.otel(t, "eoc.energy.joules"), map[string]series{
 		"eoc.energy.coverage=whole,eoc.energy.grade=measured,eoc.stage=neural,gen_ai.request.model=llama3": {value: 3},
 	})
-	wantPoints(t, "joules per token", r.otel(t, "eoc.energy.joules_per_token"), map[string]otelPoint{
+	wantSeries(t, "joules per token", r.otel(t, "eoc.energy.joules_per_token"), map[string]series{
 		"eoc.backend=gpu0,eoc.energy.grade=measured,gen_ai.request.model=llama3,gen_ai.token.type=input":  {count: 1, sum: 0.05},
 		"eoc.backend=gpu0,eoc.energy.grade=measured,gen_ai.request.model=llama3,gen_ai.token.type=output": {count: 1, sum: 0.05},
 	})
@@ -235,7 +214,7 @@ func TestStreamedCall(t *testing.T) {
 		"backend=api,grade=estimated,model=tiny,phase=prompt":     {count: 1, sum: 0.01},
 		"backend=api,grade=estimated,model=tiny,phase=completion": {count: 1, sum: 0.8 / 11},
 	})
-	wantPoints(t, "ttft", r.otel(t, "gen_ai.server.time_to_first_token"), map[string]otelPoint{
+	wantSeries(t, "ttft", r.otel(t, "gen_ai.server.time_to_first_token"), map[string]series{
 		"eoc.backend=api,gen_ai.operation.name=text_completion,gen_ai.provider.name=eoc-proxy,gen_ai.request.model=tiny": {count: 1, sum: 0.3},
 	})
 }
@@ -256,7 +235,7 @@ func TestCacheHit(t *testing.T) {
 	wantSeries(t, "ttft", r.prom(t, "eoc_time_to_first_token_seconds"), nil)
 	wantSeries(t, "tpot", r.prom(t, "eoc_time_per_output_token_seconds"), nil)
 	wantSeries(t, "jpt", r.prom(t, "eoc_joules_per_token"), nil)
-	wantPoints(t, "joules", r.otel(t, "eoc.energy.joules"), map[string]otelPoint{
+	wantSeries(t, "joules", r.otel(t, "eoc.energy.joules"), map[string]series{
 		"eoc.energy.coverage=whole,eoc.energy.grade=estimated,eoc.stage=cache,gen_ai.request.model=llama3": {value: 1e-6},
 	})
 }
@@ -281,7 +260,7 @@ func TestProvisionalOtherAndFailed(t *testing.T) {
 		"backend=gpu0,model=other": {count: 1, sum: 1},
 	})
 	wantSeries(t, "jpt", r.prom(t, "eoc_joules_per_token"), nil)
-	wantPoints(t, "joules per token", r.otel(t, "eoc.energy.joules_per_token"), nil)
+	wantSeries(t, "joules per token", r.otel(t, "eoc.energy.joules_per_token"), nil)
 }
 
 // An embeddings call counts its input tokens only, and its joules per input token.
@@ -296,7 +275,7 @@ func TestEmbeddings(t *testing.T) {
 	wantSeries(t, "jpt", r.prom(t, "eoc_joules_per_token"), map[string]series{
 		"backend=gpu0,grade=measured,model=tiny,phase=prompt": {count: 1, sum: 0.05},
 	})
-	wantPoints(t, "usage", r.otel(t, "gen_ai.client.token.usage"), map[string]otelPoint{
+	wantSeries(t, "usage", r.otel(t, "gen_ai.client.token.usage"), map[string]series{
 		"eoc.backend=gpu0,eoc.stage=neural,gen_ai.operation.name=embeddings,gen_ai.provider.name=eoc-proxy,gen_ai.request.model=tiny,gen_ai.token.type=input": {count: 1, sum: 8},
 	})
 }
