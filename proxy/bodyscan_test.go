@@ -50,14 +50,7 @@ func allocated(f func()) uint64 {
 // errorOf decodes an error answer in OpenAI's shape.
 func errorOf(t *testing.T, body []byte) (param, code, message string) {
 	t.Helper()
-	var e struct {
-		Error struct {
-			Message string  `json:"message"`
-			Type    string  `json:"type"`
-			Param   *string `json:"param"`
-			Code    *string `json:"code"`
-		} `json:"error"`
-	}
+	var e errorBody
 	if err := json.Unmarshal(body, &e); err != nil || e.Error.Message == "" || e.Error.Type != "invalid_request_error" {
 		t.Fatalf("not an error in OpenAI's shape: %.300s", body)
 	}

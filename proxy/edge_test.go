@@ -79,14 +79,7 @@ func TestEdgeErrors(t *testing.T) {
 			if resp.StatusCode != tc.status {
 				t.Fatalf("status %d, want %d", resp.StatusCode, tc.status)
 			}
-			var e struct {
-				Error struct {
-					Message string  `json:"message"`
-					Type    string  `json:"type"`
-					Param   *string `json:"param"`
-					Code    *string `json:"code"`
-				} `json:"error"`
-			}
+			var e errorBody
 			if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
 				t.Fatalf("body is not OpenAI's error shape: %v", err)
 			}

@@ -301,14 +301,7 @@ func TestEmbeddingsErrors(t *testing.T) {
 			if resp.StatusCode != tc.status {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, body)
 			}
-			var eb struct {
-				Error struct {
-					Message string  `json:"message"`
-					Type    string  `json:"type"`
-					Param   *string `json:"param"`
-					Code    *string `json:"code"`
-				} `json:"error"`
-			}
+			var eb errorBody
 			if err := json.Unmarshal(body, &eb); err != nil || eb.Error.Message == "" || eb.Error.Type != "invalid_request_error" {
 				t.Fatalf("not an OpenAI error: %s", body)
 			}
