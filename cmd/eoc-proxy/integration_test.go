@@ -96,7 +96,7 @@ func streamChat(t *testing.T, c *openai.Client, content string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer func() { _ = st.Close() }()
 	for {
 		if _, err := st.Recv(); err != nil {
 			return
