@@ -213,7 +213,8 @@ func TestMalformedFieldsRefusedAtTheEdge(t *testing.T) {
 	}
 	for _, ok := range []string{
 		`{"model":"m",` + msgs + `,"think":true}`, `{"model":"m",` + msgs + `,"think":"high"}`, `{"model":"m",` + msgs + `,"think":null}`,
-		`{"model":"m",` + msgs + `,"reasoning_effort":"xhigh"}`,
+		`{"model":"m",` + msgs + `,"reasoning_effort":"xhigh"}`, `{"model":"m",` + msgs + `,"think":1,"think":false}`,
+		`{"model":"m",` + msgs + `,"Think":"maybe"}`, // not the name the backends read
 		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x"}},{"type":"input_audio","input_audio":{}}]}]}`,
 	} {
 		resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(ok))

@@ -184,7 +184,12 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, d dialect.Dialec
 	if derr != nil {
 		return nil, fromWire(derr)
 	}
-	*req = cascade.Request{Tenant: tenant, Chat: *x.Chat(), Raw: x.RawChat(), ID: RequestID(r.Context()), Tracer: s.stages}
+	if cx, ok := x.(*chatExchange); ok && cx.req != nil {
+		*req = *cx.req // the memo's, its key computed once for the calls with these bytes
+	} else {
+		*req = cascade.Request{Tenant: tenant, Chat: *x.Chat(), Raw: x.RawChat()}
+	}
+	req.ID, req.Tracer = RequestID(r.Context()), s.stages
 	req.NoCache, req.NoStore = cacheControl(r)
 	return x, nil
 }
