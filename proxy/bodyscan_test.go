@@ -275,11 +275,18 @@ func TestReadBodyGrowsWithWhatArrives(t *testing.T) {
 	var got []byte
 	n := allocated(func() {
 		var err error
-		if got, err = readBody(strings.NewReader("{}"), 10<<20); err != nil {
+		if got, err = readBody(strings.NewReader("{}"), 10<<20, 10<<20); err != nil {
 			t.Error(err)
 		}
 	})
 	if string(got) != "{}" || n > 128<<10 {
 		t.Fatalf("read %q allocating %d bytes for a 10 MiB declaration", got, n)
+	}
+	// More than declared, past the limit (a reader net/http does not end at the declared length):
+	// refused at the limit, not read to its end.
+	got, err := readBody(strings.NewReader(strings.Repeat("x", 1000)), 10, 100)
+	var tooBig *http.MaxBytesError
+	if !errors.As(err, &tooBig) || tooBig.Limit != 100 || len(got) > 200 {
+		t.Fatalf("a body past the limit: read %d bytes, err %v; want a MaxBytesError at 100", len(got), err)
 	}
 }

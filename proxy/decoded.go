@@ -49,8 +49,8 @@ type decodedChat struct {
 }
 
 // decodedMessages is how many messages a decodedChat holds without an allocation of their own:
-// a system prompt, a question, and a turn or two of history.
-const decodedMessages = 4
+// a system prompt and the question.
+const decodedMessages = 2
 
 func newDecodedChats() *decodedChats {
 	seed := maphash.MakeSeed()

@@ -248,7 +248,13 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, *APIE
 		return nil, tooLarge(s.opts.MaxBodyBytes)
 	}
 	deadline := rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)) == nil
-	body, err := readBody(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes), r.ContentLength)
+	var in io.Reader = r.Body
+	if r.ContentLength <= 0 {
+		// Undeclared: cut at the limit. A declared length, within it, is where net/http ends
+		// the body, and readBody stops past the limit all the same.
+		in = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+	}
+	body, err := readBody(in, r.ContentLength, s.opts.MaxBodyBytes)
 	if err != nil {
 		w.Header().Set("Connection", "close")
 		_ = rc.SetReadDeadline(time.Now())
@@ -273,19 +279,23 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, *APIE
 // readBody reads r to its end. With a declared length (the limit is checked before), its buffer
 // grows fourfold at a step as bytes arrive, up to that length and no further: fewer and smaller
 // copies than io.ReadAll's growth (about 1.5 times the body allocated, against up to 3), while
-// a client that declares much and sends little holds little.
-func readBody(r io.Reader, declared int64) ([]byte, error) {
+// a client that declares much and sends little holds little; more than limit bytes is an
+// *http.MaxBytesError.
+func readBody(r io.Reader, declared, limit int64) ([]byte, error) {
 	if declared <= 0 {
 		return io.ReadAll(r)
 	}
 	buf := make([]byte, 0, min(declared+1, 64<<10))
 	for {
+		if int64(len(buf)) > limit {
+			return buf, &http.MaxBytesError{Limit: limit}
+		}
 		if len(buf) == cap(buf) {
 			next := make([]byte, len(buf), max(min(int64(cap(buf))*4, declared+1), int64(cap(buf))+bytes.MinRead))
 			copy(next, buf)
 			buf = next
 		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
+		n, err := r.Read(buf[len(buf):min(int64(cap(buf)), limit+1)])
 		buf = buf[:len(buf)+n]
 		if errors.Is(err, io.EOF) {
 			return buf, nil
