@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -53,6 +54,9 @@ func (s *Server) setBudgetHeader(h http.Header, tenant string) {
 	}
 }
 
+// sameFloat reports whether a and b format the same: the same bits.
+func sameFloat(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }
+
 func formatJoules(j float64) string { return strconv.FormatFloat(j, 'f', -1, 64) }
 
 func appendJoules(b []byte, j float64) []byte { return strconv.AppendFloat(b, j, 'f', -1, 64) }
@@ -78,9 +82,15 @@ func (hv *headerVals) energy(c *Call, length int) {
 	var buf [256]byte
 	b := appendJoules(buf[:0], c.Energy.Joules)
 	endJoules := len(b)
-	b = appendJoules(b, c.Energy.Low)
+	// A bound equal to the joules (an exact figure) is formatted once.
+	lowSame, highSame := sameFloat(c.Energy.Low, c.Energy.Joules), sameFloat(c.Energy.High, c.Energy.Joules)
+	if !lowSame {
+		b = appendJoules(b, c.Energy.Low)
+	}
 	endLow := len(b)
-	b = appendJoules(b, c.Energy.High)
+	if !highSame {
+		b = appendJoules(b, c.Energy.High)
+	}
 	endHigh := len(b)
 	endSaved := endHigh
 	if c.Energy.Saved > 0 {
@@ -118,8 +128,15 @@ func (hv *headerVals) energy(c *Call, length int) {
 		hv.set(HeaderBudgetCoverage, c.coverage)
 	}
 	// The bounds, the figure's state, the receipt time and the saving's grade.
-	hv.set(HeaderJoulesLow, v[endJoules:endLow])
-	hv.set(HeaderJoulesHigh, v[endLow:endHigh])
+	joules, low, high := v[:endJoules], v[endJoules:endLow], v[endLow:endHigh]
+	if lowSame {
+		low = joules
+	}
+	if highSame {
+		high = joules
+	}
+	hv.set(HeaderJoulesLow, low)
+	hv.set(HeaderJoulesHigh, high)
 	hv.set(HeaderJoulesState, stateOf(c.Energy))
 	if !c.Time.IsZero() {
 		hv.set(HeaderReceiptTime, v[endRemaining:endTime])
