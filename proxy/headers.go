@@ -36,13 +36,19 @@ const (
 var trailerNames = strings.Join([]string{HeaderJoules, HeaderStage, HeaderEnergy, HeaderReason, HeaderMethod, HeaderCoverage,
 	HeaderReceipt, HeaderJoulesSaved, HeaderBudgetRemaining, HeaderBudgetCoverage, boundsTrailerNames}, ", ")
 
+// backendHeaders is how many headers setBackendHeaders sets.
+const backendHeaders = 2
+
 // setBackendHeaders names the backend that answered and the number of attempts, when a
-// backend was called.
-func setBackendHeaders(h http.Header, backend string, attempts []cascade.BackendAttempt) {
+// backend was called. vals, when it has room for backendHeaders, backs the headers' values.
+func setBackendHeaders(h http.Header, backend string, attempts []cascade.BackendAttempt, vals []string) {
 	if len(attempts) == 0 {
 		return
 	}
-	hv := headerVals{h: h, vals: make([]string, 0, 2)}
+	if cap(vals) < backendHeaders {
+		vals = make([]string, 0, backendHeaders)
+	}
+	hv := headerVals{h: h, vals: vals[:0]}
 	hv.set(HeaderBackend, backend)
 	hv.set(HeaderAttempts, strconv.Itoa(len(attempts)))
 }

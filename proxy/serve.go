@@ -118,7 +118,7 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 		s.settle(c, resv, err, lf)
 		defer s.report(c) // after the response, also one cut by a panic
 		if sw == nil || !sw.started {
-			setBackendHeaders(w.Header(), c.Backend, c.Attempts)
+			setBackendHeaders(w.Header(), c.Backend, c.Attempts, st.hdr[okHeaders:okHeaders])
 		}
 		switch {
 		case sw != nil && (sw.started || err == nil):
@@ -132,7 +132,7 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 			flush(w)
 			return
 		default:
-			writeOK(w, c, whole, st.hdr[:0])
+			writeOK(w, c, whole, st.hdr[:0:okHeaders])
 		}
 		// Before a whole answer is flushed: a stored response (Responses' previous_response_id) is
 		// there for the client's next call.
@@ -149,8 +149,9 @@ type callState struct {
 	req  cascade.Request
 	res  cascade.Result
 	call Call
-	// hdr backs the values of a whole answer's headers (writeOK).
-	hdr [okHeaders]string
+	// hdr backs the values of a whole answer's headers (writeOK), then the backend's
+	// (setBackendHeaders).
+	hdr [okHeaders + backendHeaders]string
 }
 
 // guard runs a cascade walk, turning a panic in a stage or backend into an error (500,
