@@ -310,7 +310,7 @@ func readBody(r io.Reader, declared, limit int64) ([]byte, error) {
 // cacheControl reads the request's Cache-Control: no-cache skips lookups, no-store forbids storing.
 func cacheControl(r *http.Request) (noCache, noStore bool) {
 	for _, v := range r.Header.Values("Cache-Control") {
-		for _, d := range strings.Split(v, ",") {
+		for d := range strings.SplitSeq(v, ",") {
 			switch strings.ToLower(strings.TrimSpace(d)) {
 			case "no-cache":
 				noCache = true
