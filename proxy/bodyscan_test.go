@@ -284,9 +284,14 @@ func TestReadBodyGrowsWithWhatArrives(t *testing.T) {
 	}
 	// More than declared, past the limit (a reader net/http does not end at the declared length):
 	// refused at the limit, not read to its end.
-	got, err := readBody(strings.NewReader(strings.Repeat("x", 1000)), 10, 100)
-	var tooBig *http.MaxBytesError
-	if !errors.As(err, &tooBig) || tooBig.Limit != 100 || len(got) > 200 {
-		t.Fatalf("a body past the limit: read %d bytes, err %v; want a MaxBytesError at 100", len(got), err)
+	for _, size := range []int{101, 1000} {
+		got, err := readBody(strings.NewReader(strings.Repeat("x", size)), 10, 100)
+		var tooBig *http.MaxBytesError
+		if !errors.As(err, &tooBig) || tooBig.Limit != 100 || len(got) > 101 {
+			t.Fatalf("a body of %d bytes past the limit: read %d bytes, err %v; want a MaxBytesError at 100", size, len(got), err)
+		}
+	}
+	if got, err := readBody(strings.NewReader(strings.Repeat("x", 100)), 10, 100); err != nil || len(got) != 100 {
+		t.Fatalf("a body at the limit: read %d bytes, err %v", len(got), err)
 	}
 }

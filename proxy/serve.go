@@ -288,9 +288,6 @@ func readBody(r io.Reader, declared, limit int64) ([]byte, error) {
 	}
 	buf := make([]byte, 0, min(declared+1, 64<<10))
 	for {
-		if int64(len(buf)) > limit {
-			return buf, &http.MaxBytesError{Limit: limit}
-		}
 		if len(buf) == cap(buf) {
 			next := make([]byte, len(buf), max(min(int64(cap(buf))*4, declared+1), int64(cap(buf))+bytes.MinRead))
 			copy(next, buf)
@@ -298,6 +295,9 @@ func readBody(r io.Reader, declared, limit int64) ([]byte, error) {
 		}
 		n, err := r.Read(buf[len(buf):min(int64(cap(buf)), limit+1)])
 		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return buf, &http.MaxBytesError{Limit: limit}
+		}
 		if errors.Is(err, io.EOF) {
 			return buf, nil
 		}
