@@ -93,10 +93,13 @@ func (s *Server) edge(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.handling.Add(1)
 		defer s.handling.Done()
-		route := s.routes.Get().(*chi.Context)
-		route.Reset()
-		route.Routes = s.router
-		defer s.routes.Put(route) // after the access log and the recoverer
+		route, _ := r.Context().Value(chi.RouteCtxKey).(*chi.Context)
+		if route == nil { // else the server is mounted in a router whose routing goes on
+			route = s.routes.Get().(*chi.Context)
+			route.Reset()
+			route.Routes = s.router
+			defer s.routes.Put(route) // after the access log and the recoverer
+		}
 		start := time.Now()
 		var b [8]byte
 		_, _ = rand.Read(b[:])
