@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/cascade/cache"
+	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
 	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 )
 
@@ -88,6 +90,46 @@ func BenchmarkFreshBody(b *testing.B) {
 		s.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(bodies[i%len(bodies)])))
 		if w.status != http.StatusOK || w.n == 0 {
 			b.Fatalf("status %d, %d bytes", w.status, w.n)
+		}
+		i++
+	}
+}
+
+// answerBackend answers every call as a local model would: usage, its own timings, the text.
+type answerBackend struct{}
+
+func (answerBackend) Chat(_ context.Context, req *cascade.Request, _ cascade.Sink) (*cascade.Answer, error) {
+	t := "The capital of France is Paris."
+	return &cascade.Answer{ID: "chatcmpl-1", Model: req.Chat.Model, Created: 1764900000, Complete: true,
+		Choices: []cascade.Choice{{Message: cascade.AnswerMessage{Role: "assistant", Content: &t}, FinishReason: "stop"}},
+		Usage:   &cascade.Usage{PromptTokens: 20, CompletionTokens: 8, TotalTokens: 28},
+		Timings: &cascade.Timings{PromptN: 20, PredictedN: 8, Eval: 8 * time.Millisecond, Total: 10 * time.Millisecond}}, nil
+}
+
+// BenchmarkFreshNeural runs calls of bodies the edge has not seen to a backend in process
+// through the neural stage (no meter): the edge's work on a neural call, its backend headers,
+// usage and per-token metrics included.
+func BenchmarkFreshNeural(b *testing.B) {
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: answerBackend{}}}, routing.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := cascade.New(router, []cascade.Stage{neural.New(router, nil)}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
+	s := New(Options{Cascade: c, Logger: zerolog.New(io.Discard), Registry: prometheus.NewRegistry(), RequestTimeout: 300 * time.Second,
+		Record: func(Call) error { return nil }})
+	bodies := make([][]byte, 2*decodedBodies)
+	for i := range bodies {
+		bodies[i] = fmt.Appendf(nil, `{"model":"known-1","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Question %d?"}]}`, i)
+	}
+	w := &benchWriter{h: http.Header{}}
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		clear(w.h)
+		w.status, w.n = 0, 0
+		s.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(bodies[i%len(bodies)])))
+		if w.status != http.StatusOK || w.h.Get(HeaderBackend) != "b" {
+			b.Fatalf("status %d, backend %q", w.status, w.h.Get(HeaderBackend))
 		}
 		i++
 	}

@@ -213,7 +213,8 @@ func TestMalformedFieldsRefusedAtTheEdge(t *testing.T) {
 	}
 	for _, ok := range []string{
 		`{"model":"m",` + msgs + `,"think":true}`, `{"model":"m",` + msgs + `,"think":"high"}`, `{"model":"m",` + msgs + `,"think":null}`,
-		`{"model":"m",` + msgs + `,"reasoning_effort":"xhigh"}`,
+		`{"model":"m",` + msgs + `,"reasoning_effort":"xhigh"}`, `{"model":"m",` + msgs + `,"think":1,"think":false}`,
+		`{"model":"m",` + msgs + `,"Think":"maybe"}`, // not the name the backends read
 		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x"}},{"type":"input_audio","input_audio":{}}]}]}`,
 	} {
 		resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(ok))
@@ -274,11 +275,23 @@ func TestReadBodyGrowsWithWhatArrives(t *testing.T) {
 	var got []byte
 	n := allocated(func() {
 		var err error
-		if got, err = readBody(strings.NewReader("{}"), 10<<20); err != nil {
+		if got, err = readBody(strings.NewReader("{}"), 10<<20, 10<<20); err != nil {
 			t.Error(err)
 		}
 	})
 	if string(got) != "{}" || n > 128<<10 {
 		t.Fatalf("read %q allocating %d bytes for a 10 MiB declaration", got, n)
+	}
+	// More than declared, past the limit (a reader net/http does not end at the declared length):
+	// refused at the limit, not read to its end.
+	for _, size := range []int{101, 1000} {
+		got, err := readBody(strings.NewReader(strings.Repeat("x", size)), 10, 100)
+		var tooBig *http.MaxBytesError
+		if !errors.As(err, &tooBig) || tooBig.Limit != 100 || len(got) > 101 {
+			t.Fatalf("a body of %d bytes past the limit: read %d bytes, err %v; want a MaxBytesError at 100", size, len(got), err)
+		}
+	}
+	if got, err := readBody(strings.NewReader(strings.Repeat("x", 100)), 10, 100); err != nil || len(got) != 100 {
+		t.Fatalf("a body at the limit: read %d bytes, err %v", len(got), err)
 	}
 }

@@ -32,25 +32,39 @@ func (d chatDialect) Decode(_ context.Context, tenant string, body []byte) (dial
 		return known, nil // read-only, as the memo's requests are
 	}
 	e := newDecodedChat(tenant, body)
-	if err := decodeChat(body, &e.chat); err != nil {
+	if err := decodeChat(body, &e.parsed); err != nil {
 		return nil, err.wire()
 	}
+	e.req.Key() // once for every call that sends these bytes
 	d.decoded.put(h, e)
 	return &e.x, nil
 }
 
-// decodeChat decodes and validates a chat body into c.
-func decodeChat(body []byte, c *cascade.ChatRequest) *APIError {
+// chatBody is what decodeChat reads of a chat body, in one pass: the cascade's request (which
+// the pointer must point at) and the reasoning switches it checks.
+type chatBody struct {
+	*cascade.ChatRequest
+	thinkFields
+}
+
+// decodeChat decodes and validates a chat body into b.
+func decodeChat(body []byte, b *chatBody) *APIError {
 	if e := scanBody(body, scanChat); e != nil {
 		return e
 	}
-	if e := unmarshal(body, c); e != nil {
+	if jsonv1.Unmarshal(body, b) != nil {
+		// Refused: unmarshal decodes the request again, so that its error names the field as
+		// encoding/json names it in a ChatRequest.
+		b.thinkFields = thinkFields{}
+		if e := unmarshal(body, b.ChatRequest); e != nil {
+			return e
+		}
+		_ = json.Unmarshal(body, &b.thinkFields)
+	}
+	if e := validate(b.ChatRequest); e != nil {
 		return e
 	}
-	if e := validate(c); e != nil {
-		return e
-	}
-	return validateThink(body)
+	return validateThink(body, &b.thinkFields)
 }
 
 // chatExchange is one chat call: its body is the cascade's request as it came. It may be the
@@ -58,6 +72,9 @@ func decodeChat(body []byte, c *cascade.ChatRequest) *APIError {
 type chatExchange struct {
 	chat *cascade.ChatRequest
 	raw  []byte
+	// req is the cascade's request of chat and raw, its key computed, for decode to copy; nil
+	// when the caller builds it.
+	req *cascade.Request
 }
 
 func (x *chatExchange) Chat() *cascade.ChatRequest { return x.chat }
@@ -65,6 +82,11 @@ func (x *chatExchange) RawChat() []byte            { return x.raw }
 func (x *chatExchange) Stream() bool               { return x.chat.Stream }
 
 func (x *chatExchange) Whole(ans *cascade.Answer) ([]byte, error) {
+	if ans != nil {
+		if b, ok := appendCompletion(make([]byte, 0, ans.Size()), ans); ok {
+			return b, nil
+		}
+	}
 	return json.Marshal(completion{Object: "chat.completion", Answer: ans})
 }
 
@@ -305,14 +327,14 @@ var (
 // validateThink refuses a think that is not true, false, "low", "medium" or "high" (Ollama's
 // values) and a reasoning_effort that is not a string, whichever backend the call goes to: an
 // earlier stage (the cache) may answer without a backend ever reading them. Which efforts a
-// backend takes is the backend's to say.
-func validateThink(body []byte) *APIError {
+// backend takes is the backend's to say. f is what body's decode made of them, whose names
+// match case-insensitively: only a body that spells one as the backends do is refused.
+func validateThink(body []byte, f *thinkFields) *APIError {
+	if f.Think == nil && f.ReasoningEffort == nil {
+		return nil
+	}
 	if !bytes.Contains(body, thinkKey) && !bytes.Contains(body, reasoningEffortKey) {
 		return nil // the names as a client spells them; the backends look for the same
-	}
-	var f thinkFields
-	if jsonv1.Unmarshal(body, &f) != nil {
-		return nil // decoded before: unreachable
 	}
 	switch string(bytes.TrimSpace(f.Think)) {
 	case "", "null", "true", "false", `"low"`, `"medium"`, `"high"`:

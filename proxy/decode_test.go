@@ -84,7 +84,29 @@ func FuzzUnmarshal(f *testing.F) {
 		sameDecode(t, body, func() any { return new(cascade.ChatRequest) })
 		sameDecode(t, body, func() any { return new(embeddingsRequest) })
 		sameDecode(t, body, func() any { return new(thinkFields) })
+		sameChatBody(t, body)
 	})
+}
+
+// sameChatBody holds decodeChat's one pass equal to decoding body into a ChatRequest and into
+// thinkFields apart, as encoding/json does.
+func sameChatBody(t *testing.T, body []byte) {
+	t.Helper()
+	var want cascade.ChatRequest
+	var wantThink thinkFields
+	werr := json.Unmarshal(body, &want)
+	_ = json.Unmarshal(body, &wantThink)
+	var msgs [decodedMessages]cascade.Message
+	got := chatBody{ChatRequest: &cascade.ChatRequest{Messages: msgs[:0]}}
+	gerr := jsonv1.Unmarshal(body, &got)
+	if want.Messages == nil && len(got.Messages) == 0 {
+		got.Messages = nil // the entry's empty backing, for a body without messages: validate refuses it
+	}
+	if (gerr == nil) != (werr == nil) {
+		t.Fatalf("chatBody on %q: err %v, encoding/json err %v", body, gerr, werr)
+	} else if gerr == nil && (!reflect.DeepEqual(*got.ChatRequest, want) || !reflect.DeepEqual(got.thinkFields, wantThink)) {
+		t.Fatalf("chatBody on %q = %+v %+v, encoding/json %+v %+v", body, *got.ChatRequest, got.thinkFields, want, wantThink)
+	}
 }
 
 // sameDecode decodes body into fresh values with jsonv1, with unmarshal and with encoding/json:

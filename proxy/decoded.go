@@ -37,9 +37,20 @@ type decodedChats struct {
 type decodedChat struct {
 	tenant string
 	body   []byte
-	chat   cascade.ChatRequest
-	x      chatExchange // of chat and body: the exchange every call with these bytes shares
+	// req is the cascade's request of every call with these bytes, but for what each call sets
+	// itself (decode): its key is computed once, when the body is first decoded.
+	req cascade.Request
+	x   chatExchange // of req.Chat and body: the exchange every call with these bytes shares
+	// parsed is what decodeChat reads the body into: req.Chat, and the reasoning switches.
+	parsed chatBody
+	// msgs backs req.Chat.Messages for a body of up to len(msgs) messages, so that decoding
+	// them grows no slice.
+	msgs [decodedMessages]cascade.Message
 }
+
+// decodedMessages is how many messages a decodedChat holds without an allocation of their own:
+// a system prompt and the question.
+const decodedMessages = 2
 
 func newDecodedChats() *decodedChats {
 	seed := maphash.MakeSeed()
@@ -75,7 +86,10 @@ func (d *decodedChats) get(tenant string, body []byte) (*chatExchange, uint64) {
 // that decodes it uses its exchange, and put keeps it for the calls that send the same bytes.
 func newDecodedChat(tenant string, body []byte) *decodedChat {
 	e := &decodedChat{tenant: tenant, body: body}
-	e.x = chatExchange{chat: &e.chat, raw: e.body}
+	e.req = cascade.Request{Tenant: tenant, Raw: body}
+	e.req.Chat.Messages = e.msgs[:0]
+	e.parsed.ChatRequest = &e.req.Chat
+	e.x = chatExchange{chat: &e.req.Chat, raw: e.body, req: &e.req}
 	return e
 }
 

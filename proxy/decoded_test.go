@@ -25,7 +25,7 @@ func TestDecodedChatsAnswersOnlyTheSameBytes(t *testing.T) {
 	chat := cascade.ChatRequest{Model: "m", Messages: []cascade.Message{{Role: "user", Content: []byte(`"a"`)}}}
 	_, h := d.get("k1", a)
 	e := newDecodedChat("k1", a)
-	e.chat = chat
+	e.req.Chat = chat
 	d.put(h, e)
 	if got, _ := d.get("k1", []byte(string(a))); got == nil || !reflect.DeepEqual(*got.chat, chat) || string(got.raw) != string(a) {
 		t.Fatalf("the same bytes: got %+v, want %+v", got, chat)
@@ -38,7 +38,7 @@ func TestDecodedChatsAnswersOnlyTheSameBytes(t *testing.T) {
 	}
 	big := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", decodedMaxBody) + `"}]}`)
 	e = newDecodedChat("k1", big)
-	e.chat = chat
+	e.req.Chat = chat
 	d.put(h, e)
 	if got, _ := d.get("k1", big); got != nil {
 		t.Fatal("a body over the bound was kept")

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/rs/zerolog"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
@@ -191,4 +192,17 @@ type errorBody struct {
 		Param   *string `json:"param"`
 		Code    *string `json:"code"`
 	} `json:"error"`
+}
+
+// TestMountedUnderARouter: the edge mounted under a prefix in another chi router routes by what
+// the outer router left of the path, as chi's mounted routers do, and still gives each request
+// its id.
+func TestMountedUnderARouter(t *testing.T) {
+	outer := chi.NewRouter()
+	outer.Mount("/api", New(Options{Logger: zerolog.Nop()}))
+	w := httptest.NewRecorder()
+	outer.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/api/healthz", nil))
+	if w.Code != http.StatusOK || w.Header().Get("X-Request-Id") == "" {
+		t.Fatalf("GET /api/healthz: status %d, request id %q: %s", w.Code, w.Header().Get("X-Request-Id"), w.Body)
+	}
 }

@@ -65,7 +65,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	s.settle(c, resv, err, lf)
 	defer s.report(c)
-	setBackendHeaders(w.Header(), c.Backend, c.Attempts)
+	setBackendHeaders(w.Header(), c.Backend, c.Attempts, nil)
 	if err != nil {
 		setEnergyHeaders(w.Header(), c)
 		writeError(w, c.err)

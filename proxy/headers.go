@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -35,13 +36,19 @@ const (
 var trailerNames = strings.Join([]string{HeaderJoules, HeaderStage, HeaderEnergy, HeaderReason, HeaderMethod, HeaderCoverage,
 	HeaderReceipt, HeaderJoulesSaved, HeaderBudgetRemaining, HeaderBudgetCoverage, boundsTrailerNames}, ", ")
 
+// backendHeaders is how many headers setBackendHeaders sets.
+const backendHeaders = 2
+
 // setBackendHeaders names the backend that answered and the number of attempts, when a
-// backend was called.
-func setBackendHeaders(h http.Header, backend string, attempts []cascade.BackendAttempt) {
+// backend was called. vals, when it has room for backendHeaders, backs the headers' values.
+func setBackendHeaders(h http.Header, backend string, attempts []cascade.BackendAttempt, vals []string) {
 	if len(attempts) == 0 {
 		return
 	}
-	hv := headerVals{h: h, vals: make([]string, 0, 2)}
+	if cap(vals) < backendHeaders {
+		vals = make([]string, 0, backendHeaders)
+	}
+	hv := headerVals{h: h, vals: vals[:0]}
 	hv.set(HeaderBackend, backend)
 	hv.set(HeaderAttempts, strconv.Itoa(len(attempts)))
 }
@@ -52,6 +59,9 @@ func (s *Server) setBudgetHeader(h http.Header, tenant string) {
 		h.Set(HeaderBudgetCoverage, left.coverage())
 	}
 }
+
+// sameFloat reports whether a and b format the same: the same bits.
+func sameFloat(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }
 
 func formatJoules(j float64) string { return strconv.FormatFloat(j, 'f', -1, 64) }
 
@@ -78,9 +88,15 @@ func (hv *headerVals) energy(c *Call, length int) {
 	var buf [256]byte
 	b := appendJoules(buf[:0], c.Energy.Joules)
 	endJoules := len(b)
-	b = appendJoules(b, c.Energy.Low)
+	// A bound equal to the joules (an exact figure) is formatted once.
+	lowSame, highSame := sameFloat(c.Energy.Low, c.Energy.Joules), sameFloat(c.Energy.High, c.Energy.Joules)
+	if !lowSame {
+		b = appendJoules(b, c.Energy.Low)
+	}
 	endLow := len(b)
-	b = appendJoules(b, c.Energy.High)
+	if !highSame {
+		b = appendJoules(b, c.Energy.High)
+	}
 	endHigh := len(b)
 	endSaved := endHigh
 	if c.Energy.Saved > 0 {
@@ -118,8 +134,15 @@ func (hv *headerVals) energy(c *Call, length int) {
 		hv.set(HeaderBudgetCoverage, c.coverage)
 	}
 	// The bounds, the figure's state, the receipt time and the saving's grade.
-	hv.set(HeaderJoulesLow, v[endJoules:endLow])
-	hv.set(HeaderJoulesHigh, v[endLow:endHigh])
+	joules, low, high := v[:endJoules], v[endJoules:endLow], v[endLow:endHigh]
+	if lowSame {
+		low = joules
+	}
+	if highSame {
+		high = joules
+	}
+	hv.set(HeaderJoulesLow, low)
+	hv.set(HeaderJoulesHigh, high)
 	hv.set(HeaderJoulesState, stateOf(c.Energy))
 	if !c.Time.IsZero() {
 		hv.set(HeaderReceiptTime, v[endRemaining:endTime])

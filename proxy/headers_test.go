@@ -19,8 +19,10 @@ func TestEnergyHeaderValues(t *testing.T) {
 			Method: "m", Coverage: "partial", Reason: "why", Provisional: true},
 		remaining: &left, coverage: "whole"}
 	bare := &Call{Stage: "cache", Receipt: "r2", Energy: energy.Figure{Joules: 0.001, Low: 0, High: 0.002, Grade: energy.Measured}}
+	exact := &Call{Stage: "kv", Receipt: "r3", Energy: energy.Figure{Joules: 0.25, Low: 0.25, High: 0.25, Grade: energy.Estimated}}
+	lowOnly := &Call{Stage: "graph", Receipt: "r4", Energy: energy.Figure{Joules: 2.5, Low: 2.5, High: 7, Grade: energy.Estimated}}
 	body := []byte(`{"ok":true}`)
-	for _, c := range []*Call{full, bare} {
+	for _, c := range []*Call{full, bare, exact, lowOnly} {
 		w := httptest.NewRecorder()
 		writeOK(w, c, body, nil)
 		want := http.Header{

@@ -9,26 +9,33 @@ import (
 	"net/http"
 	"runtime/debug"
 	"time"
+
+	"github.com/go-chi/chi/v5"
 )
 
 // ctxKey keys the one context value edge adds: the request's id and its log fields.
 type ctxKey struct{}
 
 // requestInfo is what edge keeps of a request, in one allocation: the request's context (it is
-// the context layer that holds the id and the fields, answering ctxKey itself), its id and log
-// fields, and the status writer the access log reads.
+// the context layer that holds the id, the fields and the routing context, answering ctxKey and
+// chi's key itself), its id and log fields, and the status writer the access log reads.
 type requestInfo struct {
 	context.Context
 	id     string
 	fields logFields
-	header [1]string // X-Request-Id's value
+	header [1]string    // X-Request-Id's value
+	route  *chi.Context // the router's, which it takes instead of adding a context of its own
 	sw     statusWriter
 }
 
-// Value answers ctxKey with ri, every other key from the parent context.
+// Value answers ctxKey with ri, chi.RouteCtxKey with the routing context, every other key from
+// the parent context.
 func (ri *requestInfo) Value(key any) any {
-	if key == (ctxKey{}) {
+	switch key {
+	case ctxKey{}:
 		return ri
+	case chi.RouteCtxKey:
+		return ri.route
 	}
 	return ri.Context.Value(key)
 }
@@ -77,21 +84,29 @@ func headerSize(r *http.Request) int {
 	return n
 }
 
-// edge is the middleware of every route: it gives the request its id (X-Request-Id, and the
+// edge is the middleware around the router: it gives the request its id (X-Request-Id, and the
 // context's RequestID), writes its access log line, turns a panic into a 500 and refuses headers
 // beyond MaxHeaderBytes with a JSON 431 in the shape of the route. One function, so that a request
-// pays one allocation for them all.
+// pays one allocation for them all; its context carries the router's routing context (a pooled
+// one, from s.routes), so that the router adds no context of its own.
 func (s *Server) edge(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.handling.Add(1)
 		defer s.handling.Done()
+		route, _ := r.Context().Value(chi.RouteCtxKey).(*chi.Context)
+		if route == nil { // else the server is mounted in a router whose routing goes on
+			route = s.routes.Get().(*chi.Context)
+			route.Reset()
+			route.Routes = s.router
+			defer s.routes.Put(route) // after the access log and the recoverer
+		}
 		start := time.Now()
 		var b [8]byte
 		_, _ = rand.Read(b[:])
 		var text [len("req_") + 2*len(b)]byte
 		copy(text[:], "req_")
 		hex.Encode(text[len("req_"):], b[:])
-		ri := &requestInfo{Context: r.Context(), id: string(text[:])}
+		ri := &requestInfo{Context: r.Context(), id: string(text[:]), route: route}
 		ri.header[0] = ri.id
 		w.Header()["X-Request-Id"] = ri.header[:] // canonical already
 		ri.sw.ResponseWriter = w

@@ -118,7 +118,7 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 		s.settle(c, resv, err, lf)
 		defer s.report(c) // after the response, also one cut by a panic
 		if sw == nil || !sw.started {
-			setBackendHeaders(w.Header(), c.Backend, c.Attempts)
+			setBackendHeaders(w.Header(), c.Backend, c.Attempts, st.hdr[okHeaders:okHeaders])
 		}
 		switch {
 		case sw != nil && (sw.started || err == nil):
@@ -132,7 +132,7 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 			flush(w)
 			return
 		default:
-			writeOK(w, c, whole, st.hdr[:0])
+			writeOK(w, c, whole, st.hdr[:0:okHeaders])
 		}
 		// Before a whole answer is flushed: a stored response (Responses' previous_response_id) is
 		// there for the client's next call.
@@ -149,8 +149,9 @@ type callState struct {
 	req  cascade.Request
 	res  cascade.Result
 	call Call
-	// hdr backs the values of a whole answer's headers (writeOK).
-	hdr [okHeaders]string
+	// hdr backs the values of a whole answer's headers (writeOK), then the backend's
+	// (setBackendHeaders).
+	hdr [okHeaders + backendHeaders]string
 }
 
 // guard runs a cascade walk, turning a panic in a stage or backend into an error (500,
@@ -184,7 +185,12 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, d dialect.Dialec
 	if derr != nil {
 		return nil, fromWire(derr)
 	}
-	*req = cascade.Request{Tenant: tenant, Chat: *x.Chat(), Raw: x.RawChat(), ID: RequestID(r.Context()), Tracer: s.stages}
+	if cx, ok := x.(*chatExchange); ok && cx.req != nil {
+		*req = *cx.req // the memo's, its key computed once for the calls with these bytes
+	} else {
+		*req = cascade.Request{Tenant: tenant, Chat: *x.Chat(), Raw: x.RawChat()}
+	}
+	req.ID, req.Tracer = RequestID(r.Context()), s.stages
 	req.NoCache, req.NoStore = cacheControl(r)
 	return x, nil
 }
@@ -243,7 +249,13 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, *APIE
 		return nil, tooLarge(s.opts.MaxBodyBytes)
 	}
 	deadline := rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)) == nil
-	body, err := readBody(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes), r.ContentLength)
+	var in io.Reader = r.Body
+	if r.ContentLength <= 0 {
+		// Undeclared: cut at the limit. A declared length, within it, is where net/http ends
+		// the body, and readBody stops past the limit all the same.
+		in = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+	}
+	body, err := readBody(in, r.ContentLength, s.opts.MaxBodyBytes)
 	if err != nil {
 		w.Header().Set("Connection", "close")
 		_ = rc.SetReadDeadline(time.Now())
@@ -268,8 +280,9 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, *APIE
 // readBody reads r to its end. With a declared length (the limit is checked before), its buffer
 // grows fourfold at a step as bytes arrive, up to that length and no further: fewer and smaller
 // copies than io.ReadAll's growth (about 1.5 times the body allocated, against up to 3), while
-// a client that declares much and sends little holds little.
-func readBody(r io.Reader, declared int64) ([]byte, error) {
+// a client that declares much and sends little holds little; more than limit bytes is an
+// *http.MaxBytesError.
+func readBody(r io.Reader, declared, limit int64) ([]byte, error) {
 	if declared <= 0 {
 		return io.ReadAll(r)
 	}
@@ -280,8 +293,11 @@ func readBody(r io.Reader, declared int64) ([]byte, error) {
 			copy(next, buf)
 			buf = next
 		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
+		n, err := r.Read(buf[len(buf):min(int64(cap(buf)), limit+1)])
 		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return buf, &http.MaxBytesError{Limit: limit}
+		}
 		if errors.Is(err, io.EOF) {
 			return buf, nil
 		}
@@ -294,7 +310,7 @@ func readBody(r io.Reader, declared int64) ([]byte, error) {
 // cacheControl reads the request's Cache-Control: no-cache skips lookups, no-store forbids storing.
 func cacheControl(r *http.Request) (noCache, noStore bool) {
 	for _, v := range r.Header.Values("Cache-Control") {
-		for _, d := range strings.Split(v, ",") {
+		for d := range strings.SplitSeq(v, ",") {
 			switch strings.ToLower(strings.TrimSpace(d)) {
 			case "no-cache":
 				noCache = true

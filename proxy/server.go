@@ -78,7 +78,11 @@ type Server struct {
 	opts    Options
 	cascade *cascade.Cascade
 	log     zerolog.Logger
+	// handler is the edge middleware around router, whose requests take their routing context
+	// from routes.
+	handler http.Handler
 	router  chi.Router
+	routes  sync.Pool
 	keys    *keyring
 	budgets *budgetBook
 	limits  *limiter
@@ -133,7 +137,6 @@ func New(o Options) *Server {
 		s.stages = stageTracer{s.tracer}
 	}
 	r := chi.NewRouter()
-	r.Use(s.edge)
 	r.Group(func(r chi.Router) {
 		r.Use(s.traced, s.authenticate)
 		for _, path := range s.paths {
@@ -174,11 +177,13 @@ func New(o Options) *Server {
 		s.writeRouteError(w, r, &APIError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed", Message: r.Method + " is not allowed on " + r.URL.Path})
 	})
 	s.router = r
+	s.routes.New = func() any { return chi.NewRouteContext() }
+	s.handler = s.edge(r)
 	return s
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -36,14 +36,18 @@ type Call struct {
 	// settled figure, Receipt and Time this settlement's own, Attempts nil. "" on a call.
 	Settles string
 
-	// What the edge alone reads. Energy is the answer's raw figure until settle rounds it.
+	// What the edge alone reads. Energy is the answer's raw figure until settle rounds it. The
+	// flags sit together, so that a call packs into fewer bytes: later and recorded are what
+	// settle leaves for report.
 	answered     bool              // a figure came back, with or without an error
-	stages       []cascade.Attempt // the walk's stage tries
 	wrote        bool              // bytes went out before an error
+	streamed     bool              // the answer went out as a stream
+	later        bool              // the figure settles after the response (settleLater)
+	recorded     bool              // the ledger took the call's record
+	stages       []cascade.Attempt // the walk's stage tries
 	tokens       int               // the answer's completion tokens, for the page's J per token
 	promptTokens int
 	op           genai.Operation  // the GenAI operation, for the per-token metrics
-	streamed     bool             // the answer went out as a stream
 	firstToken   time.Duration    // from start to the stream's first chunk written; 0 when none
 	timings      *cascade.Timings // the backend's own counters, for the decode time per token
 	err          *APIError        // what the client was told, nil on success
@@ -54,13 +58,11 @@ type Call struct {
 	start        time.Time          // when the edge took the call
 
 	// What settle leaves for report, which follows the response.
-	took     time.Duration // from start to settle: the call's duration in the metrics
-	label    string        // the model as the metrics name it ("" for a model no backend serves)
-	later    bool          // the figure settles after the response (settleLater)
-	held     heldCost      // what the budget holds until then
-	recorded bool          // the ledger took the call's record
-	settled  chan struct{} // with later: closed once the settled figure is booked
-	learn    func()        // the cascade's learning of the answer, nil when none
+	took    time.Duration // from start to settle: the call's duration in the metrics
+	label   string        // the model as the metrics name it ("" for a model no backend serves)
+	held    heldCost      // what the budget holds until the figure settles (later)
+	settled chan struct{} // with later: closed once the settled figure is booked
+	learn   func()        // the cascade's learning of the answer, nil when none
 }
 
 // newCall is the call req makes, before its walk ends.

@@ -131,14 +131,29 @@ type callsTable struct {
 	waiting func(id string)
 }
 
+// keyCalls are one key's calls: a ring of entries, oldest first, that grows up to
+// maxCallsPerKey, so that a call's entry is no allocation of its own.
 type keyCalls struct {
-	byID  map[string]*callEntry
-	order []string // request ids, oldest first
+	byID  map[string]int // request id → its entry's slot in ring
+	ring  []callEntry
+	head  int // the oldest entry's slot
+	n     int // the entries held
 	bytes int
+}
+
+// grow doubles the ring, at most to maxCallsPerKey, keeping the entries' order.
+func (k *keyCalls) grow() {
+	ring := make([]callEntry, min(max(2*len(k.ring), 8), maxCallsPerKey))
+	for i := range k.n {
+		ring[i] = k.ring[(k.head+i)%len(k.ring)]
+		k.byID[ring[i].id] = i
+	}
+	k.ring, k.head = ring, 0
 }
 
 // callEntry is one call: the fields of its figures the endpoint shows (the ledger has the rest).
 type callEntry struct {
+	id            string      // the request id
 	response      energy.View // the figure the response carried
 	receipt       string
 	receiptTime   time.Time
@@ -162,7 +177,7 @@ func entrySize(id string, fig energy.Figure) int {
 // once settled is called for it.
 func (t *callsTable) put(c *Call, done chan struct{}) {
 	key, id := c.KeyID, c.RequestID
-	e := &callEntry{response: c.Energy.View(), receipt: c.Receipt, receiptTime: c.Time, done: done,
+	e := callEntry{id: id, response: c.Energy.View(), receipt: c.Receipt, receiptTime: c.Time, done: done,
 		size: entrySize(id, c.Energy)}
 	if done == nil {
 		e.final, e.finalState, e.settled = e.response, stateOf(c.Energy), true
@@ -171,19 +186,30 @@ func (t *callsTable) put(c *Call, done chan struct{}) {
 	defer t.mu.Unlock()
 	k := t.keys[key]
 	if k == nil {
-		k = &keyCalls{byID: map[string]*callEntry{}}
+		k = &keyCalls{byID: map[string]int{}}
 		t.keys[key] = k
 	}
-	if old, ok := k.byID[id]; ok { // request ids are random: only a replayed id lands here
+	if slot, ok := k.byID[id]; ok { // request ids are random: only a replayed id lands here
+		old := &k.ring[slot]
 		k.bytes -= old.size
 		t.bytes -= old.size
+		*old = e // where the id was: its age is the first call's
 	} else {
-		k.order = append(k.order, id)
+		if k.n == len(k.ring) {
+			if len(k.ring) == maxCallsPerKey {
+				t.dropOldest(k)
+			} else {
+				k.grow()
+			}
+		}
+		slot := (k.head + k.n) % len(k.ring)
+		k.ring[slot] = e
+		k.byID[id] = slot
+		k.n++
 	}
-	k.byID[id] = e
 	k.bytes += e.size
 	t.bytes += e.size
-	for len(k.order) > 0 && (len(k.order) > maxCallsPerKey || k.bytes > maxCallBytesPerKey) {
+	for k.n > 0 && k.bytes > maxCallBytesPerKey {
 		t.dropOldest(k)
 	}
 	for t.bytes > maxCallBytes {
@@ -193,7 +219,7 @@ func (t *callsTable) put(c *Call, done chan struct{}) {
 				most = kc
 			}
 		}
-		if most == nil || len(most.order) == 0 {
+		if most == nil || most.n == 0 {
 			break
 		}
 		t.dropOldest(most)
@@ -202,13 +228,13 @@ func (t *callsTable) put(c *Call, done chan struct{}) {
 
 // dropOldest drops k's oldest call. t.mu is held.
 func (t *callsTable) dropOldest(k *keyCalls) {
-	oldest := k.order[0]
-	k.order = k.order[1:]
-	if o, ok := k.byID[oldest]; ok {
-		k.bytes -= o.size
-		t.bytes -= o.size
-		delete(k.byID, oldest)
-	}
+	o := &k.ring[k.head]
+	k.bytes -= o.size
+	t.bytes -= o.size
+	delete(k.byID, o.id)
+	*o = callEntry{}
+	k.head = (k.head + 1) % len(k.ring)
+	k.n--
 }
 
 // settled sets the final figure of key's call id; problem says why it is the response's own.
@@ -216,7 +242,8 @@ func (t *callsTable) settled(key, id string, fig energy.Figure, receipt, problem
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if k := t.keys[key]; k != nil {
-		if e := k.byID[id]; e != nil {
+		if slot, ok := k.byID[id]; ok {
+			e := &k.ring[slot]
 			e.final, e.finalState, e.finalReceipt, e.settled, e.settleProblem = fig.View(), stateOf(fig), receipt, true, problem
 		}
 	}
@@ -227,8 +254,8 @@ func (t *callsTable) get(key, id string) (callEntry, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if k := t.keys[key]; k != nil {
-		if e := k.byID[id]; e != nil {
-			return *e, true
+		if slot, ok := k.byID[id]; ok {
+			return k.ring[slot], true
 		}
 	}
 	return callEntry{}, false

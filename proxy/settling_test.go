@@ -396,13 +396,34 @@ func TestCallsTableBounds(t *testing.T) {
 	if n := len(tab.keys["a"].byID); n != maxCallsPerKey {
 		t.Errorf("%d calls kept, want %d", n, maxCallsPerKey)
 	}
+	// The ring has wrapped: every call kept is the newest ones, each under its own id, and a
+	// replayed id keeps its place.
+	tab.put(callOf("a", "id-20", Call{Stage: "replayed", Energy: gpuFig(1, 1, 1, false), Receipt: "r2"}), nil)
+	for i := 10; i < maxCallsPerKey+10; i++ {
+		e, ok := tab.get("a", "id-"+strconv.Itoa(i))
+		if want := "r"; i == 20 {
+			want = "r2"
+			if !ok || e.receipt != want {
+				t.Fatalf("id-%d: kept %v, receipt %q; want %q", i, ok, e.receipt, want)
+			}
+		} else if !ok || e.receipt != want || e.id != "id-"+strconv.Itoa(i) {
+			t.Fatalf("id-%d: kept %v, entry %q receipt %q", i, ok, e.id, e.receipt)
+		}
+	}
+	tab.put(callOf("a", "id-next", o), nil)
+	if _, ok := tab.get("a", "id-10"); ok {
+		t.Error("the oldest call is kept past the count bound")
+	}
+	if _, ok := tab.get("a", "id-20"); !ok {
+		t.Error("a replayed id lost its place")
+	}
 	big := o
 	big.Energy.Reason = strings.Repeat("r", 64<<10)
 	for i := range 100 {
 		tab.put(callOf("a", "big-"+strconv.Itoa(i), big), nil)
 	}
-	if k := tab.keys["a"]; k.bytes > maxCallBytesPerKey || len(k.byID) != len(k.order) {
-		t.Errorf("%d bytes in %d calls (%d ids), bound %d", k.bytes, len(k.byID), len(k.order), maxCallBytesPerKey)
+	if k := tab.keys["a"]; k.bytes > maxCallBytesPerKey || len(k.byID) != k.n {
+		t.Errorf("%d bytes in %d calls (%d ids), bound %d", k.bytes, k.n, len(k.byID), maxCallBytesPerKey)
 	}
 	if _, ok := tab.get("a", "big-99"); !ok {
 		t.Error("the newest big call is gone")
