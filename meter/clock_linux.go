@@ -39,17 +39,38 @@ func bootTicks() (uint64, error) {
 // even once pid is reused.
 func pidfdOpen(pid int) (int, error) { return unix.PidfdOpen(pid, 0) }
 
-// pidfdExited reports whether the process behind a pidfd has exited, zombie or reaped: the
-// pidfd polls readable then. One ppoll, with no wait.
-func pidfdExited(fd int) (bool, error) {
-	fds := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	var ts unix.Timespec
-	n, err := unix.Ppoll(fds[:], &ts, nil)
+// pidfdWatch puts a pidfd in an epoll set of its own and returns the set. The kernel marks the
+// set ready when the process exits, so each check (pidfdExited) is one epoll_wait that reads
+// that mark, where a ppoll would poll the pidfd afresh and queue and dequeue a waiter each time.
+func pidfdWatch(pidfd int) (int, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
-		return false, err
+		return -1, err
 	}
-	return n > 0, nil
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(pidfd)}
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, pidfd, &ev); err != nil {
+		closeFD(ep)
+		return -1, err
+	}
+	return ep, nil
 }
 
-// closeFD closes a pidfd or a read-only descriptor: a failed close loses nothing.
+// pidfdExited reports whether the process behind the pidfd that ep watches (pidfdWatch) has
+// exited, zombie or reaped: the pidfd is readable then, and stays so. One epoll_wait, with no
+// wait.
+func pidfdExited(ep int) (bool, error) {
+	var ev [1]unix.EpollEvent
+	for {
+		n, err := unix.EpollWait(ep, ev[:], 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		return n > 0, nil
+	}
+}
+
+// closeFD closes a pidfd, an epoll set or a read-only descriptor: a failed close loses nothing.
 func closeFD(fd int) { _ = unix.Close(fd) }

@@ -14,6 +14,8 @@ func bootTicks() (uint64, error) { return 0, errNotLinux }
 
 func pidfdOpen(int) (int, error) { return -1, errNotLinux }
 
+func pidfdWatch(int) (int, error) { return -1, errNotLinux }
+
 func pidfdExited(int) (bool, error) { return false, errNotLinux }
 
 func closeFD(int) {}

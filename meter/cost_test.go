@@ -202,8 +202,8 @@ func localFixtureMeter(t *testing.T, edit func(o *Options, procRoot string)) (*M
 // TestLocalSpanReads states what one span of a local backend reads once its tree is known and
 // no process was created: each process's CPU clock at each end, the last PID at the end (Begin
 // trusts the tree an End confirmed less than treeTTL ago), and the root's liveness at the end
-// (a pidfd poll on the live /proc; /proc/<pid>/stat on a fixture). /proc/stat, the proxy's CPU
-// clock and RAPL only when RAPL can make the figure.
+// (an epoll_wait on its pidfd's watch on the live /proc; /proc/<pid>/stat on a fixture).
+// /proc/stat, the proxy's CPU clock and RAPL only when RAPL can make the figure.
 func TestLocalSpanReads(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -614,8 +614,8 @@ func TestRunnerStartedDuringSpan(t *testing.T) {
 	}
 	if fd, err := pidfdOpen(os.Getpid()); err == nil {
 		closeFD(fd)
-		if b.pidfd < 0 {
-			t.Error("pidfds work here, but the root has none")
+		if b.pidfd < 0 || b.pidep < 0 {
+			t.Error("pidfds work here, but the root has none, or no watch on it")
 		}
 	}
 	s := m.Begin("local")

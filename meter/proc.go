@@ -269,17 +269,26 @@ func (p *procfs) lastPID() (pid uint64, ok bool) {
 	if p.lastPIDFile == nil {
 		return 0, false
 	}
-	buf := getBuf()
-	defer putBuf(buf)
-	n, err := p.lastPIDFile.ReadStart(buf[:128])
+	var buf [128]byte
+	if n, ok, err := readStartRaw(p.lastPIDFile, buf[:]); ok {
+		return p.lastPIDOf(buf[:n], err)
+	}
+	pb := getBuf()
+	defer putBuf(pb)
+	n, err := p.lastPIDFile.ReadStart(pb[:128])
+	return p.lastPIDOf(pb[:n], err)
+}
+
+// lastPIDOf parses what a read of the last PID's file gave.
+func (p *procfs) lastPIDOf(b []byte, err error) (uint64, bool) {
 	if err != nil {
 		return 0, false
 	}
 	if p.lastPIDNs {
-		v, err := parseUintFile(buf[:n], "ns_last_pid")
+		v, err := parseUintFile(b, "ns_last_pid")
 		return v, err == nil
 	}
-	return parseLastPID(buf[:n])
+	return parseLastPID(b)
 }
 
 // parseLastPID takes the last field of a /proc/loadavg line ("0.35 3.74 5.55 2/108 15847").
@@ -292,21 +301,26 @@ func parseLastPID(b []byte) (uint64, bool) {
 }
 
 // openPidfd opens a pidfd for pid on the live /proc, checking that pid is still the process
-// that started at start. It returns -1 where pidfds are unavailable (a fixture /proc, Linux
-// before 5.3, a seccomp filter) or the process is already gone.
-func (p *procfs) openPidfd(pid int, start uint64) int {
+// that started at start, and an epoll set watching it for the process's exit (pidfdWatch). It
+// returns -1, -1 where pidfds or epoll are unavailable (a fixture /proc, Linux before 5.3, a
+// seccomp filter) or the process is already gone.
+func (p *procfs) openPidfd(pid int, start uint64) (fd, watch int) {
 	if !p.live {
-		return -1
+		return -1, -1
 	}
 	fd, err := pidfdOpen(pid)
 	if err != nil {
-		return -1
+		return -1, -1
 	}
 	if st, err := p.stat(pid); err != nil || st.starttime != start {
 		closeFD(fd) // the PID was reused between the check and the open
-		return -1
+		return -1, -1
 	}
-	return fd
+	if watch, err = pidfdWatch(fd); err != nil {
+		closeFD(fd)
+		return -1, -1
+	}
+	return fd, watch
 }
 
 var errHostStat = errors.New("malformed /proc/stat")

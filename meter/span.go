@@ -79,6 +79,12 @@ type spanCounters struct {
 	bufA, bufB [8]procSample
 }
 
+// localSpan is a Span and its counters in one allocation.
+type localSpan struct {
+	Span
+	c spanCounters
+}
+
 // procSample is one process's CPU time at one end of a span.
 type procSample struct {
 	pid int
@@ -104,11 +110,24 @@ func (m *Meter) Begin(backend string) *Span {
 	if m == nil {
 		return &Span{start: time.Now()}
 	}
-	s := &Span{m: m, start: m.opts.now()}
-	s.b = m.backends[backend]
-	if s.b == nil || !s.b.local {
-		return s
+	b := m.backends[backend]
+	if b == nil || !b.local {
+		return &Span{m: m, b: b, start: m.opts.now()}
 	}
+	// A span with a tree to read gets its counters in the same allocation.
+	var s *Span
+	var c *spanCounters
+	var noProc error
+	if m.mac == nil {
+		noProc = b.noProcess()
+	}
+	if m.mac == nil && noProc == nil {
+		ls := &localSpan{}
+		s, c = &ls.Span, &ls.c
+	} else {
+		s = &Span{}
+	}
+	s.m, s.b, s.start = m, b, m.opts.now()
 	m.mu.Lock()
 	m.active++
 	m.begins++
@@ -121,10 +140,9 @@ func (m *Meter) Begin(backend string) *Span {
 		s.start = m.opts.now()
 		return s
 	}
-	if s.treeErr = s.b.noProcess(); s.treeErr != nil {
+	if s.treeErr = noProc; s.treeErr != nil {
 		return s // priced by tokens: nothing to read
 	}
-	c := &spanCounters{}
 	s.b.edges.mu.Lock()
 	c.procsA, c.cgA, s.treeErr = m.sampleTree(s.b, c.bufA[:0], false)
 	if s.treeErr == nil {
