@@ -227,6 +227,18 @@ func BenchmarkRead(b *testing.B) {
 			}
 		}
 	})
+	// A new PID's parent, as a span's End asks it of each PID handed out since the last check.
+	b.Run("process-parent", func(b *testing.B) {
+		if _, err := pidParent(pid); err != nil {
+			b.Skip(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := pidParent(pid); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("children", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

@@ -1,6 +1,8 @@
 package meter
 
 import (
+	"errors"
+	"io/fs"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -38,6 +40,33 @@ func bootTicks() (uint64, error) {
 // pidfdOpen opens a pidfd for pid (Linux 5.3): a handle that never refers to another process,
 // even once pid is reused.
 func pidfdOpen(pid int) (int, error) { return unix.PidfdOpen(pid, 0) }
+
+// pidParent is the PID of pid's parent, as /proc/<pid>/stat shows it (for a thread, its
+// process's parent), asked of a pidfd that may name a thread (PIDFD_THREAD, Linux 6.9) with
+// PIDFD_GET_INFO (Linux 6.13): three system calls that render nothing, where opening, reading
+// and closing the stat file takes about three times as long. fs.ErrNotExist when no task has
+// the PID (gone, or not yet born); errNoPidInfo where the kernel cannot answer this way.
+func pidParent(pid int) (int, error) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_THREAD)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return 0, fs.ErrNotExist
+		}
+		return 0, errNoPidInfo
+	}
+	defer closeFD(fd)
+	info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_PID}
+	if err := unix.IoctlPidfdInfo(fd, &info); err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return 0, fs.ErrNotExist // it exited since the open
+		}
+		return 0, errNoPidInfo
+	}
+	if info.Mask&unix.PIDFD_INFO_PID == 0 || int(info.Pid) != pid {
+		return 0, errNoPidInfo
+	}
+	return int(info.Ppid), nil
+}
 
 // pidfdWatch puts a pidfd in an epoll set of its own and returns the set. The kernel marks the
 // set ready when the process exits, so each check (pidfdExited) is one epoll_wait that reads

@@ -200,7 +200,7 @@ func newMeter(o Options) (*Meter, error) {
 		selfCPU: selfCPU, bootTicks: bootTicks, selfPID: os.Getpid()}
 	m.proc = &procfs{fs: o.fs, root: o.ProcRoot, self: m.selfPID}
 	if filepath.Clean(o.ProcRoot) == "/proc" {
-		m.proc.cpuClock, m.proc.live = processCPUClock, true
+		m.proc.cpuClock, m.proc.pidParent, m.proc.live = processCPUClock, pidParent, true
 	}
 	for _, b := range o.Backends {
 		if _, dup := m.backends[b.Name]; dup {

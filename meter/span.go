@@ -98,8 +98,8 @@ type procSample struct {
 // to meter (not found, or listening in this process), read nothing: their figure is priced by
 // tokens. A local one reads the CPU clock of each process of its tree, which is walked again
 // only after a new PID that may be the tree's was handed out on the host (End reads the last
-// PID from /proc/sys/kernel/ns_last_pid or /proc/loadavg, the stat of each of up to 4 new PIDs,
-// and polls the root's pidfd). The host's CPU time, the proxy's and RAPL are read only when a
+// PID from /proc/sys/kernel/ns_last_pid or /proc/loadavg, the parent of each of up to 4 new
+// PIDs, and whether the root's pidfd turned readable). The host's CPU time, the proxy's and RAPL are read only when a
 // measured CPU figure is possible: RAPL live and no other local span open. NVML is read only
 // when live, and in a goroutine, which asks each GPU's counter reader (one per GPU, whatever
 // the spans: an energy read takes milliseconds on some boards) for the counter at the span's
