@@ -146,6 +146,9 @@ type Meter struct {
 
 	rapl    *rapl
 	raplErr error // why RAPL is not used; nil when it is
+	// raplWhy is raplErr as the reason word it gives (errOf(reasonFor(...))), found once: every
+	// span's inputs record the word, and finding it in a wrapped error is a chain of errors.Is.
+	raplWhy error
 	gpu     *gpus
 	gpuErr  error
 	hostGPU bool   // the host has GPU device nodes, so a tree might use one without NVML
@@ -183,6 +186,9 @@ func New(o Options) (*Meter, error) {
 	// Counters: detected once; a missing one is logged once, with its reason.
 	if err := m.detectCounters(); err != nil {
 		return nil, err
+	}
+	if m.raplErr != nil {
+		m.raplWhy = errOf(reasonFor(m.raplErr, ReasonNoRAPL))
 	}
 	m.hostGPU = m.gpu != nil || hasGPUNodes(o.fs, o.DevRoot)
 	m.openProcFiles()

@@ -379,7 +379,7 @@ func (s *Span) addCPU(in *spanSample, e *endReadings) {
 	m, c := s.m, s.c
 	switch {
 	case m.rapl == nil:
-		in.RAPLErr = m.raplErr
+		in.RAPLErr = m.raplWhy
 	case !e.measureCPU:
 		// Overlapped (in.Overlap is set): the RAPL delta could not have been this span's.
 	case c.raplErr != nil:

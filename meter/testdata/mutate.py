@@ -54,6 +54,7 @@ muts = [
  ("root's pidfd kept without its exit watch", "proc.go", "\tif watch, err = pidfdWatch(fd); err != nil {\n\t\tcloseFD(fd)\n\t\treturn -1, -1\n\t}\n\treturn fd, watch", "\twatch, _ = pidfdWatch(fd)\n\treturn fd, -1"),
  ("ns_last_pid: a malformed number trusted", "proc.go", "\t\treturn v, err == nil\n", "\t\t_ = err\n\t\treturn v, true\n"),
  ("another namespace's /proc trusted for the last PID", "meter.go", "err == nil && self != strconv.Itoa(m.selfPID)", "err == nil && self != strconv.Itoa(m.selfPID) && false"),
+ ("RAPL's reason word found once, as no-rapl whatever it was", "meter.go", "m.raplWhy = errOf(reasonFor(m.raplErr, ReasonNoRAPL))", "m.raplWhy = errOf(ReasonNoRAPL)"),
  ("host and RAPL read under overlap", "span.go", "if m.rapl != nil && !s.overlap {", "if m.rapl != nil {"),
  ("in-process upstream looked up at every span", "backend.go", "case b.inProcess && time.Since(b.lastTry) < inProcessRecheck:", "case false:"),
  # Apple Silicon (issue 17): the rules are pure Go, so their mutants run on any OS.
