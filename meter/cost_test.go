@@ -263,6 +263,44 @@ func mapsEqual(a, b map[string]int) bool {
 	return true
 }
 
+// TestLocalSpanAllocs: a span of a local backend on the live /proc whose tree did not change
+// allocates the Span (its counters in the same object) and its figure's inputs, nothing else.
+// A process created on the host during a try makes End look at it, or walk: that try does not
+// count.
+func TestLocalSpanAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's allocations would count")
+	}
+	port, _, _ := startBackend(t, false)
+	m, err := New(Options{SkipProbe: true, nvml: noGPU, SysfsRoot: t.TempDir(), DevRoot: t.TempDir(),
+		Backends: []BackendInfo{{Name: "local", URL: fmt.Sprintf("http://127.0.0.1:%d", port)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeOK(t, m)
+	if f := m.Begin("local").End(Work{}); f.Method != MethodCPUTimeModel {
+		t.Fatalf("figure = %+v", f)
+	}
+	b := m.backends["local"]
+	var allocs float64
+	for range 20 {
+		b.mu.Lock()
+		cur := b.treeCur
+		b.mu.Unlock()
+		allocs = testing.AllocsPerRun(20, func() { m.Begin("local").End(Work{CompletionTokens: 1}) })
+		b.mu.Lock()
+		moved := b.treeCur != cur
+		b.mu.Unlock()
+		if !moved {
+			if allocs > 2 {
+				t.Fatalf("%v allocations per span, want the Span's and its recorded inputs' only", allocs)
+			}
+			return
+		}
+	}
+	t.Skipf("a PID was handed out on the host during every try (last: %v allocations per span)", allocs)
+}
+
 // TestTreeFollowsLastPID: the tree walked last is reused while /proc/loadavg's last PID stands
 // still, and walked again at End once it moved, so a child born inside the span is found and
 // counted whole.

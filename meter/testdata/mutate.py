@@ -55,6 +55,7 @@ muts = [
  ("ns_last_pid: a malformed number trusted", "proc.go", "\t\treturn v, err == nil\n", "\t\t_ = err\n\t\treturn v, true\n"),
  ("another namespace's /proc trusted for the last PID", "meter.go", "err == nil && self != strconv.Itoa(m.selfPID)", "err == nil && self != strconv.Itoa(m.selfPID) && false"),
  ("RAPL's reason word found once, as no-rapl whatever it was", "meter.go", "m.raplWhy = errOf(reasonFor(m.raplErr, ReasonNoRAPL))", "m.raplWhy = errOf(ReasonNoRAPL)"),
+ ("a local span's counters allocated apart", "span.go", "\t\tls := &localSpan{}\n\t\ts, c = &ls.Span, &ls.c", "\t\ts, c = &Span{}, &spanCounters{}"),
  ("host and RAPL read under overlap", "span.go", "if m.rapl != nil && !s.overlap {", "if m.rapl != nil {"),
  ("in-process upstream looked up at every span", "backend.go", "case b.inProcess && time.Since(b.lastTry) < inProcessRecheck:", "case false:"),
  # Apple Silicon (issue 17): the rules are pure Go, so their mutants run on any OS.
