@@ -155,7 +155,7 @@ muts = [
  ("recompute: method not compared", "recompute.go", "\t\t{\"method\", recorded.Method, derived.Method},\n", ""),
  ("recompute: bounds not compared", "recompute.go", "\t\t{\"joules_low\", recorded.Low, derived.Low},\n", ""),
  ("recompute: constants version not checked", "recompute.go", "\tif !ok {\n\t\treturn energy.Figure{}, fmt.Errorf(\"inputs made under constants", "\tif false && !ok {\n\t\treturn energy.Figure{}, fmt.Errorf(\"inputs made under constants"),
- ("recompute: meter-1 records refused", "recompute.go", "ConstantsVersion: 0, \"meter-1\": 1, \"meter-2\": 2}", "ConstantsVersion: 0, \"meter-2\": 2}"),
+ ("recompute: meter-1 records refused", "recompute.go", "\tcase \"meter-1\":\n\t\treturn 1, true\n", ""),
  ("recompute: meter-2 records made under this build's rules", "recompute.go", "\ts.Legacy = legacy\n", "\ts.Legacy = legacy * 0\n"),
  # Issue 34: no CPU figure above what every core could draw.
  ("CPU time not capped at the cores x the wall time", "rules.go", "\tcpu := capCPU(s.TreeCPU, s)\n", "\tcpu := s.TreeCPU\n"),
