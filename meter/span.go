@@ -70,7 +70,6 @@ type spanCounters struct {
 	selfErr  error
 	procsA   []procSample
 	cgA      uint64
-	gpuB     gpuSnap
 	gpuAlign *gpuAlign // Begin's end of the GPU window: its snapshot, and the counter update after it
 	gpuStart time.Time // the span's edges on the GPU side's clock
 	gpuEnd   time.Time
@@ -266,11 +265,12 @@ func (s *Span) settleGPU(in spanSample, endProcs []procSample, ev gpuEvidence, w
 	defer m.gpu.bg.Done() // last: close may shut NVML down once it is done
 	defer close(s.settle)
 	defer m.gpu.done(c.gpuAlign)
-	m.gpu.end(c.gpuAlign, &c.gpuB, c.gpuEnd)
+	var snap gpuSnap // End's snapshot: read here, off the request path, so no span carries one
+	m.gpu.end(c.gpuAlign, &snap, c.gpuEnd)
 	inTree := treeOf(c.procsA, endProcs)
-	r := m.gpu.attribute(c.gpuAlign, &c.gpuB, inTree, c.gpuStart, c.gpuEnd)
+	r := m.gpu.attribute(c.gpuAlign, &snap, inTree, c.gpuStart, c.gpuEnd)
 	in.GPUProvisional = false
-	s.putGPU(&in, r, ev, &c.gpuB)
+	s.putGPU(&in, r, ev, &snap)
 	s.settledFig = finish(in)
 	m.learn(w, s.settledFig)
 }
