@@ -24,6 +24,7 @@ type backendState struct {
 	pid     int
 	start   uint64 // the cached PID's starttime, to notice a reused PID without a pidfd
 	pidfd   int    // a pidfd for pid; -1 without one
+	pidep   int    // an epoll set watching pidfd for pid's exit; -1 without one
 	lastTry time.Time
 	lastErr error
 	// inProcess: the backend listens in this process (a test fake), found at lastTry on the
@@ -109,7 +110,7 @@ func (e *edgeBook) leave(s *Span) {
 }
 
 func newBackendState(b BackendInfo, sysfsRoot string) *backendState {
-	st := &backendState{info: b, pidfd: -1}
+	st := &backendState{info: b, pidfd: -1, pidep: -1}
 	st.port, st.local = loopbackPort(b.URL)
 	if b.PIDFile != "" {
 		st.local = true
@@ -129,10 +130,7 @@ func newBackendState(b BackendInfo, sysfsRoot string) *backendState {
 func (b *backendState) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.pidfd >= 0 {
-		closeFD(b.pidfd)
-		b.pidfd = -1
-	}
+	b.closePidfdLocked()
 	if b.cpuStat != nil {
 		_ = b.cpuStat.Close() // read-only
 	}
@@ -176,7 +174,7 @@ func (b *backendState) rootPID(p *procfs, fsys fileSystem) (int, error) {
 		var st procStat
 		if st, err = p.stat(pid); err == nil {
 			b.pid, b.start = pid, st.starttime
-			b.pidfd = p.openPidfd(pid, st.starttime)
+			b.pidfd, b.pidep = p.openPidfd(pid, st.starttime)
 		}
 	}
 	b.lastErr = err
@@ -205,12 +203,12 @@ func (b *backendState) noProcessLocked() error {
 	return nil
 }
 
-// aliveLocked reports whether the cached root process still runs: its pidfd has not polled
-// readable (one system call; a pidfd never refers to a reused PID), or, without one, its
+// aliveLocked reports whether the cached root process still runs: its pidfd has not turned
+// readable (one epoll_wait; a pidfd never refers to a reused PID), or, without one, its
 // /proc/<pid>/stat has the same start time and it is not a zombie.
 func (b *backendState) aliveLocked(p *procfs) bool {
-	if b.pidfd >= 0 {
-		if exited, err := pidfdExited(b.pidfd); err == nil {
+	if b.pidep >= 0 {
+		if exited, err := pidfdExited(b.pidep); err == nil {
 			return !exited
 		}
 	}
@@ -220,11 +218,20 @@ func (b *backendState) aliveLocked(p *procfs) bool {
 
 // dropLocked forgets the root process and its tree.
 func (b *backendState) dropLocked() {
+	b.closePidfdLocked()
+	b.pid, b.tree, b.gpuHolders = 0, nil, nil
+}
+
+// closePidfdLocked closes the root's pidfd and its watch.
+func (b *backendState) closePidfdLocked() {
+	if b.pidep >= 0 {
+		closeFD(b.pidep)
+		b.pidep = -1
+	}
 	if b.pidfd >= 0 {
 		closeFD(b.pidfd)
 		b.pidfd = -1
 	}
-	b.pid, b.tree, b.gpuHolders = 0, nil, nil
 }
 
 // forgetTree drops the cached tree if it is still pids, so that the next span walks again.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -58,6 +59,29 @@ func BenchmarkBeginEnd(b *testing.B) {
 		port, _, _ := startBackend(b, false)
 		m := meter(b, b.TempDir(), BackendInfo{Name: "local", URL: fmt.Sprintf("http://127.0.0.1:%d", port)})
 		span(b, m, "local")
+	})
+	// The same with the caches evicted before each Begin and each End, as the server runs them
+	// between other work: begin-ns and end-ns are the medians of each edge's own time.
+	b.Run("local-live-proc-no-rapl-cold", func(b *testing.B) {
+		port, _, _ := startBackend(b, false)
+		m := meter(b, b.TempDir(), BackendInfo{Name: "local", URL: fmt.Sprintf("http://127.0.0.1:%d", port)})
+		m.Begin("local").End(Work{})
+		evict := make([]byte, 8<<20)
+		var begins, ends []time.Duration
+		b.ReportAllocs()
+		for b.Loop() {
+			coldCaches(evict)
+			t0 := time.Now()
+			s := m.Begin("local")
+			t1 := time.Now()
+			coldCaches(evict)
+			t2 := time.Now()
+			s.End(Work{Model: "llama3", PromptTokens: 100, CompletionTokens: 100})
+			t3 := time.Now()
+			begins, ends = append(begins, t1.Sub(t0)), append(ends, t3.Sub(t2))
+		}
+		b.ReportMetric(float64(median(begins)), "begin-ns")
+		b.ReportMetric(float64(median(ends)), "end-ns")
 	})
 	// As if a process had been created on the host during every call: End walks the tree.
 	b.Run("local-live-proc-no-rapl-walk", func(b *testing.B) {
@@ -203,6 +227,18 @@ func BenchmarkRead(b *testing.B) {
 			}
 		}
 	})
+	// A new PID's parent, as a span's End asks it of each PID handed out since the last check.
+	b.Run("process-parent", func(b *testing.B) {
+		if _, err := pidParent(pid); err != nil {
+			b.Skip(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := pidParent(pid); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("children", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -229,4 +265,21 @@ func BenchmarkRead(b *testing.B) {
 			}
 		}
 	})
+}
+
+// coldCaches writes over buf, a few times the size of the CPU's caches, so that the code and
+// data a span touches next come from memory, as in a server that ran other work in between.
+func coldCaches(buf []byte) {
+	for i := 0; i < len(buf); i += 64 {
+		buf[i]++
+	}
+}
+
+// median is the middle of d (sorted in place).
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[len(d)/2]
 }

@@ -202,8 +202,8 @@ func localFixtureMeter(t *testing.T, edit func(o *Options, procRoot string)) (*M
 // TestLocalSpanReads states what one span of a local backend reads once its tree is known and
 // no process was created: each process's CPU clock at each end, the last PID at the end (Begin
 // trusts the tree an End confirmed less than treeTTL ago), and the root's liveness at the end
-// (a pidfd poll on the live /proc; /proc/<pid>/stat on a fixture). /proc/stat, the proxy's CPU
-// clock and RAPL only when RAPL can make the figure.
+// (an epoll_wait on its pidfd's watch on the live /proc; /proc/<pid>/stat on a fixture).
+// /proc/stat, the proxy's CPU clock and RAPL only when RAPL can make the figure.
 func TestLocalSpanReads(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -261,6 +261,44 @@ func mapsEqual(a, b map[string]int) bool {
 		}
 	}
 	return true
+}
+
+// TestLocalSpanAllocs: a span of a local backend on the live /proc whose tree did not change
+// allocates the Span (its counters in the same object) and its figure's inputs, nothing else.
+// A process created on the host during a try makes End look at it, or walk: that try does not
+// count.
+func TestLocalSpanAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's allocations would count")
+	}
+	port, _, _ := startBackend(t, false)
+	m, err := New(Options{SkipProbe: true, nvml: noGPU, SysfsRoot: t.TempDir(), DevRoot: t.TempDir(),
+		Backends: []BackendInfo{{Name: "local", URL: fmt.Sprintf("http://127.0.0.1:%d", port)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeOK(t, m)
+	if f := m.Begin("local").End(Work{}); f.Method != MethodCPUTimeModel {
+		t.Fatalf("figure = %+v", f)
+	}
+	b := m.backends["local"]
+	var allocs float64
+	for range 20 {
+		b.mu.Lock()
+		cur := b.treeCur
+		b.mu.Unlock()
+		allocs = testing.AllocsPerRun(20, func() { m.Begin("local").End(Work{CompletionTokens: 1}) })
+		b.mu.Lock()
+		moved := b.treeCur != cur
+		b.mu.Unlock()
+		if !moved {
+			if allocs > 2 {
+				t.Fatalf("%v allocations per span, want the Span's and its recorded inputs' only", allocs)
+			}
+			return
+		}
+	}
+	t.Skipf("a PID was handed out on the host during every try (last: %v allocations per span)", allocs)
 }
 
 // TestTreeFollowsLastPID: the tree walked last is reused while /proc/loadavg's last PID stands
@@ -614,8 +652,8 @@ func TestRunnerStartedDuringSpan(t *testing.T) {
 	}
 	if fd, err := pidfdOpen(os.Getpid()); err == nil {
 		closeFD(fd)
-		if b.pidfd < 0 {
-			t.Error("pidfds work here, but the root has none")
+		if b.pidfd < 0 || b.pidep < 0 {
+			t.Error("pidfds work here, but the root has none, or no watch on it")
 		}
 	}
 	s := m.Begin("local")

@@ -94,6 +94,17 @@ func (f *rawFile) Close() error {
 	return err
 }
 
+// readStartRaw is f.ReadStart(buf) when f is a rawFile, called on the type rather than through
+// the interface, so that a caller's buffer can stay on its stack; ok is false for another file.
+func readStartRaw(f sampleFile, buf []byte) (n int, ok bool, err error) {
+	rf, ok := f.(*rawFile)
+	if !ok {
+		return 0, false, nil
+	}
+	n, err = rf.ReadStart(buf)
+	return n, true, err
+}
+
 func openNoEINTR(name string, flags int) (int, error) {
 	for {
 		fd, err := unix.Open(name, flags, 0)

@@ -50,3 +50,6 @@ func (s osSampleFile) ReadStart(buf []byte) (int, error) {
 }
 
 func (s osSampleFile) Close() error { return s.f.Close() }
+
+// readStartRaw reads nothing off Linux: no file is a rawFile (see fs_linux.go).
+func readStartRaw(sampleFile, []byte) (n int, ok bool, err error) { return 0, false, nil }

@@ -146,6 +146,9 @@ type Meter struct {
 
 	rapl    *rapl
 	raplErr error // why RAPL is not used; nil when it is
+	// raplWhy is raplErr as the reason word it gives (errOf(reasonFor(...))), found once: every
+	// span's inputs record the word, and finding it in a wrapped error is a chain of errors.Is.
+	raplWhy error
 	gpu     *gpus
 	gpuErr  error
 	hostGPU bool   // the host has GPU device nodes, so a tree might use one without NVML
@@ -184,6 +187,9 @@ func New(o Options) (*Meter, error) {
 	if err := m.detectCounters(); err != nil {
 		return nil, err
 	}
+	if m.raplErr != nil {
+		m.raplWhy = errOf(reasonFor(m.raplErr, ReasonNoRAPL))
+	}
 	m.hostGPU = m.gpu != nil || hasGPUNodes(o.fs, o.DevRoot)
 	m.openProcFiles()
 	m.logCounters()
@@ -200,7 +206,7 @@ func newMeter(o Options) (*Meter, error) {
 		selfCPU: selfCPU, bootTicks: bootTicks, selfPID: os.Getpid()}
 	m.proc = &procfs{fs: o.fs, root: o.ProcRoot, self: m.selfPID}
 	if filepath.Clean(o.ProcRoot) == "/proc" {
-		m.proc.cpuClock, m.proc.live = processCPUClock, true
+		m.proc.cpuClock, m.proc.pidParent, m.proc.live = processCPUClock, pidParent, true
 	}
 	for _, b := range o.Backends {
 		if _, dup := m.backends[b.Name]; dup {

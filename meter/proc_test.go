@@ -1,8 +1,13 @@
 package meter
 
 import (
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -133,4 +138,81 @@ func FuzzParseHostStat(f *testing.F) {
 			t.Fatalf("busy %d > total %d", h.busy, h.total)
 		}
 	})
+}
+
+// TestParentOfLive: on the live /proc a PID's parent comes from a pidfd, and is the parent its
+// /proc/<pid>/stat shows, for a process, for a thread (its process's parent) and for a child;
+// a PID with no task is gone (fs.ErrNotExist), as a stat that cannot be opened says.
+func TestParentOfLive(t *testing.T) {
+	if _, err := pidParent(os.Getpid()); errors.Is(err, errNoPidInfo) {
+		t.Skip("this kernel cannot tell a PID's parent through a pidfd")
+	}
+	live := &procfs{fs: osFS{}, root: "/proc", live: true, pidParent: pidParent}
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Skip("no sleep:", err)
+	}
+	defer func() {
+		_ = child.Process.Kill() // a test child: its status is not the test's
+		_ = child.Wait()
+	}()
+	pids := []int{os.Getpid(), child.Process.Pid}
+	tids, err := osFS{}.ReadDirNames("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tid := range tids {
+		if n, err := strconv.Atoi(tid); err == nil && n != os.Getpid() {
+			pids = append(pids, n) // a thread of this process
+			break
+		}
+	}
+	for _, pid := range pids {
+		st, err := live.stat(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pidParent(pid)
+		if err != nil || got != st.ppid {
+			t.Errorf("pidParent(%d) = %d, %v; its stat says %d", pid, got, err, st.ppid)
+		}
+		if got, err := live.parentOf(pid); err != nil || got != st.ppid {
+			t.Errorf("parentOf(%d) = %d, %v; its stat says %d", pid, got, err, st.ppid)
+		}
+	}
+	if live.noPidInfo.Load() {
+		t.Error("parentOf fell back to the stat on a kernel that answers through a pidfd")
+	}
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Skip("no true:", err)
+	}
+	if _, err := pidParent(gone.Process.Pid); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("pidParent of a reaped child = %v, want fs.ErrNotExist", err)
+	}
+	if _, err := live.parentOf(gone.Process.Pid); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("parentOf of a reaped child = %v, want fs.ErrNotExist", err)
+	}
+}
+
+// TestParentOfFallsBack: where the kernel cannot tell a PID's parent through a pidfd, parentOf
+// reads the stat, and from then on asks the pidfd no more; a PID the pidfd finds no task for is
+// gone without a stat.
+func TestParentOfFallsBack(t *testing.T) {
+	_, p := procFixture(t)
+	asked := 0
+	p.pidParent = func(int) (int, error) { asked++; return 0, errNoPidInfo }
+	for range 2 {
+		if got, err := p.parentOf(102); err != nil || got != 101 {
+			t.Fatalf("parentOf(102) = %d, %v; want 101 from its stat", got, err)
+		}
+	}
+	if asked != 1 {
+		t.Errorf("the pidfd was asked %d times, want once", asked)
+	}
+	_, p = procFixture(t)
+	p.pidParent = func(int) (int, error) { return 0, fs.ErrNotExist }
+	if _, err := p.parentOf(102); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("parentOf of a PID the pidfd found no task for = %v, want fs.ErrNotExist", err)
+	}
 }

@@ -32,7 +32,7 @@ func spanFigure(in energy.Inputs) (energy.Figure, error) {
 	// meter-3 caps the CPU time at the cores' and every GPU part at the boards' ceiling, widens
 	// the CPU bounds by the clocks' ticks, and makes provisional GPU figures: meter-2's figures,
 	// which recorded none of that, come out as they did.
-	legacy, ok := legacyOf[in.Version]
+	legacy, ok := legacyOf(in.Version)
 	if !ok {
 		return energy.Figure{}, fmt.Errorf("inputs made under constants %q; this build has %q", in.Version, ConstantsVersion)
 	}
@@ -44,8 +44,19 @@ func spanFigure(in energy.Inputs) (energy.Figure, error) {
 	return f, nil
 }
 
-// legacyOf maps each constants version this build recomputes to its rules' generation.
-var legacyOf = map[string]int{ConstantsVersion: 0, "meter-1": 1, "meter-2": 2}
+// legacyOf is the rules' generation of each constants version this build recomputes (a switch,
+// not a map: every span's figure asks it, and a map's lookup hashes the string).
+func legacyOf(version string) (int, bool) {
+	switch version {
+	case ConstantsVersion:
+		return 0, true
+	case "meter-1":
+		return 1, true
+	case "meter-2":
+		return 2, true
+	}
+	return 0, false
+}
 
 // cpuNoData names a missing CPU counter's reason.
 func cpuNoData(perProcess bool) string {

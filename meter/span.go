@@ -70,13 +70,18 @@ type spanCounters struct {
 	selfErr  error
 	procsA   []procSample
 	cgA      uint64
-	gpuB     gpuSnap
 	gpuAlign *gpuAlign // Begin's end of the GPU window: its snapshot, and the counter update after it
 	gpuStart time.Time // the span's edges on the GPU side's clock
 	gpuEnd   time.Time
 
 	// Room for the samples of a small tree (Ollama and a runner or two) without allocating.
 	bufA, bufB [8]procSample
+}
+
+// localSpan is a Span and its counters in one allocation.
+type localSpan struct {
+	Span
+	c spanCounters
 }
 
 // procSample is one process's CPU time at one end of a span.
@@ -92,8 +97,8 @@ type procSample struct {
 // to meter (not found, or listening in this process), read nothing: their figure is priced by
 // tokens. A local one reads the CPU clock of each process of its tree, which is walked again
 // only after a new PID that may be the tree's was handed out on the host (End reads the last
-// PID from /proc/sys/kernel/ns_last_pid or /proc/loadavg, the stat of each of up to 4 new PIDs,
-// and polls the root's pidfd). The host's CPU time, the proxy's and RAPL are read only when a
+// PID from /proc/sys/kernel/ns_last_pid or /proc/loadavg, the parent of each of up to 4 new
+// PIDs, and whether the root's pidfd turned readable). The host's CPU time, the proxy's and RAPL are read only when a
 // measured CPU figure is possible: RAPL live and no other local span open. NVML is read only
 // when live, and in a goroutine, which asks each GPU's counter reader (one per GPU, whatever
 // the spans: an energy read takes milliseconds on some boards) for the counter at the span's
@@ -104,11 +109,24 @@ func (m *Meter) Begin(backend string) *Span {
 	if m == nil {
 		return &Span{start: time.Now()}
 	}
-	s := &Span{m: m, start: m.opts.now()}
-	s.b = m.backends[backend]
-	if s.b == nil || !s.b.local {
-		return s
+	b := m.backends[backend]
+	if b == nil || !b.local {
+		return &Span{m: m, b: b, start: m.opts.now()}
 	}
+	// A span with a tree to read gets its counters in the same allocation.
+	var s *Span
+	var c *spanCounters
+	var noProc error
+	if m.mac == nil {
+		noProc = b.noProcess()
+	}
+	if m.mac == nil && noProc == nil {
+		ls := &localSpan{}
+		s, c = &ls.Span, &ls.c
+	} else {
+		s = &Span{}
+	}
+	s.m, s.b, s.start = m, b, m.opts.now()
 	m.mu.Lock()
 	m.active++
 	m.begins++
@@ -121,10 +139,9 @@ func (m *Meter) Begin(backend string) *Span {
 		s.start = m.opts.now()
 		return s
 	}
-	if s.treeErr = s.b.noProcess(); s.treeErr != nil {
+	if s.treeErr = noProc; s.treeErr != nil {
 		return s // priced by tokens: nothing to read
 	}
-	c := &spanCounters{}
 	s.b.edges.mu.Lock()
 	c.procsA, c.cgA, s.treeErr = m.sampleTree(s.b, c.bufA[:0], false)
 	if s.treeErr == nil {
@@ -248,11 +265,12 @@ func (s *Span) settleGPU(in spanSample, endProcs []procSample, ev gpuEvidence, w
 	defer m.gpu.bg.Done() // last: close may shut NVML down once it is done
 	defer close(s.settle)
 	defer m.gpu.done(c.gpuAlign)
-	m.gpu.end(c.gpuAlign, &c.gpuB, c.gpuEnd)
+	var snap gpuSnap // End's snapshot: read here, off the request path, so no span carries one
+	m.gpu.end(c.gpuAlign, &snap, c.gpuEnd)
 	inTree := treeOf(c.procsA, endProcs)
-	r := m.gpu.attribute(c.gpuAlign, &c.gpuB, inTree, c.gpuStart, c.gpuEnd)
+	r := m.gpu.attribute(c.gpuAlign, &snap, inTree, c.gpuStart, c.gpuEnd)
 	in.GPUProvisional = false
-	s.putGPU(&in, r, ev, &c.gpuB)
+	s.putGPU(&in, r, ev, &snap)
 	s.settledFig = finish(in)
 	m.learn(w, s.settledFig)
 }
@@ -361,7 +379,7 @@ func (s *Span) addCPU(in *spanSample, e *endReadings) {
 	m, c := s.m, s.c
 	switch {
 	case m.rapl == nil:
-		in.RAPLErr = m.raplErr
+		in.RAPLErr = m.raplWhy
 	case !e.measureCPU:
 		// Overlapped (in.Overlap is set): the RAPL delta could not have been this span's.
 	case c.raplErr != nil:

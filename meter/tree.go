@@ -51,7 +51,8 @@ func (m *Meter) sampleTree(b *backendState, dst []procSample, atEnd bool) ([]pro
 // began (the last PID, procfs.lastPID, stands still), or the few handed out went to processes
 // or threads outside the tree (newPIDsOutside), so no process can have joined the tree and no
 // PID in it can have been reused; processes that left fail their CPU read. Otherwise it walks
-// again. At a span's end it also checks that the root is still alive (one poll of its pidfd).
+// again. At a span's end it also checks that the root is still alive (one epoll_wait on a watch
+// of its pidfd).
 // Begin trusts a tree known complete less than treeTTL ago without reading anything. The slice
 // is shared: read-only.
 func (m *Meter) tree(b *backendState, atEnd bool) ([]int, error) {
@@ -109,8 +110,9 @@ func (m *Meter) tree(b *backendState, atEnd bool) ([]int, error) {
 	return pids, nil
 }
 
-// maxNewPIDs bounds the PIDs newPIDsOutside looks at before a walk is cheaper. It reads one
-// /proc/<pid>/stat per PID (about 7 µs on a 2-core VM, BenchmarkRead/process-stat), where a walk
+// maxNewPIDs bounds the PIDs newPIDsOutside looks at before a walk is cheaper. It asks each PID's
+// parent (procfs.parentOf: a pidfd's answer, BenchmarkRead/process-parent, or where the kernel
+// cannot give one /proc/<pid>/stat, about 7 µs on a 2-core VM, BenchmarkRead/process-stat), where a walk
 // reads each tree process's task directory and every thread's children file (17 µs for one
 // small process, BenchmarkRead/children; 40 µs for the two processes of
 // BenchmarkBeginEnd/local-live-proc-no-rapl-walk, more for Ollama and its runner).
@@ -137,14 +139,14 @@ func (m *Meter) newPIDsOutside(tree []int, from, cur, unborn uint64) (outside bo
 	upTo = cur
 	for id := from + 1; id <= cur; id++ {
 		pid := int(id)
-		st, err := m.proc.stat(pid)
+		ppid, err := m.proc.parentOf(pid)
 		if errors.Is(err, fs.ErrNotExist) {
 			if id != unborn && upTo == cur {
 				upTo = id - 1 // gone, or not yet born: looked at again next time
 			}
 			continue // in no tree a walk could find now
 		}
-		if err != nil || slices.Contains(tree, pid) || slices.Contains(tree, st.ppid) {
+		if err != nil || slices.Contains(tree, pid) || slices.Contains(tree, ppid) {
 			return false, cur
 		}
 	}
