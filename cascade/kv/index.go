@@ -76,10 +76,7 @@ func (l *lsh) sketch(v []float32) sketch {
 	}
 	copy(x, v)
 	for _, sg := range l.signs {
-		for i, f := range sg[:len(x)] {
-			x[i] *= f
-		}
-		fwht(x)
+		flipFWHT(x, sg)
 	}
 	var s sketch
 	for k, a := range x[:sketchBits] {
@@ -88,6 +85,15 @@ func (l *lsh) sketch(v []float32) sketch {
 		}
 	}
 	return s
+}
+
+// flipFWHTGo multiplies x by signs (as long) and transforms it with fwht: flipFWHT where no
+// assembly version runs.
+func flipFWHTGo(x, signs []float32) {
+	for i, f := range signs[:len(x)] {
+		x[i] *= f
+	}
+	fwht(x)
 }
 
 // fwht is the unnormalised Walsh-Hadamard transform of x in place; len(x) is a power of two, at

@@ -1,0 +1,69 @@
+#include "textflag.h"
+
+// func flipFWHTAVX2(x, signs *float32, n int)
+// x[i] *= signs[i] for i < n, then the unnormalised Walsh-Hadamard transform of x, level by
+// level as fwht computes it (a+b and a-b for each pair, the same additions in the same order,
+// eight pairs an instruction). n is a power of two, at least 16.
+TEXT ·flipFWHTAVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), DI
+	MOVQ signs+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHLQ $2, CX // n in bytes
+	XORQ AX, AX
+
+	// The sign flips and the first three levels (pairs 1, 2 and 4 apart), eight floats a
+	// register: each level adds the register and its pairs' floats swapped in, subtracts, and
+	// blends the sums into the lower of each pair and the differences into the upper.
+low:
+	VMOVUPS    (DI)(AX*1), Y0
+	VMULPS     (SI)(AX*1), Y0, Y0
+	VPERMILPS  $0xB1, Y0, Y1
+	VADDPS     Y1, Y0, Y2
+	VSUBPS     Y0, Y1, Y3
+	VBLENDPS   $0xAA, Y3, Y2, Y0
+	VPERMILPS  $0x4E, Y0, Y1
+	VADDPS     Y1, Y0, Y2
+	VSUBPS     Y0, Y1, Y3
+	VBLENDPS   $0xCC, Y3, Y2, Y0
+	VPERM2F128 $0x01, Y0, Y0, Y1
+	VADDPS     Y1, Y0, Y2
+	VSUBPS     Y0, Y1, Y3
+	VBLENDPS   $0xF0, Y3, Y2, Y0
+	VMOVUPS    Y0, (DI)(AX*1)
+	ADDQ       $32, AX
+	CMPQ       AX, CX
+	JLT        low
+
+	// The other levels, pairs h = 8, 16, ... n/2 floats apart (BX: h in bytes).
+	MOVQ $32, BX
+
+level:
+	CMPQ BX, CX
+	JGE  done
+	XORQ R8, R8 // the block of 2h floats
+
+block:
+	LEAQ (DI)(R8*1), R9  // a
+	LEAQ (R9)(BX*1), R10 // b
+	MOVQ BX, R11
+
+pair:
+	VMOVUPS (R9), Y0
+	VMOVUPS (R10), Y1
+	VADDPS  Y1, Y0, Y2
+	VSUBPS  Y1, Y0, Y3
+	VMOVUPS Y2, (R9)
+	VMOVUPS Y3, (R10)
+	ADDQ    $32, R9
+	ADDQ    $32, R10
+	SUBQ    $32, R11
+	JNZ     pair
+	LEAQ    (R8)(BX*2), R8
+	CMPQ    R8, CX
+	JLT     block
+	SHLQ    $1, BX
+	JMP     level
+
+done:
+	VZEROUPPER
+	RET
