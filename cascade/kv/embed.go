@@ -174,20 +174,31 @@ func embedQuery(q query) (question, context []float32) {
 // two half vectors and the copy.
 func embedQueryJoined(q query) ([]float32, bool) {
 	v := make([]float32, 2*BuiltinDim)
-	embedQueryInto(v, q)
-	return joinInPlace(v)
+	featuresQueryInto(v, q)
+	if !joinCounts(v) {
+		return nil, false
+	}
+	return v, true
 }
 
 // embedQueryInto writes embedQuery(q) into v, question half then context half.
 func embedQueryInto(v []float32, q query) {
+	featuresQueryInto(v, q)
+	normalizeCounts(v[:BuiltinDim])
+	normalizeCounts(v[BuiltinDim:])
+}
+
+// featuresQueryInto writes into v the sums of the feature weights (addFeatures) of q's question
+// and of its context, question half then context half: embedQueryInto before normalising.
+func featuresQueryInto(v []float32, q query) {
 	prefix, ok := builtinTail(q)
 	wp := wordsPool.Get().(*[]string)
 	if !ok {
 		w := appendNormWords((*wp)[:0], q.question)
-		embedWordsInto(v[:BuiltinDim], w)
+		addFeatures(v[:BuiltinDim], w, "")
 		clear(w)
 		w = appendNormWords(w[:0], q.context)
-		embedWordsInto(v[BuiltinDim:], w)
+		addFeatures(v[BuiltinDim:], w, "")
 		putWords(wp, w)
 		return
 	}
@@ -197,8 +208,8 @@ func embedQueryInto(v []float32, q query) {
 	cw = appendNormWords(cw, q.question)
 	qv, cv := v[:BuiltinDim], v[BuiltinDim:]
 	if n == len(cw) || len(q.context) >= 1<<18 {
-		embedWordsInto(qv, cw[n:])
-		embedWordsInto(cv, cw)
+		addFeatures(qv, cw[n:], "")
+		addFeatures(cv, cw, "")
 		putWords(wp, cw)
 		return
 	}
@@ -209,8 +220,6 @@ func embedQueryInto(v []float32, q query) {
 	addFeatures(qv, cw[n:], "")
 	copy(cv, qv)
 	addFeatures(cv, cw[:n], cw[n])
-	normalizeCounts(qv)
-	normalizeCounts(cv)
 	putWords(wp, cw)
 }
 
@@ -361,6 +370,76 @@ func normalizeCounts(v []float32) float64 {
 		return normalize(v)
 	}
 	return divide(v, sum, 1)
+}
+
+// joinSpan bounds the sums of feature weights joinCounts reads from a table: twice a sum is an
+// integer in [-joinSpan, joinSpan].
+const joinSpan = 64
+
+// joinCounts is normalizeCounts, then joinInPlace's normalizeScaled(√2/2), for each half of v
+// (2·BuiltinDim long), and reports whether both halves are nonzero. A result is a function of
+// the coordinate's sum alone, with two lengths common to the half, so it divides once per
+// distinct sum (a text's sums are a few small multiples of 0.5) rather than twice per
+// coordinate: the same divisions of the same floats, the same results. The second length's sum
+// runs in normalizeScaled's order, one addition a coordinate (the zeros' add +0, which changes
+// no sum: every sum of weights that is zero is +0), the two halves' side by side. Sums beyond
+// the span take the two passes.
+func joinCounts(v []float32) bool {
+	const half = BuiltinDim
+	if len(v) != 2*half {
+		return joinCountsSlow(v[:len(v)/2]) && joinCountsSlow(v[len(v)/2:])
+	}
+	qv, cv := (*[half]float32)(v[:half]), (*[half]float32)(v[half:])
+	var qk, ck [half]uint8 // each sum's key: twice it, plus joinSpan
+	var sq, sc int         // the squares of twice the sums
+	lo, hi := [2]int{joinSpan, joinSpan}, [2]int{joinSpan, joinSpan}
+	for i := range half {
+		a, b := qv[i]*2, cv[i]*2 // exact
+		ka, kb := int(a), int(b)
+		if float32(ka) != a || float32(kb) != b || min(ka, kb) < -joinSpan || max(ka, kb) > joinSpan {
+			return joinCountsSlow(v[:half]) && joinCountsSlow(v[half:])
+		}
+		ka, kb = ka+joinSpan, kb+joinSpan
+		qk[i], ck[i] = uint8(ka), uint8(kb)
+		sq += (ka - joinSpan) * (ka - joinSpan)
+		sc += (kb - joinSpan) * (kb - joinSpan)
+		lo[0], hi[0] = min(lo[0], ka), max(hi[0], ka)
+		lo[1], hi[1] = min(lo[1], kb), max(hi[1], kb)
+	}
+	// normalizeCounts's sums, exactly: a quarter of these, far below 2⁵⁰.
+	n := [2]float64{math.Sqrt(float64(sq) / 4), math.Sqrt(float64(sc) / 4)}
+	if n[0] == 0 || n[1] == 0 {
+		return false
+	}
+	var first, final [2][256]float32 // by key (256: any uint8 is in range)
+	for h := range first {
+		for k := lo[h]; k <= hi[h]; k++ {
+			first[h][k] = float32(float64(float32(k-joinSpan)/2) / n[h])
+		}
+	}
+	var sq2, sc2 float64
+	for i := range half {
+		a, b := first[0][qk[i]], first[1][ck[i]]
+		sq2 += float64(a) * float64(a)
+		sc2 += float64(b) * float64(b)
+	}
+	n2 := [2]float64{math.Sqrt(sq2), math.Sqrt(sc2)}
+	const scale float32 = math.Sqrt2 / 2
+	for h := range final {
+		for k := lo[h]; k <= hi[h]; k++ {
+			final[h][k] = float32(float64(first[h][k])/n2[h]) * scale
+		}
+	}
+	for i := range half {
+		qv[i], cv[i] = final[0][qk[i]], final[1][ck[i]]
+	}
+	return true
+}
+
+// joinCountsSlow is joinCounts in two passes over v.
+func joinCountsSlow(v []float32) bool {
+	normalizeCounts(v)
+	return normalizeScaled(v, math.Sqrt2/2) != 0
 }
 
 // divide divides v by the root of sum, its squares' sum, and multiplies it by scale; a zero
