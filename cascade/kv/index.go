@@ -78,6 +78,11 @@ func (l *lsh) sketch(v []float32) sketch {
 	for _, sg := range l.signs {
 		flipFWHT(x, sg)
 	}
+	return signs(x)
+}
+
+// signsGo is signs where no assembly version runs.
+func signsGo(x []float32) sketch {
 	var s sketch
 	for k, a := range x[:sketchBits] {
 		if a >= 0 {

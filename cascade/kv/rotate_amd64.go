@@ -18,3 +18,18 @@ func flipFWHT(x, signs []float32) {
 	}
 	flipFWHTGo(x, signs)
 }
+
+// signsAVX2 sets bit k of s when x[k] >= 0, for the first sketchBits floats of x.
+//
+//go:noescape
+func signsAVX2(x *float32, s *sketch)
+
+// signs is the sketch of the rotated x: bit k set when x[k] >= 0, for k < sketchBits.
+func signs(x []float32) sketch {
+	if hasAVX2 && len(x) >= sketchBits {
+		var s sketch
+		signsAVX2(&x[0], &s)
+		return s
+	}
+	return signsGo(x)
+}

@@ -67,3 +67,32 @@ pair:
 done:
 	VZEROUPPER
 	RET
+
+// func signsAVX2(x *float32, s *sketch)
+// Bit k of s is x[k] >= 0 (as Go compares: true for -0, false for NaN), for k < 256.
+TEXT ·signsAVX2(SB), NOSPLIT, $0-16
+	MOVQ   x+0(FP), SI
+	MOVQ   s+8(FP), DI
+	VXORPS Y15, Y15, Y15
+	XORQ   R8, R8 // the word
+
+word:
+	XORQ AX, AX
+	XORQ CX, CX // the shift
+
+eight:
+	VMOVUPS   (SI), Y0
+	VCMPPS    $0x1d, Y15, Y0, Y1 // GE, ordered, quiet
+	VMOVMSKPS Y1, BX
+	SHLQ      CX, BX
+	ORQ       BX, AX
+	ADDQ      $32, SI
+	ADDQ      $8, CX
+	CMPQ      CX, $64
+	JLT       eight
+	MOVQ      AX, (DI)(R8*8)
+	INCQ      R8
+	CMPQ      R8, $4
+	JLT       word
+	VZEROUPPER
+	RET

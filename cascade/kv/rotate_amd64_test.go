@@ -41,3 +41,28 @@ func TestFlipFWHTAssembly(t *testing.T) {
 		}
 	}
 }
+
+// TestSignsAssembly: the AVX2 sign bits are the Go version's, for floats of both signs, zeros of
+// both signs and NaNs.
+func TestSignsAssembly(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("this processor has no AVX2")
+	}
+	r := rand.New(rand.NewPCG(31, 31))
+	special := []float32{0, float32(math.Copysign(0, -1)), float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}
+	for trial := range 200 {
+		x := make([]float32, sketchBits+r.IntN(3)*sketchBits)
+		for i := range x {
+			if trial%4 == 0 && r.IntN(4) == 0 {
+				x[i] = special[r.IntN(len(special))]
+			} else {
+				x[i] = float32(r.NormFloat64())
+			}
+		}
+		var got sketch
+		signsAVX2(&x[0], &got)
+		if want := signsGo(x); got != want {
+			t.Fatalf("trial %d: signs %#x, want %#x", trial, got, want)
+		}
+	}
+}
