@@ -3,9 +3,11 @@ package kv
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
@@ -174,8 +176,17 @@ func embedQuery(q query) (question, context []float32) {
 // two half vectors and the copy.
 func embedQueryJoined(q query) ([]float32, bool) {
 	v := make([]float32, 2*BuiltinDim)
-	featuresQueryInto(v, q)
-	if !joinCounts(v) {
+	if len(q.question) >= 1<<18 || len(q.context) >= 1<<18 {
+		// float32 may round sums this long: they are made in the order they always were.
+		featuresQueryInto(v, q)
+		if !joinCountsSlow(v[:BuiltinDim]) || !joinCountsSlow(v[BuiltinDim:]) {
+			return nil, false
+		}
+		return v, true
+	}
+	var c [2 * BuiltinDim]int32
+	countQueryInto(&c, q)
+	if !joinCounts(v, &c) {
 		return nil, false
 	}
 	return v, true
@@ -223,6 +234,69 @@ func featuresQueryInto(v []float32, q query) {
 	putWords(wp, cw)
 }
 
+// countQueryInto is featuresQueryInto in twice the weights as integers, for a question and a
+// context under 256 KiB each (whose float32 sums are exact: these halved). The features of the
+// lines before the question, and "user", are taken from prefixCounts when it has them.
+func countQueryInto(c *[2 * BuiltinDim]int32, q query) {
+	prefix, ok := builtinTail(q)
+	wp := wordsPool.Get().(*[]string)
+	qc, cc := c[:BuiltinDim], c[BuiltinDim:]
+	if !ok {
+		w := appendNormWords((*wp)[:0], q.question)
+		addWeights(qc, w, "", &countWeights)
+		clear(w)
+		w = appendNormWords(w[:0], q.context)
+		addWeights(cc, w, "", &countWeights)
+		putWords(wp, w)
+		return
+	}
+	pc := prefixCounts.lookup(prefix)
+	cw := (*wp)[:0]
+	n := 0
+	if pc == nil {
+		cw = appendNormWords(cw, prefix)
+		cw = append(cw, "user")
+		n = len(cw)
+	}
+	cw = appendNormWords(cw, q.question)
+	// The context's features are the question's and those of the words before it: the
+	// question's are counted once and copied.
+	addWeights(qc, cw[n:], "", &countWeights)
+	switch {
+	case pc != nil && n == len(cw):
+		copy(cc, pc.counts[:])
+	case pc != nil:
+		// Those of the words before it, ending with "user", and of "user" followed by the
+		// question: their pair and the trigram across the space between.
+		copy(cc, qc)
+		for i, x := range pc.counts {
+			cc[i] += x
+		}
+		addBoundary(cc, "user", cw[0], &countWeights)
+	case n == len(cw):
+		addWeights(cc, cw, "", &countWeights)
+	default:
+		copy(cc, qc)
+		addWeights(cc, cw[:n], cw[n], &countWeights)
+		prefixCounts.offer(prefix, cw[:n])
+	}
+	putWords(wp, cw)
+}
+
+// addBoundary adds to v what addWeights(v, words, next) adds beyond addWeights(v, words, "")
+// for words ending with the word last (not empty): the pair of last and next, and the trigram
+// of last's last rune, the space, and next's first rune.
+func addBoundary[T featureSum](v []T, last, next string, wt *[3]T) {
+	r0, _ := utf8.DecodeLastRuneInString(last)
+	r2, _ := utf8.DecodeRuneInString(next)
+	var tail [2]rune
+	tail[0], tail[1] = r0, r2
+	bump := func(h uint64, w T) { bumpAt(v, h, w) }
+	h := fnvString(fnvByte(fnvOffset, 'b'), last)
+	bump(fnvString(fnvByte(h, ' '), next), wt[2])
+	bump(fnvRune(fnvRune(fnvRune(fnvByte(fnvOffset, 't'), tail[0]), ' '), tail[1]), wt[0])
+}
+
 // putWords returns a word list to wordsPool, emptied so that the pool keeps no text alive.
 func putWords(wp *[]string, words []string) {
 	clear(words)
@@ -260,28 +334,36 @@ func embedWordsInto(v []float32, words []string) {
 	normalizeCounts(v[:BuiltinDim])
 }
 
+// featureSum is what the built-in embedder adds feature weights into: float32 sums of the
+// weights, or int32 sums of twice them (exact at any length; the same numbers, halved, as long
+// as the float32 sums are: see featuresQueryInto).
+type featureSum interface{ float32 | int32 }
+
+// The weights of a trigram, a word and a bigram, as floats and doubled as integers.
+var (
+	floatWeights = [3]float32{weightTrigram, weightWord, weightBigram}
+	countWeights = [3]int32{2 * weightTrigram, 2 * weightWord, 2 * weightBigram}
+)
+
 // addFeatures adds to v the weights of the features of a text's words: the words, the pairs of
 // words, and the character trigrams of " " + the words joined by " " + " ". With next, words
 // are followed by a word next and the text goes on: then also the pair of the last word and
 // next, and of the trigrams only those that start before the space ahead of next (the others
 // are next's text's own).
 func addFeatures(v []float32, words []string, next string) {
+	addWeights(v, words, next, &floatWeights)
+}
+
+// addWeights is addFeatures with the weights wt (trigram, word, bigram) into sums of type T.
+func addWeights[T featureSum](v []T, words []string, next string, wt *[3]T) {
 	v = v[:BuiltinDim]
-	bump := func(h uint64, w float32) {
-		h ^= h >> 33 // fmix64: FNV's high bits mix poorly on short inputs
-		h *= 0xff51afd7ed558ccd
-		h ^= h >> 33
-		if h>>63 == 1 {
-			w = -w
-		}
-		v[h%BuiltinDim] += w
-	}
+	bump := func(h uint64, w T) { bumpAt(v, h, w) }
 	pair := func(a, b string) {
 		h := fnvString(fnvByte(fnvOffset, 'b'), a)
-		bump(fnvString(fnvByte(h, ' '), b), weightBigram)
+		bump(fnvString(fnvByte(h, ' '), b), wt[2])
 	}
 	for i, w := range words {
-		bump(fnvString(fnvByte(fnvOffset, 'w'), w), weightWord)
+		bump(fnvString(fnvByte(fnvOffset, 'w'), w), wt[1])
 		if i > 0 {
 			pair(words[i-1], w)
 		}
@@ -294,7 +376,7 @@ func addFeatures(v []float32, words []string, next string) {
 	n := 0
 	tri := func(c rune) {
 		if n >= 2 {
-			bump(fnvRune(fnvRune(fnvRune(fnvByte(fnvOffset, 't'), r0), r1), c), weightTrigram)
+			bump(fnvRune(fnvRune(fnvRune(fnvByte(fnvOffset, 't'), r0), r1), c), wt[0])
 		}
 		r0, r1 = r1, c
 		n++
@@ -313,6 +395,60 @@ func addFeatures(v []float32, words []string, next string) {
 		r, _ := utf8.DecodeRuneInString(next)
 		tri(r)
 	}
+}
+
+// bumpAt adds w to the coordinate of v the feature hashed h falls in, or subtracts it.
+func bumpAt[T featureSum](v []T, h uint64, w T) {
+	h ^= h >> 33 // fmix64: FNV's high bits mix poorly on short inputs
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	if h>>63 == 1 {
+		w = -w
+	}
+	v[h%BuiltinDim] += w
+}
+
+// prefixCache keeps the feature counts (countWeights) of one conversation's lines before its
+// last user message, and "user": a service's fixed system prompt is the same lines before every
+// question. A prefix is kept when it is offered twice in a row, so conversations that share
+// nothing allocate nothing. Safe for concurrent use.
+type prefixCache struct {
+	cur  atomic.Pointer[prefixEntry]
+	seen atomic.Uint64 // the hash of the last prefix offered
+}
+
+type prefixEntry struct {
+	prefix string
+	counts [BuiltinDim]int32
+}
+
+// maxCachedPrefix is the longest prefix kept.
+const maxCachedPrefix = 4 << 10
+
+var (
+	prefixCounts prefixCache
+	prefixSeed   = maphash.MakeSeed()
+)
+
+// lookup returns the entry of prefix, nil when it is not the one kept.
+func (c *prefixCache) lookup(prefix string) *prefixEntry {
+	if e := c.cur.Load(); e != nil && e.prefix == prefix {
+		return e
+	}
+	return nil
+}
+
+// offer keeps prefix, whose words and "user" are words, when it was the last one offered too.
+func (c *prefixCache) offer(prefix string, words []string) {
+	if len(prefix) > maxCachedPrefix {
+		return
+	}
+	if h := maphash.String(prefixSeed, prefix); c.seen.Swap(h) != h {
+		return
+	}
+	e := &prefixEntry{prefix: strings.Clone(prefix)}
+	addWeights(e.counts[:], words, "", &countWeights)
+	c.cur.Store(e)
 }
 
 // FNV-1a, inline so hashing a feature allocates nothing.
@@ -372,41 +508,38 @@ func normalizeCounts(v []float32) float64 {
 	return divide(v, sum, 1)
 }
 
-// joinSpan bounds the sums of feature weights joinCounts reads from a table: twice a sum is an
-// integer in [-joinSpan, joinSpan].
-const joinSpan = 64
+// joinSpan bounds the counts joinCounts reads from a table: each is in [-joinSpan, joinSpan].
+const joinSpan = 127
 
-// joinCounts is normalizeCounts, then joinInPlace's normalizeScaled(√2/2), for each half of v
-// (2·BuiltinDim long), and reports whether both halves are nonzero. A result is a function of
-// the coordinate's sum alone, with two lengths common to the half, so it divides once per
-// distinct sum (a text's sums are a few small multiples of 0.5) rather than twice per
-// coordinate: the same divisions of the same floats, the same results. The second length's sum
-// runs in normalizeScaled's order, one addition a coordinate (the zeros' add +0, which changes
-// no sum: every sum of weights that is zero is +0), the two halves' side by side. Sums beyond
-// the span take the two passes.
-func joinCounts(v []float32) bool {
+// joinCounts writes into v (2·BuiltinDim long) what normalizeCounts, then joinInPlace's
+// normalizeScaled(√2/2), make of each half of the sums c/2 (c from countQueryInto), and reports
+// whether both halves are nonzero. A result is a function of the coordinate's sum alone, with
+// two lengths common to the half, so it divides once per distinct sum (a text's are a few small
+// multiples of 0.5) rather than twice per coordinate: the same divisions of the same floats, the
+// same results. The second length's sum runs in normalizeScaled's order, one addition a
+// coordinate (a zero's adds +0, which changes no sum of squares), the two halves' side by side.
+// Counts beyond the span take the two passes.
+func joinCounts(v []float32, c *[2 * BuiltinDim]int32) bool {
 	const half = BuiltinDim
-	if len(v) != 2*half {
-		return joinCountsSlow(v[:len(v)/2]) && joinCountsSlow(v[len(v)/2:])
-	}
-	qv, cv := (*[half]float32)(v[:half]), (*[half]float32)(v[half:])
-	var qk, ck [half]uint8 // each sum's key: twice it, plus joinSpan
-	var sq, sc int         // the squares of twice the sums
-	lo, hi := [2]int{joinSpan, joinSpan}, [2]int{joinSpan, joinSpan}
+	qc, cc := (*[half]int32)(c[:half]), (*[half]int32)(c[half:])
+	var qk, ck [half]uint8 // each count's key: plus joinSpan
+	var sq, sc int         // the squares of the counts
+	lo, hi := [2]int32{0, 0}, [2]int32{0, 0}
 	for i := range half {
-		a, b := qv[i]*2, cv[i]*2 // exact
-		ka, kb := int(a), int(b)
-		if float32(ka) != a || float32(kb) != b || min(ka, kb) < -joinSpan || max(ka, kb) > joinSpan {
-			return joinCountsSlow(v[:half]) && joinCountsSlow(v[half:])
-		}
-		ka, kb = ka+joinSpan, kb+joinSpan
-		qk[i], ck[i] = uint8(ka), uint8(kb)
-		sq += (ka - joinSpan) * (ka - joinSpan)
-		sc += (kb - joinSpan) * (kb - joinSpan)
-		lo[0], hi[0] = min(lo[0], ka), max(hi[0], ka)
-		lo[1], hi[1] = min(lo[1], kb), max(hi[1], kb)
+		a, b := qc[i], cc[i]
+		qk[i], ck[i] = uint8(a+joinSpan), uint8(b+joinSpan)
+		sq += int(a) * int(a)
+		sc += int(b) * int(b)
+		lo[0], hi[0] = min(lo[0], a), max(hi[0], a)
+		lo[1], hi[1] = min(lo[1], b), max(hi[1], b)
 	}
-	// normalizeCounts's sums, exactly: a quarter of these, far below 2⁵⁰.
+	if min(lo[0], lo[1]) < -joinSpan || max(hi[0], hi[1]) > joinSpan {
+		for i, x := range c {
+			v[i] = float32(x) / 2
+		}
+		return joinCountsSlow(v[:half]) && joinCountsSlow(v[half:])
+	}
+	// normalizeCounts's sums of squares, exactly: a quarter of these.
 	n := [2]float64{math.Sqrt(float64(sq) / 4), math.Sqrt(float64(sc) / 4)}
 	if n[0] == 0 || n[1] == 0 {
 		return false
@@ -414,7 +547,7 @@ func joinCounts(v []float32) bool {
 	var first, final [2][256]float32 // by key (256: any uint8 is in range)
 	for h := range first {
 		for k := lo[h]; k <= hi[h]; k++ {
-			first[h][k] = float32(float64(float32(k-joinSpan)/2) / n[h])
+			first[h][k+joinSpan] = float32(float64(float32(k)/2) / n[h])
 		}
 	}
 	var sq2, sc2 float64
@@ -426,10 +559,11 @@ func joinCounts(v []float32) bool {
 	n2 := [2]float64{math.Sqrt(sq2), math.Sqrt(sc2)}
 	const scale float32 = math.Sqrt2 / 2
 	for h := range final {
-		for k := lo[h]; k <= hi[h]; k++ {
+		for k := lo[h] + joinSpan; k <= hi[h]+joinSpan; k++ {
 			final[h][k] = float32(float64(first[h][k])/n2[h]) * scale
 		}
 	}
+	qv, cv := (*[half]float32)(v[:half]), (*[half]float32)(v[half:])
 	for i := range half {
 		qv[i], cv[i] = final[0][qk[i]], final[1][ck[i]]
 	}
