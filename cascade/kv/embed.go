@@ -522,50 +522,57 @@ const joinSpan = 127
 func joinCounts(v []float32, c *[2 * BuiltinDim]int32) bool {
 	const half = BuiltinDim
 	qc, cc := (*[half]int32)(c[:half]), (*[half]int32)(c[half:])
-	var qk, ck [half]uint8 // each count's key: plus joinSpan
-	var sq, sc int         // the squares of the counts
-	lo, hi := [2]int32{0, 0}, [2]int32{0, 0}
+	var sq, sc int32 // the squares of the counts: below 2³¹ within the span
+	var qlo, qhi, clo, chi int32
 	for i := range half {
 		a, b := qc[i], cc[i]
-		qk[i], ck[i] = uint8(a+joinSpan), uint8(b+joinSpan)
-		sq += int(a) * int(a)
-		sc += int(b) * int(b)
-		lo[0], hi[0] = min(lo[0], a), max(hi[0], a)
-		lo[1], hi[1] = min(lo[1], b), max(hi[1], b)
+		sq += a * a
+		sc += b * b
+		qlo, qhi = min(qlo, a), max(qhi, a)
+		clo, chi = min(clo, b), max(chi, b)
 	}
-	if min(lo[0], lo[1]) < -joinSpan || max(hi[0], hi[1]) > joinSpan {
+	if min(qlo, clo) < -joinSpan || max(qhi, chi) > joinSpan {
 		for i, x := range c {
 			v[i] = float32(x) / 2
 		}
 		return joinCountsSlow(v[:half]) && joinCountsSlow(v[half:])
 	}
 	// normalizeCounts's sums of squares, exactly: a quarter of these.
-	n := [2]float64{math.Sqrt(float64(sq) / 4), math.Sqrt(float64(sc) / 4)}
-	if n[0] == 0 || n[1] == 0 {
+	qn, cn := math.Sqrt(float64(sq)/4), math.Sqrt(float64(sc)/4)
+	if qn == 0 || cn == 0 {
 		return false
 	}
-	var first, final [2][256]float32 // by key (256: any uint8 is in range)
-	for h := range first {
-		for k := lo[h]; k <= hi[h]; k++ {
-			first[h][k+joinSpan] = float32(float64(float32(k)/2) / n[h])
-		}
+	// By count plus joinSpan, as uint8 (every uint8 is in range).
+	var qt, ct [256]float32
+	var qs, cs [256]float64 // their squares (exact in float64)
+	for k := qlo; k <= qhi; k++ {
+		k := uint8(k + joinSpan)
+		qt[k] = float32(float64(float32(int32(k)-joinSpan)/2) / qn)
+		qs[k] = float64(qt[k]) * float64(qt[k])
+	}
+	for k := clo; k <= chi; k++ {
+		k := uint8(k + joinSpan)
+		ct[k] = float32(float64(float32(int32(k)-joinSpan)/2) / cn)
+		cs[k] = float64(ct[k]) * float64(ct[k])
 	}
 	var sq2, sc2 float64
 	for i := range half {
-		a, b := first[0][qk[i]], first[1][ck[i]]
-		sq2 += float64(a) * float64(a)
-		sc2 += float64(b) * float64(b)
+		sq2 += qs[uint8(qc[i]+joinSpan)]
+		sc2 += cs[uint8(cc[i]+joinSpan)]
 	}
-	n2 := [2]float64{math.Sqrt(sq2), math.Sqrt(sc2)}
+	qn2, cn2 := math.Sqrt(sq2), math.Sqrt(sc2)
 	const scale float32 = math.Sqrt2 / 2
-	for h := range final {
-		for k := lo[h] + joinSpan; k <= hi[h]+joinSpan; k++ {
-			final[h][k] = float32(float64(first[h][k])/n2[h]) * scale
-		}
+	for k := qlo; k <= qhi; k++ {
+		k := uint8(k + joinSpan)
+		qt[k] = float32(float64(qt[k])/qn2) * scale
+	}
+	for k := clo; k <= chi; k++ {
+		k := uint8(k + joinSpan)
+		ct[k] = float32(float64(ct[k])/cn2) * scale
 	}
 	qv, cv := (*[half]float32)(v[:half]), (*[half]float32)(v[half:])
 	for i := range half {
-		qv[i], cv[i] = final[0][qk[i]], final[1][ck[i]]
+		qv[i], cv[i] = qt[uint8(qc[i]+joinSpan)], ct[uint8(cc[i]+joinSpan)]
 	}
 	return true
 }
