@@ -68,6 +68,7 @@ type Stage struct {
 	closed bool
 	queue  chan job
 	done   chan struct{}
+	wake   chan struct{} // ends the learn worker's linger (learn.go)
 
 	stats struct {
 		seedHits, similarHits, guarded, learned, dropped, failed, evicted atomic.Int64
@@ -111,6 +112,7 @@ func New(o Options) (*Stage, error) {
 	}
 	s.queue = make(chan job, o.LearnQueue)
 	s.done = make(chan struct{})
+	s.wake = make(chan struct{}, 1)
 	go s.work()
 	return s, nil
 }
