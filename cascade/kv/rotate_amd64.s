@@ -34,35 +34,65 @@ low:
 	CMPQ       AX, CX
 	JLT        low
 
-	// The other levels, pairs h = 8, 16, ... n/2 floats apart (BX: h in bytes).
+	// The other levels, two at a time (pairs h and 2h apart, h = 8, 32, ... floats: the same
+	// additions in the same order as one level at a time), then one alone if one is left.
+	// BX: h in bytes; R12: 2h, R13: 3h.
 	MOVQ $32, BX
 
-level:
+level4:
+	LEAQ (BX*4), R12
+	CMPQ R12, CX
+	JGT  level2
+	LEAQ (BX*2), R12
+	LEAQ (R12)(BX*1), R13
+	XORQ R8, R8 // the block of 4h floats
+
+block4:
+	LEAQ (DI)(R8*1), R9
+	MOVQ BX, R11
+
+quad:
+	VMOVUPS (R9), Y0
+	VMOVUPS (R9)(BX*1), Y1
+	VMOVUPS (R9)(R12*1), Y2
+	VMOVUPS (R9)(R13*1), Y3
+	VADDPS  Y1, Y0, Y4 // p0 = a+b
+	VSUBPS  Y1, Y0, Y5 // p1 = a-b
+	VADDPS  Y3, Y2, Y6 // p2 = c+d
+	VSUBPS  Y3, Y2, Y7 // p3 = c-d
+	VADDPS  Y6, Y4, Y0
+	VADDPS  Y7, Y5, Y1
+	VSUBPS  Y6, Y4, Y2
+	VSUBPS  Y7, Y5, Y3
+	VMOVUPS Y0, (R9)
+	VMOVUPS Y1, (R9)(BX*1)
+	VMOVUPS Y2, (R9)(R12*1)
+	VMOVUPS Y3, (R9)(R13*1)
+	ADDQ    $32, R9
+	SUBQ    $32, R11
+	JNZ     quad
+	LEAQ    (R8)(BX*4), R8
+	CMPQ    R8, CX
+	JLT     block4
+	SHLQ    $2, BX
+	JMP     level4
+
+level2:
 	CMPQ BX, CX
 	JGE  done
-	XORQ R8, R8 // the block of 2h floats
-
-block:
-	LEAQ (DI)(R8*1), R9  // a
-	LEAQ (R9)(BX*1), R10 // b
+	MOVQ DI, R9
 	MOVQ BX, R11
 
 pair:
 	VMOVUPS (R9), Y0
-	VMOVUPS (R10), Y1
+	VMOVUPS (R9)(BX*1), Y1
 	VADDPS  Y1, Y0, Y2
 	VSUBPS  Y1, Y0, Y3
 	VMOVUPS Y2, (R9)
-	VMOVUPS Y3, (R10)
+	VMOVUPS Y3, (R9)(BX*1)
 	ADDQ    $32, R9
-	ADDQ    $32, R10
 	SUBQ    $32, R11
 	JNZ     pair
-	LEAQ    (R8)(BX*2), R8
-	CMPQ    R8, CX
-	JLT     block
-	SHLQ    $1, BX
-	JMP     level
 
 done:
 	VZEROUPPER
