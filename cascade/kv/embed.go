@@ -129,7 +129,10 @@ func appendASCIIWord(words []string, s string, start, end int, apos bool) ([]str
 		return words, -1, false
 	}
 	w := s[start:end]
-	parts := expand(w)
+	var parts []string
+	if apos || mayBeWhole(w) { // else no contraction: every suffix has an apostrophe
+		parts = expand(w)
+	}
 	if parts == nil {
 		parts = []string{w}
 	}
@@ -358,27 +361,35 @@ func addFeatures(v []float32, words []string, next string) {
 func addWeights[T featureSum](v []T, words []string, next string, wt *[3]T) {
 	v = v[:BuiltinDim]
 	bump := func(h uint64, w T) { bumpAt(v, h, w) }
-	pair := func(a, b string) {
-		h := fnvString(fnvByte(fnvOffset, 'b'), a)
-		bump(fnvString(fnvByte(h, ' '), b), wt[2])
-	}
+	// A word's bytes are read once for three hashes side by side: the word's ('w', w), its pair
+	// with the word before ('b', the word before, ' ', w), and the start of its pair with the
+	// word after ('b', w, ' '), which the next word goes on with.
+	var after uint64 // 'b', the word before, ' '
 	for i, w := range words {
-		bump(fnvString(fnvByte(fnvOffset, 'w'), w), wt[1])
-		if i > 0 {
-			pair(words[i-1], w)
+		hw, hb, ha := fnvByte(fnvOffset, 'w'), after, fnvByte(fnvOffset, 'b')
+		for j := 0; j < len(w); j++ {
+			hw, hb, ha = fnvByte(hw, w[j]), fnvByte(hb, w[j]), fnvByte(ha, w[j])
 		}
+		bump(hw, wt[1])
+		if i > 0 {
+			bump(hb, wt[2])
+		}
+		after = fnvByte(ha, ' ')
 	}
 	if next != "" && len(words) > 0 {
-		pair(words[len(words)-1], next)
+		bump(fnvString(after, next), wt[2])
 	}
-	// The trigrams, a window sliding one rune at a time, without building the text.
-	var r0, r1 rune
+	// The trigrams, a window sliding one rune at a time, without building the text. The hash of
+	// 't' and the window's last two runes, and of 't' and its last rune, are carried from one
+	// rune to the next, so each rune's three hashing steps are independent of one another.
+	t := fnvByte(fnvOffset, 't')
+	var h1, h2 uint64 // 't' and the last rune; 't' and the last two
 	n := 0
 	tri := func(c rune) {
 		if n >= 2 {
-			bump(fnvRune(fnvRune(fnvRune(fnvByte(fnvOffset, 't'), r0), r1), c), wt[0])
+			bump(fnvRune(h2, c), wt[0])
 		}
-		r0, r1 = r1, c
+		h1, h2 = fnvRune(t, c), fnvRune(h1, c)
 		n++
 	}
 	tri(' ')

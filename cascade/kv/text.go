@@ -208,13 +208,15 @@ func init() {
 	}
 }
 
+// mayBeWhole is false for a word that is no key of whole.
+func mayBeWhole(w string) bool {
+	return w != "" && wholeEnds[w[0]]>>(w[len(w)-1]&63)&1 == 1
+}
+
 // expand writes out a folded word if it is a contraction, else returns nil.
 func expand(w string) []string {
-	if w == "" {
-		return nil
-	}
-	if wholeEnds[w[0]]>>(w[len(w)-1]&63)&1 == 0 {
-		return bySuffix(w) // no key of whole
+	if !mayBeWhole(w) {
+		return bySuffix(w)
 	}
 	if parts, ok := whole[w]; ok {
 		return parts
