@@ -66,3 +66,54 @@ func TestSignsAssembly(t *testing.T) {
 		}
 	}
 }
+
+// sketchGo is lsh.sketch without assembly.
+func (l *lsh) sketchGo(v []float32) sketch {
+	x := make([]float32, l.n)
+	copy(x, v)
+	for _, sg := range l.signs {
+		flipFWHTGo(x, sg)
+	}
+	return signsGo(x)
+}
+
+// TestSketchAssemblyOnQueries: the sketches of real-looking queries' built-in vectors (benchout's
+// prompts and help desk questions, after a system message or alone) and of random vectors of
+// other dimensions are the Go version's, bit for bit: a search scores the same candidates.
+func TestSketchAssemblyOnQueries(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("this processor has no AVX2")
+	}
+	r := rand.New(rand.NewPCG(37, 37))
+	l := newLSH(2 * BuiltinDim)
+	for i := range 2000 {
+		q := benchoutPrompt(r)
+		if i%2 == 1 {
+			q = benchQuestion(r)
+		}
+		ctx := contextOf(q)
+		if i%3 != 0 {
+			ctx = "system: You are a helpful assistant. Be brief.\n" + ctx
+		}
+		v, ok := embedQueryJoined(query{question: q, context: ctx})
+		if !ok {
+			t.Fatalf("%q embeds to nothing", q)
+		}
+		if got, want := l.sketch(v), l.sketchGo(v); got != want {
+			t.Fatalf("%q: sketch %#x, want %#x", q, got, want)
+		}
+	}
+	for _, dim := range []int{384, 768, 1024, 1536, 3072} {
+		l := newLSH(dim)
+		for range 100 {
+			v := make([]float32, dim)
+			for i := range v {
+				v[i] = float32(r.NormFloat64())
+			}
+			normalize(v)
+			if got, want := l.sketch(v), l.sketchGo(v); got != want {
+				t.Fatalf("dim %d: sketch %#x, want %#x", dim, got, want)
+			}
+		}
+	}
+}
