@@ -1,9 +1,9 @@
 #include "textflag.h"
 
 // func flipFWHTAVX2(x, signs *float32, n int)
-// x[i] *= signs[i] for i < n, then the unnormalised Walsh-Hadamard transform of x, level by
-// level as fwht computes it (a+b and a-b for each pair, the same additions in the same order,
-// eight pairs an instruction). n is a power of two, at least 16.
+// x[i] *= signs[i] for i < n, then the unnormalised Walsh-Hadamard transform of x as fwht
+// computes it (a+b and a-b for each pair, the same additions in the same order, eight pairs an
+// instruction). n is a power of two, at least 16.
 TEXT ·flipFWHTAVX2(SB), NOSPLIT, $0-24
 	MOVQ x+0(FP), DI
 	MOVQ signs+8(FP), SI
