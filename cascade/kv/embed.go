@@ -290,14 +290,11 @@ func countQueryInto(c *[2 * BuiltinDim]int32, q query) {
 // for words ending with the word last (not empty): the pair of last and next, and the trigram
 // of last's last rune, the space, and next's first rune.
 func addBoundary[T featureSum](v []T, last, next string, wt *[3]T) {
+	h := fnvString(fnvByte(fnvOffset, 'b'), last)
+	bumpAt(v, fnvString(fnvByte(h, ' '), next), wt[2])
 	r0, _ := utf8.DecodeLastRuneInString(last)
 	r2, _ := utf8.DecodeRuneInString(next)
-	var tail [2]rune
-	tail[0], tail[1] = r0, r2
-	bump := func(h uint64, w T) { bumpAt(v, h, w) }
-	h := fnvString(fnvByte(fnvOffset, 'b'), last)
-	bump(fnvString(fnvByte(h, ' '), next), wt[2])
-	bump(fnvRune(fnvRune(fnvRune(fnvByte(fnvOffset, 't'), tail[0]), ' '), tail[1]), wt[0])
+	bumpAt(v, fnvRune(fnvRune(fnvRune(fnvByte(fnvOffset, 't'), r0), ' '), r2), wt[0])
 }
 
 // putWords returns a word list to wordsPool, emptied so that the pool keeps no text alive.
