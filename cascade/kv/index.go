@@ -326,12 +326,17 @@ type scored struct {
 // search returns the entries whose question half and context half are both at least threshold
 // similar to v's, best first. sk is v's sketch.
 func (c *collection) search(v []float32, sk sketch, threshold float32) []scored {
+	return c.searchCut(v, sk, threshold, cutoffsFor(threshold))
+}
+
+// searchCut is search with the threshold's cutoffs (cutoffsFor) made already.
+func (c *collection) searchCut(v []float32, sk sketch, threshold float32, cut cutoffs) []scored {
 	half := len(v) / 2
 	var out []scored
 	var buf [32]int32
 	c.mu.RLock()
 	n := len(c.slots)
-	for _, slot := range appendNear(c.heads, c.sketches[:n*sketchWords], &sk, cutoffsFor(threshold), buf[:0]) {
+	for _, slot := range appendNear(c.heads, c.sketches[:n*sketchWords], &sk, cut, buf[:0]) {
 		e := c.slots[slot]
 		if e == nil || len(e.vec) != len(v) {
 			continue

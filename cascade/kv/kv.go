@@ -41,6 +41,7 @@ type Stage struct {
 	emb        Embedder
 	log        zerolog.Logger
 	threshold  float32
+	cutoffs    cutoffs // the scan's, for threshold
 	maxEntries int
 	maxTotal   int // bound.go
 	maxCols    int
@@ -87,6 +88,7 @@ func New(o Options) (*Stage, error) {
 		emb:        o.Embedder,
 		log:        o.Logger,
 		threshold:  float32(o.Threshold),
+		cutoffs:    cutoffsFor(float32(o.Threshold)),
 		maxEntries: o.MaxEntries,
 		maxTotal:   o.MaxTotalEntries,
 		maxCols:    o.MaxCollections,
@@ -199,7 +201,7 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	if len(q.question)+len(q.context)+len(q.params) <= s.maxEntry { // a larger one is never learned
 		s.recent.Add(req.Key(), embedded{q: q, vec: vec, sketch: sk})
 	}
-	cands := col.search(vec, sk, s.threshold)
+	cands := col.searchCut(vec, sk, s.threshold, s.cutoffs)
 	if len(cands) == 0 {
 		return nil, cascade.SpentSettle(cascade.ErrMiss, spent, settle)
 	}
