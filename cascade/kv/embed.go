@@ -3,9 +3,11 @@ package kv
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
@@ -127,7 +129,10 @@ func appendASCIIWord(words []string, s string, start, end int, apos bool) ([]str
 		return words, -1, false
 	}
 	w := s[start:end]
-	parts := expand(w)
+	var parts []string
+	if apos || mayBeWhole(w) { // else no contraction: every suffix has an apostrophe
+		parts = expand(w)
+	}
 	if parts == nil {
 		parts = []string{w}
 	}
@@ -174,20 +179,40 @@ func embedQuery(q query) (question, context []float32) {
 // two half vectors and the copy.
 func embedQueryJoined(q query) ([]float32, bool) {
 	v := make([]float32, 2*BuiltinDim)
-	embedQueryInto(v, q)
-	return joinInPlace(v)
+	if len(q.question) >= 1<<18 || len(q.context) >= 1<<18 {
+		// float32 may round sums this long: they are made in the order they always were.
+		featuresQueryInto(v, q)
+		if !joinCountsSlow(v[:BuiltinDim]) || !joinCountsSlow(v[BuiltinDim:]) {
+			return nil, false
+		}
+		return v, true
+	}
+	var c [2 * BuiltinDim]int32
+	countQueryInto(&c, q)
+	if !joinCounts(v, &c) {
+		return nil, false
+	}
+	return v, true
 }
 
 // embedQueryInto writes embedQuery(q) into v, question half then context half.
 func embedQueryInto(v []float32, q query) {
+	featuresQueryInto(v, q)
+	normalizeCounts(v[:BuiltinDim])
+	normalizeCounts(v[BuiltinDim:])
+}
+
+// featuresQueryInto writes into v the sums of the feature weights (addFeatures) of q's question
+// and of its context, question half then context half: embedQueryInto before normalising.
+func featuresQueryInto(v []float32, q query) {
 	prefix, ok := builtinTail(q)
 	wp := wordsPool.Get().(*[]string)
 	if !ok {
 		w := appendNormWords((*wp)[:0], q.question)
-		embedWordsInto(v[:BuiltinDim], w)
+		addFeatures(v[:BuiltinDim], w, "")
 		clear(w)
 		w = appendNormWords(w[:0], q.context)
-		embedWordsInto(v[BuiltinDim:], w)
+		addFeatures(v[BuiltinDim:], w, "")
 		putWords(wp, w)
 		return
 	}
@@ -197,8 +222,8 @@ func embedQueryInto(v []float32, q query) {
 	cw = appendNormWords(cw, q.question)
 	qv, cv := v[:BuiltinDim], v[BuiltinDim:]
 	if n == len(cw) || len(q.context) >= 1<<18 {
-		embedWordsInto(qv, cw[n:])
-		embedWordsInto(cv, cw)
+		addFeatures(qv, cw[n:], "")
+		addFeatures(cv, cw, "")
 		putWords(wp, cw)
 		return
 	}
@@ -209,9 +234,67 @@ func embedQueryInto(v []float32, q query) {
 	addFeatures(qv, cw[n:], "")
 	copy(cv, qv)
 	addFeatures(cv, cw[:n], cw[n])
-	normalizeCounts(qv)
-	normalizeCounts(cv)
 	putWords(wp, cw)
+}
+
+// countQueryInto is featuresQueryInto in twice the weights as integers, for a question and a
+// context under 256 KiB each (whose float32 sums are exact: these halved). The features of the
+// lines before the question, and "user", are taken from prefixCounts when it has them.
+func countQueryInto(c *[2 * BuiltinDim]int32, q query) {
+	prefix, ok := builtinTail(q)
+	wp := wordsPool.Get().(*[]string)
+	qc, cc := c[:BuiltinDim], c[BuiltinDim:]
+	if !ok {
+		w := appendNormWords((*wp)[:0], q.question)
+		addWeights(qc, w, "", &countWeights)
+		clear(w)
+		w = appendNormWords(w[:0], q.context)
+		addWeights(cc, w, "", &countWeights)
+		putWords(wp, w)
+		return
+	}
+	pc := prefixCounts.lookup(prefix)
+	cw := (*wp)[:0]
+	n := 0
+	if pc == nil {
+		cw = appendNormWords(cw, prefix)
+		cw = append(cw, "user")
+		n = len(cw)
+	}
+	cw = appendNormWords(cw, q.question)
+	// The context's features are the question's and those of the words before it: the
+	// question's are counted once and copied.
+	addWeights(qc, cw[n:], "", &countWeights)
+	switch {
+	case pc != nil && n == len(cw):
+		copy(cc, pc.counts[:])
+	case pc != nil:
+		// Those of the words before it, ending with "user", and of "user" followed by the
+		// question: their pair and the trigram across the space between.
+		copy(cc, qc)
+		for i, x := range pc.counts {
+			cc[i] += x
+		}
+		addBoundary(cc, "user", cw[0], &countWeights)
+	case n == len(cw):
+		addWeights(cc, cw, "", &countWeights)
+	default:
+		copy(cc, qc)
+		addWeights(cc, cw[:n], cw[n], &countWeights)
+		prefixCounts.offer(prefix, cw[:n])
+	}
+	putWords(wp, cw)
+}
+
+// addBoundary adds to v what addWeights(v, words, next) adds beyond addWeights(v, words, "")
+// for words ending with the word last (not empty): the pair of last and next, and the trigram
+// of last's last rune, the space, and next's first rune.
+func addBoundary[T featureSum](v []T, last, next string, wt *[3]T) {
+	h := fnvString(fnvByte(fnvOffset, 'b'), last)
+	bumpAt(v, fnvString(fnvByte(h, ' '), next), wt[2])
+	r0, _ := utf8.DecodeLastRuneInString(last)
+	r2, _ := utf8.DecodeRuneInString(next)
+	bumpAt(v, fnvRune(fnvRune(fnvRune(fnvByte(fnvOffset, 't'), r0), ' '), r2), wt[0])
 }
 
 // putWords returns a word list to wordsPool, emptied so that the pool keeps no text alive.
@@ -251,43 +334,59 @@ func embedWordsInto(v []float32, words []string) {
 	normalizeCounts(v[:BuiltinDim])
 }
 
+// featureSum is what the built-in embedder adds feature weights into: float32 sums of the
+// weights, or int32 sums of twice them (exact at any length; the same numbers, halved, as long
+// as the float32 sums are: see featuresQueryInto).
+type featureSum interface{ float32 | int32 }
+
+// The weights of a trigram, a word and a bigram, as floats and doubled as integers.
+var (
+	floatWeights = [3]float32{weightTrigram, weightWord, weightBigram}
+	countWeights = [3]int32{2 * weightTrigram, 2 * weightWord, 2 * weightBigram}
+)
+
 // addFeatures adds to v the weights of the features of a text's words: the words, the pairs of
 // words, and the character trigrams of " " + the words joined by " " + " ". With next, words
 // are followed by a word next and the text goes on: then also the pair of the last word and
 // next, and of the trigrams only those that start before the space ahead of next (the others
 // are next's text's own).
 func addFeatures(v []float32, words []string, next string) {
+	addWeights(v, words, next, &floatWeights)
+}
+
+// addWeights is addFeatures with the weights wt (trigram, word, bigram) into sums of type T.
+func addWeights[T featureSum](v []T, words []string, next string, wt *[3]T) {
 	v = v[:BuiltinDim]
-	bump := func(h uint64, w float32) {
-		h ^= h >> 33 // fmix64: FNV's high bits mix poorly on short inputs
-		h *= 0xff51afd7ed558ccd
-		h ^= h >> 33
-		if h>>63 == 1 {
-			w = -w
-		}
-		v[h%BuiltinDim] += w
-	}
-	pair := func(a, b string) {
-		h := fnvString(fnvByte(fnvOffset, 'b'), a)
-		bump(fnvString(fnvByte(h, ' '), b), weightBigram)
-	}
+	bump := func(h uint64, w T) { bumpAt(v, h, w) }
+	// A word's bytes are read once for three hashes side by side: the word's ('w', w), its pair
+	// with the word before ('b', the word before, ' ', w), and the start of its pair with the
+	// word after ('b', w, ' '), which the next word goes on with.
+	var after uint64 // 'b', the word before, ' '
 	for i, w := range words {
-		bump(fnvString(fnvByte(fnvOffset, 'w'), w), weightWord)
-		if i > 0 {
-			pair(words[i-1], w)
+		hw, hb, ha := fnvByte(fnvOffset, 'w'), after, fnvByte(fnvOffset, 'b')
+		for j := 0; j < len(w); j++ {
+			hw, hb, ha = fnvByte(hw, w[j]), fnvByte(hb, w[j]), fnvByte(ha, w[j])
 		}
+		bump(hw, wt[1])
+		if i > 0 {
+			bump(hb, wt[2])
+		}
+		after = fnvByte(ha, ' ')
 	}
 	if next != "" && len(words) > 0 {
-		pair(words[len(words)-1], next)
+		bump(fnvString(after, next), wt[2])
 	}
-	// The trigrams, a window sliding one rune at a time, without building the text.
-	var r0, r1 rune
+	// The trigrams, a window sliding one rune at a time, without building the text. The hash of
+	// 't' and the window's last two runes, and of 't' and its last rune, are carried from one
+	// rune to the next, so each rune's three hashing steps are independent of one another.
+	t := fnvByte(fnvOffset, 't')
+	var h1, h2 uint64 // 't' and the last rune; 't' and the last two
 	n := 0
 	tri := func(c rune) {
 		if n >= 2 {
-			bump(fnvRune(fnvRune(fnvRune(fnvByte(fnvOffset, 't'), r0), r1), c), weightTrigram)
+			bump(fnvRune(h2, c), wt[0])
 		}
-		r0, r1 = r1, c
+		h1, h2 = fnvRune(t, c), fnvRune(h1, c)
 		n++
 	}
 	tri(' ')
@@ -304,6 +403,60 @@ func addFeatures(v []float32, words []string, next string) {
 		r, _ := utf8.DecodeRuneInString(next)
 		tri(r)
 	}
+}
+
+// bumpAt adds w to the coordinate of v the feature hashed h falls in, or subtracts it.
+func bumpAt[T featureSum](v []T, h uint64, w T) {
+	h ^= h >> 33 // fmix64: FNV's high bits mix poorly on short inputs
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	if h>>63 == 1 {
+		w = -w
+	}
+	v[h%BuiltinDim] += w
+}
+
+// prefixCache keeps the feature counts (countWeights) of one conversation's lines before its
+// last user message, and "user": a service's fixed system prompt is the same lines before every
+// question. A prefix is kept when it is offered twice in a row, so conversations that share
+// nothing allocate nothing. Safe for concurrent use.
+type prefixCache struct {
+	cur  atomic.Pointer[prefixEntry]
+	seen atomic.Uint64 // the hash of the last prefix offered
+}
+
+type prefixEntry struct {
+	prefix string
+	counts [BuiltinDim]int32
+}
+
+// maxCachedPrefix is the longest prefix kept.
+const maxCachedPrefix = 4 << 10
+
+var (
+	prefixCounts prefixCache
+	prefixSeed   = maphash.MakeSeed()
+)
+
+// lookup returns the entry of prefix, nil when it is not the one kept.
+func (c *prefixCache) lookup(prefix string) *prefixEntry {
+	if e := c.cur.Load(); e != nil && e.prefix == prefix {
+		return e
+	}
+	return nil
+}
+
+// offer keeps prefix, whose words and "user" are words, when it was the last one offered too.
+func (c *prefixCache) offer(prefix string, words []string) {
+	if len(prefix) > maxCachedPrefix {
+		return
+	}
+	if h := maphash.String(prefixSeed, prefix); c.seen.Swap(h) != h {
+		return
+	}
+	e := &prefixEntry{prefix: strings.Clone(prefix)}
+	addWeights(e.counts[:], words, "", &countWeights)
+	c.cur.Store(e)
 }
 
 // FNV-1a, inline so hashing a feature allocates nothing.
@@ -361,6 +514,81 @@ func normalizeCounts(v []float32) float64 {
 		return normalize(v)
 	}
 	return divide(v, sum, 1)
+}
+
+// joinSpan bounds the counts joinCounts reads from a table: each is in [-joinSpan, joinSpan].
+const joinSpan = 127
+
+// joinCounts writes into v (2·BuiltinDim long) what normalizeCounts, then joinInPlace's
+// normalizeScaled(√2/2), make of each half of the sums c/2 (c from countQueryInto), and reports
+// whether both halves are nonzero. A result is a function of the coordinate's sum alone, with
+// two lengths common to the half, so it divides once per distinct sum (a text's are a few small
+// multiples of 0.5) rather than twice per coordinate: the same divisions of the same floats, the
+// same results. The second length's sum runs in normalizeScaled's order, one addition a
+// coordinate (a zero's adds +0, which changes no sum of squares), the two halves' side by side.
+// Counts beyond the span take the two passes.
+func joinCounts(v []float32, c *[2 * BuiltinDim]int32) bool {
+	const half = BuiltinDim
+	qc, cc := (*[half]int32)(c[:half]), (*[half]int32)(c[half:])
+	var sq, sc int32 // the squares of the counts: below 2³¹ within the span
+	var qlo, qhi, clo, chi int32
+	for i := range half {
+		a, b := qc[i], cc[i]
+		sq += a * a
+		sc += b * b
+		qlo, qhi = min(qlo, a), max(qhi, a)
+		clo, chi = min(clo, b), max(chi, b)
+	}
+	if min(qlo, clo) < -joinSpan || max(qhi, chi) > joinSpan {
+		for i, x := range c {
+			v[i] = float32(x) / 2
+		}
+		return joinCountsSlow(v[:half]) && joinCountsSlow(v[half:])
+	}
+	// normalizeCounts's sums of squares, exactly: a quarter of these.
+	qn, cn := math.Sqrt(float64(sq)/4), math.Sqrt(float64(sc)/4)
+	if qn == 0 || cn == 0 {
+		return false
+	}
+	// By count plus joinSpan, as uint8 (every uint8 is in range).
+	var qt, ct [256]float32
+	var qs, cs [256]float64 // their squares (exact in float64)
+	for k := qlo; k <= qhi; k++ {
+		k := uint8(k + joinSpan)
+		qt[k] = float32(float64(float32(int32(k)-joinSpan)/2) / qn)
+		qs[k] = float64(qt[k]) * float64(qt[k])
+	}
+	for k := clo; k <= chi; k++ {
+		k := uint8(k + joinSpan)
+		ct[k] = float32(float64(float32(int32(k)-joinSpan)/2) / cn)
+		cs[k] = float64(ct[k]) * float64(ct[k])
+	}
+	var sq2, sc2 float64
+	for i := range half {
+		sq2 += qs[uint8(qc[i]+joinSpan)]
+		sc2 += cs[uint8(cc[i]+joinSpan)]
+	}
+	qn2, cn2 := math.Sqrt(sq2), math.Sqrt(sc2)
+	const scale float32 = math.Sqrt2 / 2
+	for k := qlo; k <= qhi; k++ {
+		k := uint8(k + joinSpan)
+		qt[k] = float32(float64(qt[k])/qn2) * scale
+	}
+	for k := clo; k <= chi; k++ {
+		k := uint8(k + joinSpan)
+		ct[k] = float32(float64(ct[k])/cn2) * scale
+	}
+	qv, cv := (*[half]float32)(v[:half]), (*[half]float32)(v[half:])
+	for i := range half {
+		qv[i], cv[i] = qt[uint8(qc[i]+joinSpan)], ct[uint8(cc[i]+joinSpan)]
+	}
+	return true
+}
+
+// joinCountsSlow is joinCounts in two passes over v.
+func joinCountsSlow(v []float32) bool {
+	normalizeCounts(v)
+	return normalizeScaled(v, math.Sqrt2/2) != 0
 }
 
 // divide divides v by the root of sum, its squares' sum, and multiplies it by scale; a zero

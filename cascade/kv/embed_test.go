@@ -3,6 +3,7 @@ package kv
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -138,10 +139,13 @@ func checkEmbedQuery(t *testing.T, q query) {
 	if !slices.Equal(qv, want[0]) || !slices.Equal(cv, want[1]) {
 		t.Errorf("question %q, context %q: embedQuery differs from Builtin.Embed", q.question, q.context)
 	}
-	jv, jok := embedQueryJoined(q)
+	// Three times: the prefix is offered, kept, then its kept features are used.
 	wv, wok := join(want[0], want[1])
-	if jok != wok || !slices.Equal(jv, wv) {
-		t.Errorf("question %q, context %q: embedQueryJoined differs from join of Builtin.Embed", q.question, q.context)
+	for i := range 3 {
+		jv, jok := embedQueryJoined(q)
+		if jok != wok || !slices.Equal(jv, wv) {
+			t.Errorf("question %q, context %q: embedQueryJoined (call %d) differs from join of Builtin.Embed", q.question, q.context, i+1)
+		}
 	}
 	for _, s := range []string{q.question, q.context} {
 		if got, want := embedBuiltin(s), embedWordsJoinedRunes(normWords(s)); !slices.Equal(got, want) {
@@ -276,5 +280,38 @@ func TestEmbedWaitNotBilledTwice(t *testing.T) {
 	if got < remoteFigure.Joules || got > remoteFigure.Joules+own+1e-9 {
 		t.Errorf("kv hit after a %v embedding in a %v stage: %v J, want %v J plus at most the stage's own %v (%v J)",
 			waited, took, got, remoteFigure.Joules, took-waited, own)
+	}
+}
+
+// TestEmbedQueryMany: on many conversations shaped like real ones (benchout's prompts and help
+// desk questions, after one of a few system messages that come in runs and alternate, or none,
+// or a turn before), the stage's built-in embedding is join of Builtin.Embed's, bit for bit,
+// whether the lines before the question are kept (prefixCounts) or not.
+func TestEmbedQueryMany(t *testing.T) {
+	s := newStage(t, Options{})
+	r := rand.New(rand.NewPCG(41, 41))
+	systems := []string{"You are a helpful assistant. Be brief.", "Answer in French.", "Réponds en français, brièvement."}
+	for i := range 3000 {
+		question := benchoutPrompt(r)
+		if i%3 == 1 {
+			question = benchQuestion(r)
+		}
+		var msgs []cascade.Message
+		switch k := (i / 7) % 5; k {
+		case 0, 1, 2:
+			msgs = append(msgs, msg("system", systems[k]))
+		case 3:
+			msgs = append(msgs, user(benchQuestion(r)), msg("assistant", "Sure."))
+		}
+		msgs = append(msgs, user(question))
+		q, ok := s.query(request("", "m", msgs...))
+		if !ok {
+			t.Fatalf("%q: not a query", question)
+		}
+		want, _, _ := Builtin{}.Embed(context.Background(), []string{q.question, q.context})
+		wv, wok := join(want[0], want[1])
+		if v, ok := embedQueryJoined(q); ok != wok || !slices.Equal(v, wv) {
+			t.Fatalf("conversation %d %q: embedQueryJoined differs from join of Builtin.Embed", i, q.context)
+		}
 	}
 }

@@ -76,11 +76,13 @@ func (l *lsh) sketch(v []float32) sketch {
 	}
 	copy(x, v)
 	for _, sg := range l.signs {
-		for i, f := range sg[:len(x)] {
-			x[i] *= f
-		}
-		fwht(x)
+		flipFWHT(x, sg)
 	}
+	return signs(x)
+}
+
+// signsGo is signs where no assembly version runs.
+func signsGo(x []float32) sketch {
 	var s sketch
 	for k, a := range x[:sketchBits] {
 		if a >= 0 {
@@ -88,6 +90,15 @@ func (l *lsh) sketch(v []float32) sketch {
 		}
 	}
 	return s
+}
+
+// flipFWHTGo multiplies x by signs (as long) and transforms it with fwht: flipFWHT where no
+// assembly version runs.
+func flipFWHTGo(x, signs []float32) {
+	for i, f := range signs[:len(x)] {
+		x[i] *= f
+	}
+	fwht(x)
 }
 
 // fwht is the unnormalised Walsh-Hadamard transform of x in place; len(x) is a power of two, at
@@ -175,7 +186,7 @@ type collection struct {
 	byID     map[string]*entry
 	slots    []*entry // slot → entry; nil for a free slot
 	sketches []uint64 // sketchWords per slot, in slot order
-	heads    []uint64 // the first headWords of each slot's sketch: the scan's first pass (scan.go)
+	heads    []uint64 // the first headWords of each slot's sketch, block by block: the scan's first pass (scan.go, setHead)
 	free     []int32
 	fifo     []*entry // insertion order; entries no longer in byID are skipped
 	head     int
@@ -227,13 +238,12 @@ func (c *collection) insert(e *entry, max int) (evicted []*entry, added bool) {
 		slot, c.free = c.free[n-1], c.free[:n-1]
 		c.slots[slot] = e
 		copy(c.sketches[int(slot)*sketchWords:], e.sketch[:])
-		copy(c.heads[int(slot)*headWords:], e.sketch[:headWords])
 	} else {
 		slot = int32(len(c.slots))
 		c.slots = append(c.slots, e)
 		c.sketches = append(c.sketches, e.sketch[:]...)
-		c.heads = append(c.heads, e.sketch[:headWords]...)
 	}
+	c.setHead(slot, &e.sketch)
 	e.slot = slot // e is not visible to readers yet
 	c.byID[e.id] = e
 	c.bytes += e.size()
@@ -266,6 +276,21 @@ func (c *collection) evictLocked(over func() bool) []*entry {
 		c.head = 0
 	}
 	return evicted
+}
+
+// setHead writes the first headWords of sk, the sketch in slot, into c.heads. They are kept
+// block by block (blockSlots slots each), a block's first words then its second words, so that
+// the first pass reads each word of eight slots in one load (scan.go); a block is allocated
+// whole when its first slot is. c.mu is held.
+func (c *collection) setHead(slot int32, sk *sketch) {
+	b, i := int(slot)/blockSlots, int(slot)%blockSlots
+	if need := (b + 1) * blockSlots * headWords; len(c.heads) < need {
+		c.heads = append(c.heads, make([]uint64, need-len(c.heads))...)
+	}
+	h := c.heads[b*blockSlots*headWords:]
+	for w := range headWords {
+		h[w*blockSlots+i] = sk[w]
+	}
 }
 
 func (c *collection) removeLocked(e *entry) {
@@ -301,12 +326,17 @@ type scored struct {
 // search returns the entries whose question half and context half are both at least threshold
 // similar to v's, best first. sk is v's sketch.
 func (c *collection) search(v []float32, sk sketch, threshold float32) []scored {
+	return c.searchCut(v, sk, threshold, cutoffsFor(threshold))
+}
+
+// searchCut is search with the threshold's cutoffs (cutoffsFor) made already.
+func (c *collection) searchCut(v []float32, sk sketch, threshold float32, cut cutoffs) []scored {
 	half := len(v) / 2
 	var out []scored
 	var buf [32]int32
 	c.mu.RLock()
 	n := len(c.slots)
-	for _, slot := range appendNear(c.heads[:n*headWords], c.sketches[:n*sketchWords], &sk, cutoffsFor(threshold), buf[:0]) {
+	for _, slot := range appendNear(c.heads, c.sketches[:n*sketchWords], &sk, cut, buf[:0]) {
 		e := c.slots[slot]
 		if e == nil || len(e.vec) != len(v) {
 			continue
@@ -340,7 +370,7 @@ func within(q, s *sketch, c cutoffs) bool {
 }
 
 // appendNear appends to out, in order, the slots whose sketch is within both cutoffs of sk;
-// heads holds the first headWords of each slot's sketch, all the sketches. It is the loop every
+// all holds the sketches, heads the first headWords of each block's (setHead's layout). It is the loop every
 // search runs over the whole collection (scan.go), on one goroutine: BenchmarkLookup and
 // BenchmarkScan measure it against real questions' sketches. The first pass runs over
 // chunkBlocks blocks before the second reads the whole sketches of those it kept: those are
@@ -351,7 +381,7 @@ func appendNear(heads, all []uint64, sk *sketch, c cutoffs, out []int32) []int32
 	if c.head < 0 || c.full < 0 {
 		return out
 	}
-	n := len(heads) / headWords
+	n := len(all) / sketchWords
 	slot := 0
 	var masks [chunkBlocks]uint64
 	for slot+blockSlots <= n {
@@ -359,7 +389,7 @@ func appendNear(heads, all []uint64, sk *sketch, c cutoffs, out []int32) []int32
 		kept := uint64(0)
 		for b := range k {
 			s := slot + b*blockSlots
-			masks[b] = headMask((*[blockSlots * headWords]uint64)(heads[s*headWords:(s+blockSlots)*headWords]), sk[0], sk[1], c.head)
+			masks[b] = headMask((*[blockSlots * headWords]uint64)(heads[s*headWords:]), sk[0], sk[1], c.head)
 			kept |= masks[b]
 		}
 		for b := 0; kept != 0 && b < k; b++ {

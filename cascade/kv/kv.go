@@ -41,6 +41,7 @@ type Stage struct {
 	emb        Embedder
 	log        zerolog.Logger
 	threshold  float32
+	cutoffs    cutoffs // the scan's, for threshold
 	maxEntries int
 	maxTotal   int // bound.go
 	maxCols    int
@@ -68,6 +69,7 @@ type Stage struct {
 	closed bool
 	queue  chan job
 	done   chan struct{}
+	wake   chan struct{} // ends the learn worker's linger (learn.go)
 
 	stats struct {
 		seedHits, similarHits, guarded, learned, dropped, failed, evicted atomic.Int64
@@ -86,6 +88,7 @@ func New(o Options) (*Stage, error) {
 		emb:        o.Embedder,
 		log:        o.Logger,
 		threshold:  float32(o.Threshold),
+		cutoffs:    cutoffsFor(float32(o.Threshold)),
 		maxEntries: o.MaxEntries,
 		maxTotal:   o.MaxTotalEntries,
 		maxCols:    o.MaxCollections,
@@ -111,6 +114,7 @@ func New(o Options) (*Stage, error) {
 	}
 	s.queue = make(chan job, o.LearnQueue)
 	s.done = make(chan struct{})
+	s.wake = make(chan struct{}, 1)
 	go s.work()
 	return s, nil
 }
@@ -197,7 +201,7 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	if len(q.question)+len(q.context)+len(q.params) <= s.maxEntry { // a larger one is never learned
 		s.recent.Add(req.Key(), embedded{q: q, vec: vec, sketch: sk})
 	}
-	cands := col.search(vec, sk, s.threshold)
+	cands := col.searchCut(vec, sk, s.threshold, s.cutoffs)
 	if len(cands) == 0 {
 		return nil, cascade.SpentSettle(cascade.ErrMiss, spent, settle)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/energy"
@@ -588,6 +589,28 @@ func (b *blockingEmbedder) Embed(ctx context.Context, texts []string) ([][]float
 	b.calls.Add(1)
 	<-b.release
 	return Builtin{}.Embed(ctx, texts)
+}
+
+// TestLearnWithoutFlush: answers queued while the worker lingers after emptying the queue are
+// learned when the linger ends, with no Flush to cut it short (the deadline only bounds a hang).
+func TestLearnWithoutFlush(t *testing.T) {
+	s := newStage(t, Options{})
+	s.Learn(request("", "m", user("How do I reset my password?")), neural("Use the link.", 1))
+	for i := 0; s.Stats().Learned < 1; i++ {
+		if i > 1000 {
+			t.Fatal("the first answer was never learned")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The worker has emptied the queue: these come while it lingers, or after.
+	s.Learn(request("", "m", user("How do I rename my account?")), neural("In settings.", 1))
+	s.Learn(request("", "m", user("How do I delete my account?")), neural("Ask support.", 1))
+	for i := 0; s.Stats().Learned < 3; i++ {
+		if i > 1000 {
+			t.Fatalf("learned %d of 3 answers", s.Stats().Learned)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func TestQueueFullDrops(t *testing.T) {

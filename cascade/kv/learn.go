@@ -13,7 +13,15 @@ import (
 
 // The learn queue: Learn hands complete neural answers to one worker goroutine through a bounded
 // channel, so learning never delays a response; the worker embeds (unless Serve already did),
-// stores and indexes each answer. Flush and Close drain it.
+// stores and indexes each answer. Flush and Close drain it. After emptying the queue the worker
+// lingers (learnLinger) before it waits on the channel again: a send to a goroutine waiting on a
+// channel wakes it (and, with a processor idle, a thread to run it, a system call on the sending
+// request's path), so while answers keep coming each one is queued without waking anything,
+// and the worker takes them in batches. Flush and Close cut a linger short.
+
+// learnLinger is how long the worker lets answers accumulate after emptying the queue: the most
+// an answer waits to be learned beyond the worker's own work.
+const learnLinger = 5 * time.Millisecond
 
 // job is one answer to learn, or a flush barrier.
 type job struct {
@@ -93,7 +101,16 @@ func (s *Stage) Flush() {
 	}
 	s.queue <- job{barrier: done}
 	s.qmu.RUnlock()
+	s.hurry()
 	<-done
+}
+
+// hurry ends the worker's linger, or its next one.
+func (s *Stage) hurry() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Close stops accepting answers, learns those already queued and returns. Learn after Close
@@ -106,21 +123,46 @@ func (s *Stage) Close() error {
 		close(s.queue)
 	}
 	s.qmu.Unlock()
+	s.hurry()
 	<-s.done
 	return nil
 }
 
 func (s *Stage) work() {
 	defer close(s.done)
+	linger := time.NewTimer(learnLinger)
+	linger.Stop()
 	for j := range s.queue {
-		if j.barrier != nil {
-			close(j.barrier)
-			continue
+		s.do(j)
+		for more := true; more; { // the rest of the queue
+			select {
+			case j, ok := <-s.queue:
+				if !ok {
+					return
+				}
+				s.do(j)
+			default:
+				more = false
+			}
 		}
-		if err := s.learn(j); err != nil {
-			s.stats.failed.Add(1)
-			s.log.Warn().Err(err).Str("model", j.model).Msg("kv: answer not learned")
+		linger.Reset(learnLinger)
+		select {
+		case <-linger.C:
+		case <-s.wake:
+			linger.Stop()
 		}
+	}
+}
+
+// do learns one job, or releases a barrier.
+func (s *Stage) do(j job) {
+	if j.barrier != nil {
+		close(j.barrier)
+		return
+	}
+	if err := s.learn(j); err != nil {
+		s.stats.failed.Add(1)
+		s.log.Warn().Err(err).Str("model", j.model).Msg("kv: answer not learned")
 	}
 }
 

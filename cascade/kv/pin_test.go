@@ -108,3 +108,38 @@ func TestEmbedQueryLargest(t *testing.T) {
 	}
 	checkEmbedQuery(t, q)
 }
+
+// TestJoinCounts: joinCounts gives normalizeCounts then normalizeScaled(√2/2)'s floats of the
+// halved counts, bit for bit, on both halves of counts of the built-in embedder's weights few
+// and many, within its table's span and beyond, and says the same of a zero half.
+func TestJoinCounts(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 11))
+	for trial := range 3000 {
+		var c [2 * BuiltinDim]int32
+		for h := range 2 {
+			bumps := []int{0, 1, 3, 30, 300, 3000}[(trial+h*trial/6)%6]
+			scale := int32(1)
+			if trial%7 == h {
+				scale = 64 // some counts beyond the span
+			}
+			for range bumps {
+				w := countWeights[r.IntN(len(countWeights))] * scale
+				if r.IntN(2) == 0 {
+					w = -w
+				}
+				c[h*BuiltinDim+r.IntN(BuiltinDim)] += w
+			}
+		}
+		want := make([]float32, 2*BuiltinDim)
+		for i, x := range c {
+			want[i] = float32(x) / 2
+		}
+		wok := joinCountsSlow(want[:BuiltinDim]) && joinCountsSlow(want[BuiltinDim:])
+		v := make([]float32, 2*BuiltinDim)
+		if ok := joinCounts(v, &c); ok != wok || ok && !slices.EqualFunc(v, want, func(a, b float32) bool {
+			return math.Float32bits(a) == math.Float32bits(b)
+		}) {
+			t.Fatalf("trial %d: joinCounts differs from normalizeCounts and normalizeScaled (%v, want %v)", trial, ok, wok)
+		}
+	}
+}

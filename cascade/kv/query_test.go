@@ -1,7 +1,10 @@
 package kv
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -73,4 +76,36 @@ func FuzzQuery(f *testing.F) {
 			t.Errorf("query(%q: %q, user: %q) = %+v %v, want %+v %v", role, first, last, got, gok, want, wok)
 		}
 	})
+}
+
+// TestServeMissAllocs: a miss on benchout's neural path (a system message and a fresh question,
+// the system message's features kept) allocates what it hands to Learn and nothing else: the
+// rendered conversation, the lower-cased question, the vector, and the recent list's element.
+func TestServeMissAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's instrumentation allocates on its own")
+	}
+	s := newStage(t, Options{})
+	r := rand.New(rand.NewPCG(43, 43))
+	sys := msg("system", "You are a helpful assistant. Be brief.")
+	for range 50 {
+		teach(t, s, request("", "m", sys, user(benchoutPrompt(r))), neural("a", 1))
+	}
+	reqs := make([]*cascade.Request, 300)
+	for i := range reqs {
+		reqs[i] = request("", "m", sys, user(benchoutPrompt(r)))
+		reqs[i].Key() // made once per request, before any stage
+	}
+	i := 0
+	serve := func() {
+		if _, err := s.Serve(context.Background(), reqs[i], nil); !errors.Is(err, cascade.ErrMiss) {
+			t.Fatalf("Serve: %v, want a miss", err)
+		}
+		i++
+	}
+	serve()
+	serve() // the system message's features are kept from the second on
+	if n := testing.AllocsPerRun(100, serve); n > 4 {
+		t.Errorf("a miss allocates %v objects, want at most 4", n)
+	}
 }

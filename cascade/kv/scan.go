@@ -29,12 +29,12 @@ func headCutoff(threshold float32) int {
 	return int(math.Ceil(n*f + 5*math.Sqrt(n*f*(1-f))))
 }
 
-// headMaskGo sets bit i when the first half of sketch i, heads[2i:2i+2], is within cutoff bits
-// of the query's, s0 and s1.
+// headMaskGo sets bit i when the first half of sketch i of a block, heads[i] and
+// heads[blockSlots+i] (collection.setHead), is within cutoff bits of the query's, s0 and s1.
 func headMaskGo(heads *[blockSlots * headWords]uint64, s0, s1 uint64, cutoff int) uint64 {
 	var m uint64
 	for i := range blockSlots {
-		if bits.OnesCount64(heads[2*i]^s0)+bits.OnesCount64(heads[2*i+1]^s1) <= cutoff {
+		if bits.OnesCount64(heads[i]^s0)+bits.OnesCount64(heads[blockSlots+i]^s1) <= cutoff {
 			m |= 1 << i
 		}
 	}

@@ -45,7 +45,7 @@ func checkHeadMask(t *testing.T, f headFunc) {
 					d = r.IntN(64*headWords + 1)
 				}
 				flipBits(r, w, d, 64*headWords)
-				copy(heads[i*headWords:], w)
+				heads[i], heads[blockSlots+i] = w[0], w[1]
 			}
 			if got, want := f(&heads, s0, s1, cutoff), headMaskGo(&heads, s0, s1, cutoff); got != want {
 				t.Fatalf("cutoff %d trial %d: mask %064b, want %064b", cutoff, trial, got, want)

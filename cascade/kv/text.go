@@ -189,6 +189,11 @@ var (
 // expand, which reads it.)
 var whole map[string][]string
 
+// wholeEnds has bit b&63 of entry a set for each key of whole that starts with the byte a and
+// ends with the byte b: a word whose ends are not in it is no key, without a map lookup (most
+// words are none).
+var wholeEnds [256]uint64
+
 func init() {
 	whole = maps.Clone(contractions)
 	for b, c := range bare {
@@ -198,10 +203,21 @@ func init() {
 			whole[b] = bySuffix(c)
 		}
 	}
+	for k := range whole {
+		wholeEnds[k[0]] |= 1 << (k[len(k)-1] & 63)
+	}
+}
+
+// mayBeWhole is false for a word that is no key of whole.
+func mayBeWhole(w string) bool {
+	return w != "" && wholeEnds[w[0]]>>(w[len(w)-1]&63)&1 == 1
 }
 
 // expand writes out a folded word if it is a contraction, else returns nil.
 func expand(w string) []string {
+	if !mayBeWhole(w) {
+		return bySuffix(w)
+	}
 	if parts, ok := whole[w]; ok {
 		return parts
 	}
