@@ -550,39 +550,65 @@ func joinCounts(v []float32, c *[2 * BuiltinDim]int32) bool {
 	if qn == 0 || cn == 0 {
 		return false
 	}
-	// By count plus joinSpan, as uint8 (every uint8 is in range).
-	var qt, ct [256]float32
-	var qs, cs [256]float64 // their squares (exact in float64)
-	for k := qlo; k <= qhi; k++ {
-		k := uint8(k + joinSpan)
-		qt[k] = float32(float64(float32(int32(k)-joinSpan)/2) / qn)
+	r := counts{qc: qc, cc: cc, qn: qn, cn: cn, qlo: qlo, qhi: qhi, clo: clo, chi: chi}
+	if min(qlo, clo) >= -smallSpan && max(qhi, chi) <= smallSpan {
+		// A short text's counts are small: tables of their span are less stack to clear.
+		var t struct {
+			qt, ct [2*smallSpan + 1]float32
+			qs, cs [2*smallSpan + 1]float64
+		}
+		joinTabled(v, &r, smallSpan, t.qt[:], t.ct[:], t.qs[:], t.cs[:])
+	} else {
+		var t struct {
+			qt, ct [2*joinSpan + 1]float32
+			qs, cs [2*joinSpan + 1]float64
+		}
+		joinTabled(v, &r, joinSpan, t.qt[:], t.ct[:], t.qs[:], t.cs[:])
+	}
+	return true
+}
+
+// smallSpan is the span of joinCounts's smaller tables.
+const smallSpan = 31
+
+// counts are a query's two halves of counts (in [lo, hi] each) and their lengths.
+type counts struct {
+	qc, cc             *[BuiltinDim]int32
+	qn, cn             float64
+	qlo, qhi, clo, chi int32
+}
+
+// joinTabled is the rest of joinCounts with tables for counts in [-span, span], by count plus
+// span (2·span+1 long, all zero): for each count its float in the question half and in the
+// context half, and their squares (exact in float64).
+func joinTabled(v []float32, r *counts, span int32, qt, ct []float32, qs, cs []float64) {
+	const half = BuiltinDim
+	qc, cc := r.qc, r.cc
+	for k := r.qlo + span; k <= r.qhi+span; k++ {
+		qt[k] = float32(float64(float32(k-span)/2) / r.qn)
 		qs[k] = float64(qt[k]) * float64(qt[k])
 	}
-	for k := clo; k <= chi; k++ {
-		k := uint8(k + joinSpan)
-		ct[k] = float32(float64(float32(int32(k)-joinSpan)/2) / cn)
+	for k := r.clo + span; k <= r.chi+span; k++ {
+		ct[k] = float32(float64(float32(k-span)/2) / r.cn)
 		cs[k] = float64(ct[k]) * float64(ct[k])
 	}
 	var sq2, sc2 float64
 	for i := range half {
-		sq2 += qs[uint8(qc[i]+joinSpan)]
-		sc2 += cs[uint8(cc[i]+joinSpan)]
+		sq2 += qs[qc[i]+span]
+		sc2 += cs[cc[i]+span]
 	}
 	qn2, cn2 := math.Sqrt(sq2), math.Sqrt(sc2)
 	const scale float32 = math.Sqrt2 / 2
-	for k := qlo; k <= qhi; k++ {
-		k := uint8(k + joinSpan)
+	for k := r.qlo + span; k <= r.qhi+span; k++ {
 		qt[k] = float32(float64(qt[k])/qn2) * scale
 	}
-	for k := clo; k <= chi; k++ {
-		k := uint8(k + joinSpan)
+	for k := r.clo + span; k <= r.chi+span; k++ {
 		ct[k] = float32(float64(ct[k])/cn2) * scale
 	}
 	qv, cv := (*[half]float32)(v[:half]), (*[half]float32)(v[half:])
 	for i := range half {
-		qv[i], cv[i] = qt[uint8(qc[i]+joinSpan)], ct[uint8(cc[i]+joinSpan)]
+		qv[i], cv[i] = qt[qc[i]+span], ct[cc[i]+span]
 	}
-	return true
 }
 
 // joinCountsSlow is joinCounts in two passes over v.

@@ -67,13 +67,20 @@ type sketch [sketchWords]uint64
 
 // sketch rotates v and takes the signs of the first sketchBits coordinates.
 func (l *lsh) sketch(v []float32) sketch {
-	var buf [1024]float32
-	var x []float32
-	if l.n <= len(buf) {
-		x = buf[:l.n]
-	} else {
-		x = make([]float32, l.n)
+	if l.n <= 2*BuiltinDim {
+		// The built-in embedder's: half the stack of the larger buffer to clear.
+		var buf [2 * BuiltinDim]float32
+		return l.rotate(buf[:l.n], v)
 	}
+	var buf [1024]float32
+	if l.n <= len(buf) {
+		return l.rotate(buf[:l.n], v)
+	}
+	return l.rotate(make([]float32, l.n), v)
+}
+
+// rotate is sketch with x, l.n floats, all zero, to work in.
+func (l *lsh) rotate(x, v []float32) sketch {
 	copy(x, v)
 	for _, sg := range l.signs {
 		flipFWHT(x, sg)
