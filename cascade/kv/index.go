@@ -82,6 +82,11 @@ func (l *lsh) sketch(v []float32) sketch {
 // rotate is sketch with x, l.n floats, all zero, to work in.
 func (l *lsh) rotate(x, v []float32) sketch {
 	copy(x, v)
+	return l.rotateInPlace(x)
+}
+
+// rotateInPlace is the sketch of x, l.n floats (the vector, then zeros), rotated in place.
+func (l *lsh) rotateInPlace(x []float32) sketch {
 	for _, sg := range l.signs {
 		flipFWHT(x, sg)
 	}
@@ -338,12 +343,22 @@ func (c *collection) search(v []float32, sk sketch, threshold float32) []scored 
 
 // searchCut is search with the threshold's cutoffs (cutoffsFor) made already.
 func (c *collection) searchCut(v []float32, sk sketch, threshold float32, cut cutoffs) []scored {
-	half := len(v) / 2
+	return c.searchLazy(func() []float32 { return v }, sk, threshold, cut)
+}
+
+// searchLazy is searchCut for the vector vecOf returns: it is called only when the sketch scan
+// finds a candidate, at most once.
+func (c *collection) searchLazy(vecOf func() []float32, sk sketch, threshold float32, cut cutoffs) []scored {
 	var out []scored
 	var buf [32]int32
+	var v []float32
 	c.mu.RLock()
 	n := len(c.slots)
 	for _, slot := range appendNear(c.heads, c.sketches[:n*sketchWords], &sk, cut, buf[:0]) {
+		if v == nil {
+			v = vecOf()
+		}
+		half := len(v) / 2
 		e := c.slots[slot]
 		if e == nil || len(e.vec) != len(v) {
 			continue

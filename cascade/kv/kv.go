@@ -185,23 +185,41 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	if col == nil || col.len() == 0 {
 		return nil, cascade.ErrMiss
 	}
-	embedStart := time.Now()
-	vec, spent, settle, err := s.embedSettle(ctx, q, serveEmbedTimeout)
-	embedWait := time.Since(embedStart)
-	if errors.Is(err, errNothing) {
-		return nil, cascade.SpentSettle(cascade.ErrMiss, spent, settle)
+	var cands []scored
+	var spent energy.Figure
+	var settle cascade.SettleFunc
+	var embedWait time.Duration
+	if _, ok := s.emb.(Builtin); ok && len(q.question) < 1<<18 && len(q.context) < 1<<18 {
+		// The built-in embedding's counts make the sketch on the stack; its vector is made only
+		// for a candidate, and for learning by the worker, after the response.
+		var c [2 * BuiltinDim]int32
+		sk, ok := s.sketchCounts(q, &c)
+		if !ok {
+			return nil, cascade.ErrMiss
+		}
+		s.remember(req, q, nil, sk)
+		cands = col.searchLazy(func() []float32 {
+			v := make([]float32, 2*BuiltinDim)
+			joinCounts(v, &c)
+			return v
+		}, sk, s.threshold, s.cutoffs)
+	} else {
+		embedStart := time.Now()
+		vec, fig, set, err := s.embedSettle(ctx, q, serveEmbedTimeout)
+		spent, settle, embedWait = fig, set, time.Since(embedStart)
+		if errors.Is(err, errNothing) {
+			return nil, cascade.SpentSettle(cascade.ErrMiss, spent, settle)
+		}
+		if err != nil {
+			return nil, cascade.SpentSettle(fmt.Errorf("kv: %w", err), spent, settle)
+		}
+		if !s.indexes(len(vec)) { // the embedder changed its dimension: nothing stored can match
+			return nil, cascade.SpentSettle(cascade.ErrMiss, spent, settle)
+		}
+		sk := s.sketchOf(vec)
+		s.remember(req, q, vec, sk)
+		cands = col.searchCut(vec, sk, s.threshold, s.cutoffs)
 	}
-	if err != nil {
-		return nil, cascade.SpentSettle(fmt.Errorf("kv: %w", err), spent, settle)
-	}
-	if !s.indexes(len(vec)) { // the embedder changed its dimension: nothing stored can match
-		return nil, cascade.SpentSettle(cascade.ErrMiss, spent, settle)
-	}
-	sk := s.sketchOf(vec)
-	if len(q.question)+len(q.context)+len(q.params) <= s.maxEntry { // a larger one is never learned
-		s.recent.Add(req.Key(), embedded{q: q, vec: vec, sketch: sk})
-	}
-	cands := col.searchCut(vec, sk, s.threshold, s.cutoffs)
 	if len(cands) == 0 {
 		return nil, cascade.SpentSettle(cascade.ErrMiss, spent, settle)
 	}
@@ -408,22 +426,50 @@ func (s *Stage) embedSettle(ctx context.Context, q query, timeout time.Duration)
 	return v, fig, settle, nil
 }
 
+// remember keeps q, its vector (nil: learning embeds it) and its sketch for Learn, unless q is
+// too large to be learned.
+func (s *Stage) remember(req *cascade.Request, q query, vec []float32, sk sketch) {
+	if len(q.question)+len(q.context)+len(q.params) <= s.maxEntry {
+		s.recent.Add(req.Key(), embedded{q: q, vec: vec, sketch: sk})
+	}
+}
+
+// sketchCounts writes q's built-in feature counts into c (countQueryInto) and returns the
+// sketch of the vector they make (embedQueryJoined's), without making the vector; false when
+// q embeds to nothing, or the index holds another dimension.
+func (s *Stage) sketchCounts(q query, c *[2 * BuiltinDim]int32) (sketch, bool) {
+	const dim = 2 * BuiltinDim
+	if !s.indexes(dim) {
+		return sketch{}, false
+	}
+	l := s.rotation(dim)
+	countQueryInto(c, q)
+	var x [2 * BuiltinDim]float32
+	if l.n != dim || !joinCounts(x[:], c) {
+		return sketch{}, false
+	}
+	return l.rotateInPlace(x[:]), true
+}
+
 // sketchOf returns v's sketch, creating the rotation for the first dimension seen. The caller
 // makes sure v has the index's dimension (collectionFor, indexes).
-func (s *Stage) sketchOf(v []float32) sketch {
+func (s *Stage) sketchOf(v []float32) sketch { return s.rotation(len(v)).sketch(v) }
+
+// rotation returns the index's rotation, creating it for dim when there is none yet.
+func (s *Stage) rotation(dim int) *lsh {
 	s.mu.RLock() // the rotation is made once: concurrent calls share the read lock after that
 	l := s.lsh
 	s.mu.RUnlock()
 	if l == nil {
 		s.mu.Lock()
 		if s.lsh == nil {
-			s.lsh = newLSH(len(v))
-			s.dim = len(v)
+			s.lsh = newLSH(dim)
+			s.dim = dim
 		}
 		l = s.lsh
 		s.mu.Unlock()
 	}
-	return l.sketch(v)
+	return l
 }
 
 // indexes reports whether vectors of dim dimensions can be sketched and compared: no dimension

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -855,8 +856,8 @@ func readDoc(p string) (chromem.Document, bool) {
 	return d, gob.NewDecoder(f).Decode(&d) == nil && d.ID != ""
 }
 
-// TestLearnReusesServeSketch: learning the answer to a miss takes the sketch Serve made with the
-// vector, and projects nothing again.
+// TestLearnReusesServeSketch: learning the answer to a miss takes the sketch Serve made from
+// the built-in counts, and projects nothing again; it stores the vector Serve would have made.
 func TestLearnReusesServeSketch(t *testing.T) {
 	s := newStage(t, Options{})
 	teach(t, s, request("", "m", user("first question")), neural("a", 1))
@@ -865,8 +866,9 @@ func TestLearnReusesServeSketch(t *testing.T) {
 		t.Fatal("unexpected hit")
 	}
 	e, ok := s.recent.Peek(r.Key())
-	if !ok || e.sketch != s.sketchOf(e.vec) {
-		t.Fatalf("Serve kept no sketch (%v) or another one", ok)
+	v, _ := embedQueryJoined(e.q)
+	if !ok || e.vec != nil || e.sketch != s.sketchOf(v) {
+		t.Fatalf("Serve kept no sketch (%v), a vector, or another sketch", ok)
 	}
 	if q, _ := s.query(r); e.q != q {
 		t.Fatalf("Serve kept the query %+v, not %+v", e.q, q)
@@ -880,6 +882,9 @@ func TestLearnReusesServeSketch(t *testing.T) {
 	for _, x := range col.entries() {
 		if x.question == "second question" {
 			found = x.sketch == marker
+			if !slices.Equal(x.vec, v) {
+				t.Error("learn stored another vector than the query's")
+			}
 		}
 	}
 	if !found {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -105,7 +106,64 @@ func TestServeMissAllocs(t *testing.T) {
 	}
 	serve()
 	serve() // the system message's features are kept from the second on
-	if n := testing.AllocsPerRun(100, serve); n > 4 {
-		t.Errorf("a miss allocates %v objects, want at most 4", n)
+	if n := testing.AllocsPerRun(100, serve); n > 2 {
+		t.Errorf("a miss allocates %v objects, want at most 2 (the conversation rendered, the entry kept for Learn)", n)
+	}
+}
+
+// TestServeBuiltinSketchCounts: Serve's built-in path (the sketch from the counts, the vector
+// made only for a candidate) finds the candidates, with the same scores, that the sketch and
+// search of embedQueryJoined's vector find, for questions learned, reworded and new.
+func TestServeBuiltinSketchCounts(t *testing.T) {
+	s := newStage(t, Options{})
+	r := rand.New(rand.NewPCG(47, 47))
+	sys := msg("system", "You are a helpful assistant. Be brief.")
+	var asked []string
+	for i := range 60 {
+		q := benchoutPrompt(r)
+		if i%2 == 0 {
+			q = benchQuestion(r)
+		}
+		teach(t, s, request("", "m", sys, user(q)), neural("a", 1))
+		asked = append(asked, q)
+	}
+	col := s.collection("", "m")
+	found := 0
+	for i := range 300 {
+		question := asked[i%len(asked)]
+		switch i % 3 {
+		case 1:
+			question = strings.ToUpper(question[:1]) + question[1:] + " please"
+		case 2:
+			question = benchoutPrompt(r)
+		}
+		q, ok := s.query(request("", "m", sys, user(question)))
+		if !ok {
+			t.Fatalf("%q: not a query", question)
+		}
+		var c [2 * BuiltinDim]int32
+		sk, ok := s.sketchCounts(q, &c)
+		v, vok := embedQueryJoined(q)
+		if ok != vok || !ok {
+			t.Fatalf("%q: sketchCounts %v, embedQueryJoined %v", question, ok, vok)
+		}
+		if sk != s.sketchOf(v) {
+			t.Fatalf("%q: the sketch of the counts differs from the vector's", question)
+		}
+		calls := 0
+		got := col.searchLazy(func() []float32 {
+			calls++
+			w := make([]float32, 2*BuiltinDim)
+			joinCounts(w, &c)
+			return w
+		}, sk, s.threshold, s.cutoffs)
+		want := col.searchCut(v, sk, s.threshold, s.cutoffs)
+		if !slices.Equal(got, want) || calls > 1 {
+			t.Fatalf("%q: searchLazy found %v (vector made %d times), searchCut %v", question, got, calls, want)
+		}
+		found += len(got)
+	}
+	if found == 0 {
+		t.Fatal("no candidates: the test compares nothing")
 	}
 }
