@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
-	lru "github.com/hashicorp/golang-lru/v2"
 	chromem "github.com/philippgille/chromem-go"
 	"github.com/rs/zerolog"
 
@@ -62,8 +61,9 @@ type Stage struct {
 	dim   int // full vector dimension once known
 
 	// recent keeps the queries, vectors and sketches Serve computed, by request key, so learning
-	// the answer to a miss neither renders the conversation, embeds nor sketches again.
-	recent *lru.Cache[string, embedded]
+	// the answer to a miss neither renders the conversation, embeds (unless Serve left the
+	// vector to it) nor sketches again.
+	recent recentRing
 
 	qmu    sync.RWMutex
 	closed bool
@@ -103,7 +103,6 @@ func New(o Options) (*Stage, error) {
 	if s.seeds, err = loadSeeds(o.Files, o.SeedFiles, o.SeedJoules); err != nil {
 		return nil, err
 	}
-	s.recent, _ = lru.New[string, embedded](256)
 	if o.DataDir != "" {
 		if s.db, err = openDB(o.DataDir, s.log); err != nil {
 			s.log.Warn().Err(err).Str("data_dir", o.DataDir).Msg("store unusable; learning in memory only")
@@ -368,6 +367,44 @@ func contextOf(question string) string { return "user: " + question }
 
 var errNothing = errors.New("nothing to embed")
 
+// recentRing keeps the last recentSize queries Serve embedded, by request key. Each is written
+// once, by a miss, and looked up at most once, by Learn, newest first (the answer to a miss is
+// learned soon after it): fixed slots written in turn, so that keeping one allocates nothing
+// and touches no map. Safe for concurrent use; the zero value is empty.
+type recentRing struct {
+	mu    sync.Mutex
+	next  int // the slot written next
+	n     int // slots written, up to recentSize
+	slots [recentSize]struct {
+		key string
+		e   embedded
+	}
+}
+
+// recentSize is how many queries the ring keeps.
+const recentSize = 256
+
+func (r *recentRing) add(key string, e embedded) {
+	r.mu.Lock()
+	sl := &r.slots[r.next]
+	sl.key, sl.e = key, e
+	r.next = (r.next + 1) % recentSize
+	r.n = min(r.n+1, recentSize)
+	r.mu.Unlock()
+}
+
+// peek returns the newest query kept under key.
+func (r *recentRing) peek(key string) (embedded, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := 1; i <= r.n; i++ {
+		if sl := &r.slots[(r.next-i+recentSize)%recentSize]; sl.key == key {
+			return sl.e, true
+		}
+	}
+	return embedded{}, false
+}
+
 // embedded is a query, its stored-vector form and its sketch, as Serve computed them.
 type embedded struct {
 	q      query
@@ -430,7 +467,7 @@ func (s *Stage) embedSettle(ctx context.Context, q query, timeout time.Duration)
 // too large to be learned.
 func (s *Stage) remember(req *cascade.Request, q query, vec []float32, sk sketch) {
 	if len(q.question)+len(q.context)+len(q.params) <= s.maxEntry {
-		s.recent.Add(req.Key(), embedded{q: q, vec: vec, sketch: sk})
+		s.recent.add(req.Key(), embedded{q: q, vec: vec, sketch: sk})
 	}
 }
 

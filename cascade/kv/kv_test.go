@@ -865,7 +865,7 @@ func TestLearnReusesServeSketch(t *testing.T) {
 	if _, hit := serve(t, s, r); hit {
 		t.Fatal("unexpected hit")
 	}
-	e, ok := s.recent.Peek(r.Key())
+	e, ok := s.recent.peek(r.Key())
 	v, _ := embedQueryJoined(e.q)
 	if !ok || e.vec != nil || e.sketch != s.sketchOf(v) {
 		t.Fatalf("Serve kept no sketch (%v), a vector, or another sketch", ok)
@@ -875,7 +875,7 @@ func TestLearnReusesServeSketch(t *testing.T) {
 	}
 	// A marker in place of the sketch shows which one learn stores.
 	marker := sketch{1, 2, 3, 4}
-	s.recent.Add(r.Key(), embedded{q: e.q, vec: e.vec, sketch: marker})
+	s.recent.add(r.Key(), embedded{q: e.q, vec: e.vec, sketch: marker})
 	teach(t, s, r, neural("b", 1))
 	col := s.collection("", "m")
 	var found bool

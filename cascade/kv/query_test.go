@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -81,7 +82,7 @@ func FuzzQuery(f *testing.F) {
 
 // TestServeMissAllocs: a miss on benchout's neural path (a system message and a fresh question,
 // the system message's features kept) allocates what it hands to Learn and nothing else: the
-// rendered conversation, the lower-cased question, the vector, and the recent list's element.
+// rendered conversation.
 func TestServeMissAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's instrumentation allocates on its own")
@@ -106,8 +107,8 @@ func TestServeMissAllocs(t *testing.T) {
 	}
 	serve()
 	serve() // the system message's features are kept from the second on
-	if n := testing.AllocsPerRun(100, serve); n > 2 {
-		t.Errorf("a miss allocates %v objects, want at most 2 (the conversation rendered, the entry kept for Learn)", n)
+	if n := testing.AllocsPerRun(100, serve); n > 1 {
+		t.Errorf("a miss allocates %v objects, want at most 1 (the conversation rendered)", n)
 	}
 }
 
@@ -165,5 +166,32 @@ func TestServeBuiltinSketchCounts(t *testing.T) {
 	}
 	if found == 0 {
 		t.Fatal("no candidates: the test compares nothing")
+	}
+}
+
+// TestRecentRing: the ring finds the newest query kept under a key, among the last recentSize
+// kept, and none older or never kept.
+func TestRecentRing(t *testing.T) {
+	var r recentRing
+	if _, ok := r.peek(""); ok {
+		t.Fatal("an empty ring found a query")
+	}
+	kept := func(i int) embedded { return embedded{q: query{question: fmt.Sprint(i)}} }
+	for i := range 3 * recentSize {
+		r.add(fmt.Sprint("k", i%(recentSize+10)), kept(i))
+		for _, back := range []int{0, 1, recentSize - 1, recentSize} {
+			j := i - back
+			if j < 0 {
+				continue
+			}
+			e, ok := r.peek(fmt.Sprint("k", j%(recentSize+10)))
+			newest := j + (i-j)/(recentSize+10)*(recentSize+10) // the key's last add
+			switch want := back < recentSize || newest != j; {
+			case ok != want:
+				t.Fatalf("after %d adds, key of add %d found %v, want %v", i+1, j, ok, want)
+			case ok && e.q.question != fmt.Sprint(newest):
+				t.Fatalf("after %d adds, key of add %d gives add %s, want %d", i+1, j, e.q.question, newest)
+			}
+		}
 	}
 }
