@@ -297,19 +297,49 @@ func (s *Stage) query(req *cascade.Request) (query, bool) {
 	if last.Role != "user" {
 		return query{}, false
 	}
-	// The context is built in a pooled buffer and made a string once; the question is its tail.
-	bp := queryBufs.Get().(*[]byte)
-	defer func() {
-		if cap(*bp) <= 64<<10 { // a long conversation's buffer is not kept
-			queryBufs.Put(bp)
-		}
-	}()
-	b := (*bp)[:0]
-	start := 0 // where the last message's text starts in b
+	// The context is built in a buffer, on the stack when the conversation is short, else pooled,
+	// and made a string once; the question is its tail.
+	size := 0
 	for i := range c.Messages {
-		m := &c.Messages[i]
+		size += len(c.Messages[i].Content) + len(c.Messages[i].Role) + 3
+	}
+	var b []byte
+	var start int // where the last message's text starts in b
+	var ok bool
+	if size <= smallQuery {
+		var buf [smallQuery]byte
+		b, start, ok = render(buf[:0], c.Messages)
+	} else {
+		bp := queryBufs.Get().(*[]byte)
+		var pb []byte // not b, which may be on the stack
+		pb, start, ok = render((*bp)[:0], c.Messages)
+		defer func() {
+			if cap(pb) <= 64<<10 { // a long conversation's buffer is not kept
+				*bp = pb
+				queryBufs.Put(bp)
+			}
+		}()
+		b = pb
+	}
+	if !ok || len(bytes.TrimSpace(b[start:])) == 0 {
+		return query{}, false
+	}
+	context := string(b)
+	return query{question: context[start:], context: context, params: paramsOf(c.StopWords())}, true
+}
+
+// smallQuery is the largest conversation (its messages' contents and roles, and three bytes
+// each) query renders on the stack.
+const smallQuery = 512
+
+// render appends the conversation as query renders it to b, and returns where its last
+// message's text starts; false when a message is a tool's, holds tool calls or non-text parts.
+func render(b []byte, msgs []cascade.Message) ([]byte, int, bool) {
+	start := 0
+	for i := range msgs {
+		m := &msgs[i]
 		if m.Role == "tool" || len(m.ToolCalls) > 0 {
-			return query{}, false
+			return b, 0, false
 		}
 		role := m.Role
 		if role == "developer" {
@@ -323,16 +353,10 @@ func (s *Stage) query(req *cascade.Request) (query, bool) {
 		start = len(b)
 		var ok bool
 		if b, ok = appendText(b, m); !ok {
-			*bp = b
-			return query{}, false
+			return b, 0, false
 		}
 	}
-	*bp = b
-	if len(bytes.TrimSpace(b[start:])) == 0 {
-		return query{}, false
-	}
-	context := string(b)
-	return query{question: context[start:], context: context, params: paramsOf(c.StopWords())}, true
+	return b, start, true
 }
 
 // queryBufs holds the buffers query renders conversations in.
@@ -476,13 +500,18 @@ func (s *Stage) remember(req *cascade.Request, q query, vec []float32, sk sketch
 // q embeds to nothing, or the index holds another dimension.
 func (s *Stage) sketchCounts(q query, c *[2 * BuiltinDim]int32) (sketch, bool) {
 	const dim = 2 * BuiltinDim
-	if !s.indexes(dim) {
+	s.mu.RLock() // indexes and rotation under one lock
+	l, ok := s.lsh, (s.lsh == nil || s.lsh.dim == dim) && (s.dim == 0 || s.dim == dim)
+	s.mu.RUnlock()
+	if !ok {
 		return sketch{}, false
 	}
-	l := s.rotation(dim)
+	if l == nil {
+		l = s.rotation(dim)
+	}
 	countQueryInto(c, q)
 	var x [2 * BuiltinDim]float32
-	if l.n != dim || !joinCounts(x[:], c) {
+	if l.dim != dim || l.n != dim || !joinCounts(x[:], c) {
 		return sketch{}, false
 	}
 	return l.rotateInPlace(x[:]), true

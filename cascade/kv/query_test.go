@@ -51,7 +51,7 @@ func queryRef(s *Stage, req *cascade.Request) (query, bool) {
 }
 
 // FuzzQuery: query renders any conversation of two messages, their contents raw JSON (strings
-// with escapes, invalid UTF-8, parts, null, not JSON), as queryRef does.
+// with escapes, invalid UTF-8, parts, null, not JSON), short or long, as queryRef does.
 func FuzzQuery(f *testing.F) {
 	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
 	for _, c := range [][3]string{
@@ -62,6 +62,9 @@ func FuzzQuery(f *testing.F) {
 		{"system", "\"\xff\xfe invalid\"", `"unterminated`},
 		{"tool", q("t"), q("q")},
 		{"system", ``, `42`},
+		{"system", q(strings.Repeat("A long system prompt. ", 30)), q("Short question?")}, // rendered in a pooled buffer
+		{"user", q("Short."), q(strings.Repeat("A long question ", 40))},
+		{"system", q(strings.Repeat("x", smallQuery-len("system")-3-len("user")-3-len(`"q"`)-2)), q("q")}, // the largest on the stack
 	} {
 		f.Add(c[0], c[1], c[2])
 	}
