@@ -365,6 +365,9 @@ var queryBufs = sync.Pool{New: func() any { return new([]byte) }}
 // appendText appends textOf(m) to dst, false when m has non-text parts. A JSON string is
 // unquoted straight into dst, the way Message.Text does first; anything else goes through Text.
 func appendText(dst []byte, m *cascade.Message) ([]byte, bool) {
+	if inner, ok := plainString(m.Content); ok {
+		return append(dst, inner...), true
+	}
 	if len(m.Content) > 0 && m.Content[0] == '"' {
 		if b, err := jsontext.AppendUnquote(dst, m.Content); err == nil {
 			return b, true
@@ -372,6 +375,21 @@ func appendText(dst []byte, m *cascade.Message) ([]byte, bool) {
 	}
 	text, ok := textOf(m)
 	return append(dst, text...), ok
+}
+
+// plainString returns the text of a JSON string of printable ASCII without escapes (the usual
+// message), which is its bytes between the quotes; false for any other JSON.
+func plainString(raw []byte) ([]byte, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return nil, false
+	}
+	inner := raw[1 : len(raw)-1]
+	for _, c := range inner {
+		if c < ' ' || c > '~' || c == '"' || c == '\\' {
+			return nil, false
+		}
+	}
+	return inner, true
 }
 
 // paramsOf is the canonical form of the stop sequences, the one request field besides the

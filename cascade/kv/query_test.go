@@ -198,3 +198,20 @@ func TestRecentRing(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainString: a JSON string of printable ASCII without escapes is read as its bytes between
+// the quotes, as jsontext reads it; anything else is left to jsontext.
+func TestPlainString(t *testing.T) {
+	for _, raw := range []string{`""`, `"a"`, `"Please explain how x relates to y."`, `"~ !#$%&'()*+,-./09:;<=>?@AZ[]^_` + "`" + `az{|}"`} {
+		got, ok := plainString([]byte(raw))
+		var want string
+		if err := json.Unmarshal([]byte(raw), &want); err != nil || !ok || string(got) != want {
+			t.Errorf("%s: %q %v, want %q", raw, got, ok, want)
+		}
+	}
+	for _, raw := range []string{``, `"`, `a`, `"a" `, ` "a"`, `"a\"b"`, `"a\nb"`, `"a"b"`, "\"a\tb\"", "\"a\x7fb\"", "\"é\"", `"\u0041"`, `null`, `42`} {
+		if got, ok := plainString([]byte(raw)); ok {
+			t.Errorf("%s: read as %q, want it left to jsontext", raw, got)
+		}
+	}
+}
