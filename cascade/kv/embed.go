@@ -696,11 +696,17 @@ func (f *wordCounter) word(w string) {
 		f.lead, f.first = fnvLower(f.lead, w), lowerASCII(w[0])
 	}
 	hw, hb, ha := wordSeed, f.after, pairSeed
+	h1, h2, runes := f.h1, f.h2, f.runes // tri's, inline: a call a byte costs more than it does
 	for j := 0; j < len(w); j++ {
 		c := lowerASCII(w[j])
 		hw, hb, ha = fnvByte(hw, c), fnvByte(hb, c), fnvByte(ha, c)
-		f.tri(c)
+		if runes >= 2 {
+			bumpAt(f.v[:], fnvRune(h2, rune(c)), countWeights[0])
+		}
+		h1, h2 = fnvRune(triSeed, rune(c)), fnvRune(h1, rune(c))
+		runes++
 	}
+	f.h1, f.h2, f.runes = h1, h2, runes
 	bumpAt(f.v[:], hw, countWeights[1])
 	if f.words > 0 {
 		bumpAt(f.v[:], hb, countWeights[2])
