@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	chromem "github.com/philippgille/chromem-go"
 
@@ -344,4 +346,39 @@ func benchoutPrompt(r *rand.Rand) string {
 		w[i] = b.String()
 	}
 	return "Please explain in two sentences how " + strings.Join(w[:6], " ") + " relates to " + strings.Join(w[6:], " ") + "."
+}
+
+// BenchmarkServeMissCold is BenchmarkServeMiss with the caches evicted before each Serve (by
+// writing over a buffer larger than them, outside the timer), as in the server, where other
+// requests and processes run between two calls: ns/op and median-ns are Serve's own time.
+func BenchmarkServeMissCold(b *testing.B) {
+	for _, n := range []int{1000, 3000} {
+		b.Run(sizeName(n), func(b *testing.B) {
+			set := benchMissSet(b, n)
+			evict := make([]byte, 16<<20)
+			times := make([]time.Duration, 0, 1024)
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				coldCaches(evict)
+				b.StartTimer()
+				t0 := time.Now()
+				_, err := set.s.Serve(context.Background(), set.reqs[i%len(set.reqs)], nil)
+				times = append(times, time.Since(t0))
+				if !errors.Is(err, cascade.ErrMiss) {
+					b.Fatalf("Serve: %v, want a miss", err)
+				}
+			}
+			slices.Sort(times)
+			b.ReportMetric(float64(times[len(times)/2]), "median-ns")
+		})
+	}
+}
+
+// coldCaches writes over buf, a few times the size of the CPU's caches, so that the code and
+// data Serve touches next come from memory.
+func coldCaches(buf []byte) {
+	for i := 0; i < len(buf); i += 64 {
+		buf[i]++
+	}
 }

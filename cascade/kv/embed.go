@@ -242,8 +242,28 @@ func featuresQueryInto(v []float32, q query) {
 // lines before the question, and "user", are taken from prefixCounts when it has them.
 func countQueryInto(c *[2 * BuiltinDim]int32, q query) {
 	prefix, ok := builtinTail(q)
-	wp := wordsPool.Get().(*[]string)
 	qc, cc := c[:BuiltinDim], c[BuiltinDim:]
+	pc := (*prefixEntry)(nil)
+	if ok {
+		pc = prefixCounts.lookup(prefix)
+	}
+	if pc != nil {
+		// The usual query: a kept system prompt, then the question, counted as it is read.
+		f := newWordCounter((*[BuiltinDim]int32)(qc))
+		if countNormWords(&f, q.question) {
+			f.end()
+			copy(cc, pc.counts[:])
+			if f.words > 0 {
+				for i, x := range qc {
+					cc[i] += x
+				}
+				f.boundary(cc)
+			}
+			return
+		}
+		clear(qc)
+	}
+	wp := wordsPool.Get().(*[]string)
 	if !ok {
 		w := appendNormWords((*wp)[:0], q.question)
 		addWeights(qc, w, "", &countWeights)
@@ -253,7 +273,6 @@ func countQueryInto(c *[2 * BuiltinDim]int32, q query) {
 		putWords(wp, w)
 		return
 	}
-	pc := prefixCounts.lookup(prefix)
 	cw := (*wp)[:0]
 	n := 0
 	if pc == nil {
@@ -550,39 +569,65 @@ func joinCounts(v []float32, c *[2 * BuiltinDim]int32) bool {
 	if qn == 0 || cn == 0 {
 		return false
 	}
-	// By count plus joinSpan, as uint8 (every uint8 is in range).
-	var qt, ct [256]float32
-	var qs, cs [256]float64 // their squares (exact in float64)
-	for k := qlo; k <= qhi; k++ {
-		k := uint8(k + joinSpan)
-		qt[k] = float32(float64(float32(int32(k)-joinSpan)/2) / qn)
+	r := counts{qc: qc, cc: cc, qn: qn, cn: cn, qlo: qlo, qhi: qhi, clo: clo, chi: chi}
+	if min(qlo, clo) >= -smallSpan && max(qhi, chi) <= smallSpan {
+		// A short text's counts are small: tables of their span are less stack to clear.
+		var t struct {
+			qt, ct [2*smallSpan + 1]float32
+			qs, cs [2*smallSpan + 1]float64
+		}
+		joinTabled(v, &r, smallSpan, t.qt[:], t.ct[:], t.qs[:], t.cs[:])
+	} else {
+		var t struct {
+			qt, ct [2*joinSpan + 1]float32
+			qs, cs [2*joinSpan + 1]float64
+		}
+		joinTabled(v, &r, joinSpan, t.qt[:], t.ct[:], t.qs[:], t.cs[:])
+	}
+	return true
+}
+
+// smallSpan is the span of joinCounts's smaller tables.
+const smallSpan = 31
+
+// counts are a query's two halves of counts (in [lo, hi] each) and their lengths.
+type counts struct {
+	qc, cc             *[BuiltinDim]int32
+	qn, cn             float64
+	qlo, qhi, clo, chi int32
+}
+
+// joinTabled is the rest of joinCounts with tables for counts in [-span, span], by count plus
+// span (2·span+1 long, all zero): for each count its float in the question half and in the
+// context half, and their squares (exact in float64).
+func joinTabled(v []float32, r *counts, span int32, qt, ct []float32, qs, cs []float64) {
+	const half = BuiltinDim
+	qc, cc := r.qc, r.cc
+	for k := r.qlo + span; k <= r.qhi+span; k++ {
+		qt[k] = float32(float64(float32(k-span)/2) / r.qn)
 		qs[k] = float64(qt[k]) * float64(qt[k])
 	}
-	for k := clo; k <= chi; k++ {
-		k := uint8(k + joinSpan)
-		ct[k] = float32(float64(float32(int32(k)-joinSpan)/2) / cn)
+	for k := r.clo + span; k <= r.chi+span; k++ {
+		ct[k] = float32(float64(float32(k-span)/2) / r.cn)
 		cs[k] = float64(ct[k]) * float64(ct[k])
 	}
 	var sq2, sc2 float64
 	for i := range half {
-		sq2 += qs[uint8(qc[i]+joinSpan)]
-		sc2 += cs[uint8(cc[i]+joinSpan)]
+		sq2 += qs[qc[i]+span]
+		sc2 += cs[cc[i]+span]
 	}
 	qn2, cn2 := math.Sqrt(sq2), math.Sqrt(sc2)
 	const scale float32 = math.Sqrt2 / 2
-	for k := qlo; k <= qhi; k++ {
-		k := uint8(k + joinSpan)
+	for k := r.qlo + span; k <= r.qhi+span; k++ {
 		qt[k] = float32(float64(qt[k])/qn2) * scale
 	}
-	for k := clo; k <= chi; k++ {
-		k := uint8(k + joinSpan)
+	for k := r.clo + span; k <= r.chi+span; k++ {
 		ct[k] = float32(float64(ct[k])/cn2) * scale
 	}
 	qv, cv := (*[half]float32)(v[:half]), (*[half]float32)(v[half:])
 	for i := range half {
-		qv[i], cv[i] = qt[uint8(qc[i]+joinSpan)], ct[uint8(cc[i]+joinSpan)]
+		qv[i], cv[i] = qt[qc[i]+span], ct[cc[i]+span]
 	}
-	return true
 }
 
 // joinCountsSlow is joinCounts in two passes over v.
@@ -602,4 +647,174 @@ func divide(v []float32, sum float64, scale float32) float64 {
 		v[i] = float32(float64(v[i])/n) * scale
 	}
 	return n
+}
+
+// wordCounter adds the features of a text's words (countWeights) to v as the words are read,
+// what addWeights(v, words, "", &countWeights) adds for the whole list: the sums are integers,
+// so their order is free. A word is given as written in an ASCII text and hashed lower-cased, so
+// the text is neither lower-cased nor split into a list first.
+type wordCounter struct {
+	v      *[BuiltinDim]int32
+	words  int
+	after  uint64 // 'b', the word before, ' '
+	h1, h2 uint64 // 't' and the last rune; 't' and the last two
+	runes  int    // trigram window runes so far
+	// lead is 'b', "user", ' ' and the first word: the hash of its pair with "user", and first
+	// the first word's first byte (addBoundary).
+	lead  uint64
+	first byte
+}
+
+// The hash seeds of a trigram, of a word, of a pair of words, and of "user"'s pair with the
+// word after it.
+var (
+	triSeed  = fnvByte(fnvOffset, 't')
+	wordSeed = fnvByte(fnvOffset, 'w')
+	pairSeed = fnvByte(fnvOffset, 'b')
+	userLead = fnvByte(fnvString(pairSeed, "user"), ' ')
+)
+
+func newWordCounter(v *[BuiltinDim]int32) wordCounter {
+	f := wordCounter{v: v, lead: userLead}
+	f.tri(' ')
+	return f
+}
+
+func (f *wordCounter) tri(c byte) {
+	if f.runes >= 2 {
+		bumpAt(f.v[:], fnvRune(f.h2, rune(c)), countWeights[0])
+	}
+	f.h1, f.h2 = fnvRune(triSeed, rune(c)), fnvRune(f.h1, rune(c))
+	f.runes++
+}
+
+// word counts one word of an ASCII text (not empty), as written: its bytes are lower-cased.
+func (f *wordCounter) word(w string) {
+	if f.words > 0 {
+		f.tri(' ')
+	} else {
+		f.lead, f.first = fnvLower(f.lead, w), lowerASCII(w[0])
+	}
+	hw, hb, ha := wordSeed, f.after, pairSeed
+	h1, h2, runes := f.h1, f.h2, f.runes // tri's, inline: a call a byte costs more than it does
+	for j := 0; j < len(w); j++ {
+		c := lowerASCII(w[j])
+		hw, hb, ha = fnvByte(hw, c), fnvByte(hb, c), fnvByte(ha, c)
+		if runes >= 2 {
+			bumpAt(f.v[:], fnvRune(h2, rune(c)), countWeights[0])
+		}
+		h1, h2 = fnvRune(triSeed, rune(c)), fnvRune(h1, rune(c))
+		runes++
+	}
+	f.h1, f.h2, f.runes = h1, h2, runes
+	bumpAt(f.v[:], hw, countWeights[1])
+	if f.words > 0 {
+		bumpAt(f.v[:], hb, countWeights[2])
+	}
+	f.after = fnvByte(ha, ' ')
+	f.words++
+}
+
+// end closes the trigram window after the last word.
+func (f *wordCounter) end() { f.tri(' ') }
+
+// boundary adds to v what addBoundary(v, "user", first word, &countWeights) adds, for the words
+// counted so far (at least one).
+func (f *wordCounter) boundary(v []int32) {
+	bumpAt(v, f.lead, countWeights[2])
+	bumpAt(v, fnvRune(fnvRune(fnvRune(triSeed, 'r'), ' '), rune(f.first)), countWeights[0])
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		c += 'a' - 'A'
+	}
+	return c
+}
+
+// fnvLower is fnvString of s lower-cased (ASCII).
+func fnvLower(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h = fnvByte(h, lowerASCII(s[i]))
+	}
+	return h
+}
+
+// asciiBreaks marks the ASCII punctuation that ends a word (unicode.IsPunct, less keptPunct).
+var asciiBreaks = func() (t [utf8.RuneSelf]bool) {
+	for c := range t {
+		t[c] = unicode.IsPunct(rune(c)) && strings.IndexByte(keptPunct, byte(c)) < 0
+	}
+	return t
+}()
+
+// countNormWords counts the words appendNormWords makes of s with f, in one pass over s's bytes
+// by the same rules, and reports false, having counted part of them, when s is not ASCII.
+func countNormWords(f *wordCounter, s string) bool {
+	start, apos := -1, false // the word is s[start:i]; start < 0: no word
+	var prev byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			return false
+		}
+		c = lowerASCII(c)
+		if c == '`' {
+			c = '\''
+		}
+		var next byte
+		if i+1 < len(s) {
+			next = s[i+1]
+		}
+		switch {
+		case asciiSpace[c]:
+			start, apos = f.flush(s, start, i, apos)
+		case (c == '.' || c == ',' || c == ':') && isDigit(prev) && isDigit(next):
+			if start < 0 {
+				start = i // 3.5, 1,000, 10:30
+			}
+		case c == '-' && isDigit(next) && !isDigit(prev) && !isLetter(prev):
+			_, apos = f.flush(s, start, i, apos)
+			start = i // -4
+		case c == '\'':
+			apos = apos || start >= 0 // kept until the word ends: contractions are read with it
+		case asciiBreaks[c]:
+			start, apos = f.flush(s, start, i, apos)
+		default:
+			if start < 0 {
+				start = i
+			}
+		}
+		prev = c
+	}
+	f.flush(s, start, len(s), apos)
+	return true
+}
+
+// flush counts the words of s[start:end] (none when start < 0), as appendASCIIWord makes
+// them, and returns the state of no word. Only a word that may be a contraction is lower-cased
+// as a string (allocating when it has upper-case letters).
+func (f *wordCounter) flush(s string, start, end int, apos bool) (int, bool) {
+	if start < 0 {
+		return -1, false
+	}
+	w := s[start:end]
+	if !apos && !mayBeWholeEnds(lowerASCII(w[0]), lowerASCII(w[len(w)-1])) {
+		f.word(w)
+		return -1, false
+	}
+	w = strings.ReplaceAll(strings.ToLower(w), "`", "'")
+	parts := expand(w)
+	if parts == nil {
+		parts = []string{w}
+	}
+	for _, p := range parts {
+		if apos {
+			p = strings.ReplaceAll(p, "'", "")
+		}
+		if p != "" {
+			f.word(p)
+		}
+	}
+	return -1, false
 }

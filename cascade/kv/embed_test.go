@@ -315,3 +315,73 @@ func TestEmbedQueryMany(t *testing.T) {
 		}
 	}
 }
+
+// countWords is what wordCounter must count for s: addWeights of appendNormWords's words, and
+// addBoundary's features after "user" (when s has words) into boundary.
+func countWords(s string) (v, boundary [BuiltinDim]int32) {
+	w := appendNormWords(nil, s)
+	addWeights(v[:], w, "", &countWeights)
+	if len(w) > 0 {
+		addBoundary(boundary[:], "user", w[0], &countWeights)
+	}
+	return v, boundary
+}
+
+// checkCountNormWords: countNormWords counts what countWords does of an ASCII s, and reports a
+// text that is not.
+func checkCountNormWords(t *testing.T, s string) {
+	t.Helper()
+	var got, gotb [BuiltinDim]int32
+	f := newWordCounter(&got)
+	if !countNormWords(&f, s) {
+		if isASCII(s) {
+			t.Fatalf("%q: ASCII, reported not", s)
+		}
+		return
+	}
+	if !isASCII(s) {
+		t.Fatalf("%q: not ASCII, counted", s)
+	}
+	f.end()
+	if f.words > 0 {
+		f.boundary(gotb[:])
+	}
+	want, wantb := countWords(s)
+	if got != want || gotb != wantb {
+		t.Fatalf("%q: the counts read in one pass differ from those of the word list", s)
+	}
+}
+
+// TestCountNormWords: on texts of words, numbers, contractions (with and without their
+// apostrophe, upper-cased, backquoted), punctuation kept and dropped, and white space of every
+// kind, one pass counts what the word list gives.
+func TestCountNormWords(t *testing.T) {
+	pieces := []string{"What's", "WHAT'S", "what`s", "Can't", "CANNOT", "dont", "DONT", "Im", "John's", "do'nt",
+		"'s", "it's'", "''", "-4", "x-4", "3.5", "1,000", "10:30", "a.b", "C++", "C#", "5%", "$", "@home",
+		"Please", "explain", "bakufi", "HOW", "iPhone", "NASA", ".", ",", "!", "?", ";", "(", ")", "\"", "`",
+		" ", "  ", "\t", "\n", "\r\n", "\v", "\f", "\x00", "\x7f", "é", "Ünïcode"}
+	r := rand.New(rand.NewPCG(45, 45))
+	for range 20000 {
+		var b strings.Builder
+		for range r.IntN(12) {
+			b.WriteString(pieces[r.IntN(len(pieces))])
+			if r.IntN(3) > 0 {
+				b.WriteByte(" \n.-'"[r.IntN(5)])
+			}
+		}
+		checkCountNormWords(t, b.String())
+	}
+	for _, c := range embedQueryCases {
+		for _, s := range c {
+			checkCountNormWords(t, s)
+		}
+	}
+}
+
+// FuzzCountNormWords: for any text, one pass counts what the word list gives.
+func FuzzCountNormWords(f *testing.F) {
+	for _, c := range embedQueryCases {
+		f.Add(c[len(c)-1])
+	}
+	f.Fuzz(checkCountNormWords)
+}

@@ -67,14 +67,26 @@ type sketch [sketchWords]uint64
 
 // sketch rotates v and takes the signs of the first sketchBits coordinates.
 func (l *lsh) sketch(v []float32) sketch {
-	var buf [1024]float32
-	var x []float32
-	if l.n <= len(buf) {
-		x = buf[:l.n]
-	} else {
-		x = make([]float32, l.n)
+	if l.n <= 2*BuiltinDim {
+		// The built-in embedder's: half the stack of the larger buffer to clear.
+		var buf [2 * BuiltinDim]float32
+		return l.rotate(buf[:l.n], v)
 	}
+	var buf [1024]float32
+	if l.n <= len(buf) {
+		return l.rotate(buf[:l.n], v)
+	}
+	return l.rotate(make([]float32, l.n), v)
+}
+
+// rotate is sketch with x, l.n floats, all zero, to work in.
+func (l *lsh) rotate(x, v []float32) sketch {
 	copy(x, v)
+	return l.rotateInPlace(x)
+}
+
+// rotateInPlace is the sketch of x, l.n floats (the vector, then zeros), rotated in place.
+func (l *lsh) rotateInPlace(x []float32) sketch {
 	for _, sg := range l.signs {
 		flipFWHT(x, sg)
 	}
@@ -331,12 +343,22 @@ func (c *collection) search(v []float32, sk sketch, threshold float32) []scored 
 
 // searchCut is search with the threshold's cutoffs (cutoffsFor) made already.
 func (c *collection) searchCut(v []float32, sk sketch, threshold float32, cut cutoffs) []scored {
-	half := len(v) / 2
+	return c.searchLazy(func() []float32 { return v }, sk, threshold, cut)
+}
+
+// searchLazy is searchCut for the vector vecOf returns: it is called only when the sketch scan
+// finds a candidate, at most once.
+func (c *collection) searchLazy(vecOf func() []float32, sk sketch, threshold float32, cut cutoffs) []scored {
 	var out []scored
 	var buf [32]int32
+	var v []float32
 	c.mu.RLock()
 	n := len(c.slots)
 	for _, slot := range appendNear(c.heads, c.sketches[:n*sketchWords], &sk, cut, buf[:0]) {
+		if v == nil {
+			v = vecOf()
+		}
+		half := len(v) / 2
 		e := c.slots[slot]
 		if e == nil || len(e.vec) != len(v) {
 			continue

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
-	lru "github.com/hashicorp/golang-lru/v2"
 	chromem "github.com/philippgille/chromem-go"
 	"github.com/rs/zerolog"
 
@@ -62,8 +61,9 @@ type Stage struct {
 	dim   int // full vector dimension once known
 
 	// recent keeps the queries, vectors and sketches Serve computed, by request key, so learning
-	// the answer to a miss neither renders the conversation, embeds nor sketches again.
-	recent *lru.Cache[string, embedded]
+	// the answer to a miss neither renders the conversation, embeds (unless Serve left the
+	// vector to it) nor sketches again.
+	recent recentRing
 
 	qmu    sync.RWMutex
 	closed bool
@@ -103,7 +103,6 @@ func New(o Options) (*Stage, error) {
 	if s.seeds, err = loadSeeds(o.Files, o.SeedFiles, o.SeedJoules); err != nil {
 		return nil, err
 	}
-	s.recent, _ = lru.New[string, embedded](256)
 	if o.DataDir != "" {
 		if s.db, err = openDB(o.DataDir, s.log); err != nil {
 			s.log.Warn().Err(err).Str("data_dir", o.DataDir).Msg("store unusable; learning in memory only")
@@ -185,23 +184,41 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	if col == nil || col.len() == 0 {
 		return nil, cascade.ErrMiss
 	}
-	embedStart := time.Now()
-	vec, spent, settle, err := s.embedSettle(ctx, q, serveEmbedTimeout)
-	embedWait := time.Since(embedStart)
-	if errors.Is(err, errNothing) {
-		return nil, cascade.SpentSettle(cascade.ErrMiss, spent, settle)
+	var cands []scored
+	var spent energy.Figure
+	var settle cascade.SettleFunc
+	var embedWait time.Duration
+	if _, ok := s.emb.(Builtin); ok && len(q.question) < 1<<18 && len(q.context) < 1<<18 {
+		// The built-in embedding's counts make the sketch on the stack; its vector is made only
+		// for a candidate, and for learning by the worker, after the response.
+		var c [2 * BuiltinDim]int32
+		sk, ok := s.sketchCounts(q, &c)
+		if !ok {
+			return nil, cascade.ErrMiss
+		}
+		s.remember(req, q, nil, sk)
+		cands = col.searchLazy(func() []float32 {
+			v := make([]float32, 2*BuiltinDim)
+			joinCounts(v, &c)
+			return v
+		}, sk, s.threshold, s.cutoffs)
+	} else {
+		embedStart := time.Now()
+		vec, fig, set, err := s.embedSettle(ctx, q, serveEmbedTimeout)
+		spent, settle, embedWait = fig, set, time.Since(embedStart)
+		if errors.Is(err, errNothing) {
+			return nil, cascade.SpentSettle(cascade.ErrMiss, spent, settle)
+		}
+		if err != nil {
+			return nil, cascade.SpentSettle(fmt.Errorf("kv: %w", err), spent, settle)
+		}
+		if !s.indexes(len(vec)) { // the embedder changed its dimension: nothing stored can match
+			return nil, cascade.SpentSettle(cascade.ErrMiss, spent, settle)
+		}
+		sk := s.sketchOf(vec)
+		s.remember(req, q, vec, sk)
+		cands = col.searchCut(vec, sk, s.threshold, s.cutoffs)
 	}
-	if err != nil {
-		return nil, cascade.SpentSettle(fmt.Errorf("kv: %w", err), spent, settle)
-	}
-	if !s.indexes(len(vec)) { // the embedder changed its dimension: nothing stored can match
-		return nil, cascade.SpentSettle(cascade.ErrMiss, spent, settle)
-	}
-	sk := s.sketchOf(vec)
-	if len(q.question)+len(q.context)+len(q.params) <= s.maxEntry { // a larger one is never learned
-		s.recent.Add(req.Key(), embedded{q: q, vec: vec, sketch: sk})
-	}
-	cands := col.searchCut(vec, sk, s.threshold, s.cutoffs)
 	if len(cands) == 0 {
 		return nil, cascade.SpentSettle(cascade.ErrMiss, spent, settle)
 	}
@@ -218,7 +235,8 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 		}
 		s.stats.similarHits.Add(1)
 		ans := cascade.TextAnswer(req, e.answer, e.ctok, e.joules)
-		// The walk adds the embedding to the stage's own estimate, which leaves out the wait for it.
+		// The walk adds the embedding to the stage's own estimate, which leaves out the wait for it
+		// (none for the built-in embedder, which spends nothing apart: its time is the stage's).
 		ans.Spent, ans.SpentSettle, ans.SpentTime = spent, settle, embedWait
 		return ans, nil
 	}
@@ -280,19 +298,49 @@ func (s *Stage) query(req *cascade.Request) (query, bool) {
 	if last.Role != "user" {
 		return query{}, false
 	}
-	// The context is built in a pooled buffer and made a string once; the question is its tail.
-	bp := queryBufs.Get().(*[]byte)
-	defer func() {
-		if cap(*bp) <= 64<<10 { // a long conversation's buffer is not kept
-			queryBufs.Put(bp)
-		}
-	}()
-	b := (*bp)[:0]
-	start := 0 // where the last message's text starts in b
+	// The context is built in a buffer, on the stack when the conversation is short, else pooled,
+	// and made a string once; the question is its tail.
+	size := 0
 	for i := range c.Messages {
-		m := &c.Messages[i]
+		size += len(c.Messages[i].Content) + len(c.Messages[i].Role) + 3
+	}
+	var b []byte
+	var start int // where the last message's text starts in b
+	var ok bool
+	if size <= smallQuery {
+		var buf [smallQuery]byte
+		b, start, ok = render(buf[:0], c.Messages)
+	} else {
+		bp := queryBufs.Get().(*[]byte)
+		var pb []byte // not b, which may be on the stack
+		pb, start, ok = render((*bp)[:0], c.Messages)
+		defer func() {
+			if cap(pb) <= 64<<10 { // a long conversation's buffer is not kept
+				*bp = pb
+				queryBufs.Put(bp)
+			}
+		}()
+		b = pb
+	}
+	if !ok || len(bytes.TrimSpace(b[start:])) == 0 {
+		return query{}, false
+	}
+	context := string(b)
+	return query{question: context[start:], context: context, params: paramsOf(c.StopWords())}, true
+}
+
+// smallQuery is the largest conversation (its messages' contents and roles, and three bytes
+// each) query renders on the stack.
+const smallQuery = 512
+
+// render appends the conversation as query renders it to b, and returns where its last
+// message's text starts; false when a message is a tool's, holds tool calls or non-text parts.
+func render(b []byte, msgs []cascade.Message) ([]byte, int, bool) {
+	start := 0
+	for i := range msgs {
+		m := &msgs[i]
 		if m.Role == "tool" || len(m.ToolCalls) > 0 {
-			return query{}, false
+			return b, 0, false
 		}
 		role := m.Role
 		if role == "developer" {
@@ -306,16 +354,10 @@ func (s *Stage) query(req *cascade.Request) (query, bool) {
 		start = len(b)
 		var ok bool
 		if b, ok = appendText(b, m); !ok {
-			*bp = b
-			return query{}, false
+			return b, 0, false
 		}
 	}
-	*bp = b
-	if len(bytes.TrimSpace(b[start:])) == 0 {
-		return query{}, false
-	}
-	context := string(b)
-	return query{question: context[start:], context: context, params: paramsOf(c.StopWords())}, true
+	return b, start, true
 }
 
 // queryBufs holds the buffers query renders conversations in.
@@ -324,6 +366,9 @@ var queryBufs = sync.Pool{New: func() any { return new([]byte) }}
 // appendText appends textOf(m) to dst, false when m has non-text parts. A JSON string is
 // unquoted straight into dst, the way Message.Text does first; anything else goes through Text.
 func appendText(dst []byte, m *cascade.Message) ([]byte, bool) {
+	if inner, ok := plainString(m.Content); ok {
+		return append(dst, inner...), true
+	}
 	if len(m.Content) > 0 && m.Content[0] == '"' {
 		if b, err := jsontext.AppendUnquote(dst, m.Content); err == nil {
 			return b, true
@@ -331,6 +376,21 @@ func appendText(dst []byte, m *cascade.Message) ([]byte, bool) {
 	}
 	text, ok := textOf(m)
 	return append(dst, text...), ok
+}
+
+// plainString returns the text of a JSON string of printable ASCII without escapes (the usual
+// message), which is its bytes between the quotes; false for any other JSON.
+func plainString(raw []byte) ([]byte, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return nil, false
+	}
+	inner := raw[1 : len(raw)-1]
+	for _, c := range inner {
+		if c < ' ' || c > '~' || c == '"' || c == '\\' {
+			return nil, false
+		}
+	}
+	return inner, true
 }
 
 // paramsOf is the canonical form of the stop sequences, the one request field besides the
@@ -349,6 +409,44 @@ func paramsOf(stop []string) string {
 func contextOf(question string) string { return "user: " + question }
 
 var errNothing = errors.New("nothing to embed")
+
+// recentRing keeps the last recentSize queries Serve embedded, by request key. Each is written
+// once, by a miss, and looked up at most once, by Learn, newest first (the answer to a miss is
+// learned soon after it): fixed slots written in turn, so that keeping one allocates nothing
+// and touches no map. Safe for concurrent use; the zero value is empty.
+type recentRing struct {
+	mu    sync.Mutex
+	next  int // the slot written next
+	n     int // slots written, up to recentSize
+	slots [recentSize]struct {
+		key string
+		e   embedded
+	}
+}
+
+// recentSize is how many queries the ring keeps.
+const recentSize = 256
+
+func (r *recentRing) add(key string, e embedded) {
+	r.mu.Lock()
+	sl := &r.slots[r.next]
+	sl.key, sl.e = key, e
+	r.next = (r.next + 1) % recentSize
+	r.n = min(r.n+1, recentSize)
+	r.mu.Unlock()
+}
+
+// peek returns the newest query kept under key.
+func (r *recentRing) peek(key string) (embedded, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := 1; i <= r.n; i++ {
+		if sl := &r.slots[(r.next-i+recentSize)%recentSize]; sl.key == key {
+			return sl.e, true
+		}
+	}
+	return embedded{}, false
+}
 
 // embedded is a query, its stored-vector form and its sketch, as Serve computed them.
 type embedded struct {
@@ -408,22 +506,55 @@ func (s *Stage) embedSettle(ctx context.Context, q query, timeout time.Duration)
 	return v, fig, settle, nil
 }
 
+// remember keeps q, its vector (nil: learning embeds it) and its sketch for Learn, unless q is
+// too large to be learned.
+func (s *Stage) remember(req *cascade.Request, q query, vec []float32, sk sketch) {
+	if len(q.question)+len(q.context)+len(q.params) <= s.maxEntry {
+		s.recent.add(req.Key(), embedded{q: q, vec: vec, sketch: sk})
+	}
+}
+
+// sketchCounts writes q's built-in feature counts into c (countQueryInto) and returns the
+// sketch of the vector they make (embedQueryJoined's), without making the vector; false when
+// q embeds to nothing, or the index holds another dimension.
+func (s *Stage) sketchCounts(q query, c *[2 * BuiltinDim]int32) (sketch, bool) {
+	const dim = 2 * BuiltinDim
+	s.mu.RLock() // indexes and rotation under one lock
+	l, ok := s.lsh, (s.lsh == nil || s.lsh.dim == dim) && (s.dim == 0 || s.dim == dim)
+	s.mu.RUnlock()
+	if !ok {
+		return sketch{}, false
+	}
+	if l == nil {
+		l = s.rotation(dim)
+	}
+	countQueryInto(c, q)
+	var x [2 * BuiltinDim]float32
+	if l.dim != dim || l.n != dim || !joinCounts(x[:], c) {
+		return sketch{}, false
+	}
+	return l.rotateInPlace(x[:]), true
+}
+
 // sketchOf returns v's sketch, creating the rotation for the first dimension seen. The caller
 // makes sure v has the index's dimension (collectionFor, indexes).
-func (s *Stage) sketchOf(v []float32) sketch {
+func (s *Stage) sketchOf(v []float32) sketch { return s.rotation(len(v)).sketch(v) }
+
+// rotation returns the index's rotation, creating it for dim when there is none yet.
+func (s *Stage) rotation(dim int) *lsh {
 	s.mu.RLock() // the rotation is made once: concurrent calls share the read lock after that
 	l := s.lsh
 	s.mu.RUnlock()
 	if l == nil {
 		s.mu.Lock()
 		if s.lsh == nil {
-			s.lsh = newLSH(len(v))
-			s.dim = len(v)
+			s.lsh = newLSH(dim)
+			s.dim = dim
 		}
 		l = s.lsh
 		s.mu.Unlock()
 	}
-	return l.sketch(v)
+	return l
 }
 
 // indexes reports whether vectors of dim dimensions can be sketched and compared: no dimension

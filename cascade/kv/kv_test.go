@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -855,8 +856,8 @@ func readDoc(p string) (chromem.Document, bool) {
 	return d, gob.NewDecoder(f).Decode(&d) == nil && d.ID != ""
 }
 
-// TestLearnReusesServeSketch: learning the answer to a miss takes the sketch Serve made with the
-// vector, and projects nothing again.
+// TestLearnReusesServeSketch: learning the answer to a miss takes the sketch Serve made from
+// the built-in counts, and projects nothing again; it stores the vector Serve would have made.
 func TestLearnReusesServeSketch(t *testing.T) {
 	s := newStage(t, Options{})
 	teach(t, s, request("", "m", user("first question")), neural("a", 1))
@@ -864,22 +865,26 @@ func TestLearnReusesServeSketch(t *testing.T) {
 	if _, hit := serve(t, s, r); hit {
 		t.Fatal("unexpected hit")
 	}
-	e, ok := s.recent.Peek(r.Key())
-	if !ok || e.sketch != s.sketchOf(e.vec) {
-		t.Fatalf("Serve kept no sketch (%v) or another one", ok)
+	e, ok := s.recent.peek(r.Key())
+	v, _ := embedQueryJoined(e.q)
+	if !ok || e.vec != nil || e.sketch != s.sketchOf(v) {
+		t.Fatalf("Serve kept no sketch (%v), a vector, or another sketch", ok)
 	}
 	if q, _ := s.query(r); e.q != q {
 		t.Fatalf("Serve kept the query %+v, not %+v", e.q, q)
 	}
 	// A marker in place of the sketch shows which one learn stores.
 	marker := sketch{1, 2, 3, 4}
-	s.recent.Add(r.Key(), embedded{q: e.q, vec: e.vec, sketch: marker})
+	s.recent.add(r.Key(), embedded{q: e.q, vec: e.vec, sketch: marker})
 	teach(t, s, r, neural("b", 1))
 	col := s.collection("", "m")
 	var found bool
 	for _, x := range col.entries() {
 		if x.question == "second question" {
 			found = x.sketch == marker
+			if !slices.Equal(x.vec, v) {
+				t.Error("learn stored another vector than the query's")
+			}
 		}
 	}
 	if !found {

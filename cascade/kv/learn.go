@@ -55,7 +55,7 @@ func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {
 	}
 	// Serve kept the query with its vector when it embedded this request (same key, same
 	// conversation): the one it matched is the one learned.
-	e, served := s.recent.Peek(req.Key())
+	e, served := s.recent.peek(req.Key())
 	q := e.q
 	if !served {
 		var ok bool

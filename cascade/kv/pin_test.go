@@ -111,9 +111,11 @@ func TestEmbedQueryLargest(t *testing.T) {
 
 // TestJoinCounts: joinCounts gives normalizeCounts then normalizeScaled(√2/2)'s floats of the
 // halved counts, bit for bit, on both halves of counts of the built-in embedder's weights few
-// and many, within its table's span and beyond, and says the same of a zero half.
+// and many, within its small table's span, its large one's and beyond, and says the same of a
+// zero half.
 func TestJoinCounts(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 11))
+	var spans [3]int // trials whose largest count is within smallSpan, joinSpan, beyond
 	for trial := range 3000 {
 		var c [2 * BuiltinDim]int32
 		for h := range 2 {
@@ -131,8 +133,18 @@ func TestJoinCounts(t *testing.T) {
 			}
 		}
 		want := make([]float32, 2*BuiltinDim)
+		var most int32
 		for i, x := range c {
 			want[i] = float32(x) / 2
+			most = max(most, x, -x)
+		}
+		switch {
+		case most <= smallSpan:
+			spans[0]++
+		case most <= joinSpan:
+			spans[1]++
+		default:
+			spans[2]++
 		}
 		wok := joinCountsSlow(want[:BuiltinDim]) && joinCountsSlow(want[BuiltinDim:])
 		v := make([]float32, 2*BuiltinDim)
@@ -141,5 +153,8 @@ func TestJoinCounts(t *testing.T) {
 		}) {
 			t.Fatalf("trial %d: joinCounts differs from normalizeCounts and normalizeScaled (%v, want %v)", trial, ok, wok)
 		}
+	}
+	if slices.Contains(spans[:], 0) {
+		t.Fatalf("trials by largest count (small span, large span, beyond): %v, want some of each", spans)
 	}
 }

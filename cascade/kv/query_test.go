@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,7 +51,7 @@ func queryRef(s *Stage, req *cascade.Request) (query, bool) {
 }
 
 // FuzzQuery: query renders any conversation of two messages, their contents raw JSON (strings
-// with escapes, invalid UTF-8, parts, null, not JSON), as queryRef does.
+// with escapes, invalid UTF-8, parts, null, not JSON), short or long, as queryRef does.
 func FuzzQuery(f *testing.F) {
 	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
 	for _, c := range [][3]string{
@@ -60,6 +62,9 @@ func FuzzQuery(f *testing.F) {
 		{"system", "\"\xff\xfe invalid\"", `"unterminated`},
 		{"tool", q("t"), q("q")},
 		{"system", ``, `42`},
+		{"system", q(strings.Repeat("A long system prompt. ", 30)), q("Short question?")}, // rendered in a pooled buffer
+		{"user", q("Short."), q(strings.Repeat("A long question ", 40))},
+		{"system", q(strings.Repeat("x", smallQuery-len("system")-3-len("user")-3-len(`"q"`)-2)), q("q")}, // the largest on the stack
 	} {
 		f.Add(c[0], c[1], c[2])
 	}
@@ -80,7 +85,7 @@ func FuzzQuery(f *testing.F) {
 
 // TestServeMissAllocs: a miss on benchout's neural path (a system message and a fresh question,
 // the system message's features kept) allocates what it hands to Learn and nothing else: the
-// rendered conversation, the lower-cased question, the vector, and the recent list's element.
+// rendered conversation.
 func TestServeMissAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's instrumentation allocates on its own")
@@ -105,7 +110,108 @@ func TestServeMissAllocs(t *testing.T) {
 	}
 	serve()
 	serve() // the system message's features are kept from the second on
-	if n := testing.AllocsPerRun(100, serve); n > 4 {
-		t.Errorf("a miss allocates %v objects, want at most 4", n)
+	if n := testing.AllocsPerRun(100, serve); n > 1 {
+		t.Errorf("a miss allocates %v objects, want at most 1 (the conversation rendered)", n)
+	}
+}
+
+// TestServeBuiltinSketchCounts: Serve's built-in path (the sketch from the counts, the vector
+// made only for a candidate) finds the candidates, with the same scores, that the sketch and
+// search of embedQueryJoined's vector find, for questions learned, reworded and new.
+func TestServeBuiltinSketchCounts(t *testing.T) {
+	s := newStage(t, Options{})
+	r := rand.New(rand.NewPCG(47, 47))
+	sys := msg("system", "You are a helpful assistant. Be brief.")
+	var asked []string
+	for i := range 60 {
+		q := benchoutPrompt(r)
+		if i%2 == 0 {
+			q = benchQuestion(r)
+		}
+		teach(t, s, request("", "m", sys, user(q)), neural("a", 1))
+		asked = append(asked, q)
+	}
+	col := s.collection("", "m")
+	found := 0
+	for i := range 300 {
+		question := asked[i%len(asked)]
+		switch i % 3 {
+		case 1:
+			question = strings.ToUpper(question[:1]) + question[1:] + " please"
+		case 2:
+			question = benchoutPrompt(r)
+		}
+		q, ok := s.query(request("", "m", sys, user(question)))
+		if !ok {
+			t.Fatalf("%q: not a query", question)
+		}
+		var c [2 * BuiltinDim]int32
+		sk, ok := s.sketchCounts(q, &c)
+		v, vok := embedQueryJoined(q)
+		if ok != vok || !ok {
+			t.Fatalf("%q: sketchCounts %v, embedQueryJoined %v", question, ok, vok)
+		}
+		if sk != s.sketchOf(v) {
+			t.Fatalf("%q: the sketch of the counts differs from the vector's", question)
+		}
+		calls := 0
+		got := col.searchLazy(func() []float32 {
+			calls++
+			w := make([]float32, 2*BuiltinDim)
+			joinCounts(w, &c)
+			return w
+		}, sk, s.threshold, s.cutoffs)
+		want := col.searchCut(v, sk, s.threshold, s.cutoffs)
+		if !slices.Equal(got, want) || calls > 1 {
+			t.Fatalf("%q: searchLazy found %v (vector made %d times), searchCut %v", question, got, calls, want)
+		}
+		found += len(got)
+	}
+	if found == 0 {
+		t.Fatal("no candidates: the test compares nothing")
+	}
+}
+
+// TestRecentRing: the ring finds the newest query kept under a key, among the last recentSize
+// kept, and none older or never kept.
+func TestRecentRing(t *testing.T) {
+	var r recentRing
+	if _, ok := r.peek(""); ok {
+		t.Fatal("an empty ring found a query")
+	}
+	kept := func(i int) embedded { return embedded{q: query{question: fmt.Sprint(i)}} }
+	for i := range 3 * recentSize {
+		r.add(fmt.Sprint("k", i%(recentSize+10)), kept(i))
+		for _, back := range []int{0, 1, recentSize - 1, recentSize} {
+			j := i - back
+			if j < 0 {
+				continue
+			}
+			e, ok := r.peek(fmt.Sprint("k", j%(recentSize+10)))
+			newest := j + (i-j)/(recentSize+10)*(recentSize+10) // the key's last add
+			switch want := back < recentSize || newest != j; {
+			case ok != want:
+				t.Fatalf("after %d adds, key of add %d found %v, want %v", i+1, j, ok, want)
+			case ok && e.q.question != fmt.Sprint(newest):
+				t.Fatalf("after %d adds, key of add %d gives add %s, want %d", i+1, j, e.q.question, newest)
+			}
+		}
+	}
+}
+
+// TestPlainString: a JSON string of printable ASCII without escapes is read as its bytes between
+// the quotes, as jsontext reads it; anything else is left to jsontext.
+func TestPlainString(t *testing.T) {
+	for _, raw := range []string{`""`, `"a"`, `"Please explain how x relates to y."`, `"~ !#$%&'()*+,-./09:;<=>?@AZ[]^_` + "`" + `az{|}"`} {
+		got, ok := plainString([]byte(raw))
+		var want string
+		if err := json.Unmarshal([]byte(raw), &want); err != nil || !ok || string(got) != want {
+			t.Errorf("%s: %q %v, want %q", raw, got, ok, want)
+		}
+	}
+	for _, raw := range []string{``, `"`, `a`, `"a" `, ` "a"`, `"a\"b"`, `"a\nb"`, `"a"b"`, "\"a\tb\"", "\"a\x7fb\"", "\"é\"", `"\u0041"`, `null`, `42`} {
+		if got, ok := plainString([]byte(raw)); ok {
+			t.Errorf("%s: read as %q, want it left to jsontext", raw, got)
+		}
 	}
 }

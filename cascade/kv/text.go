@@ -210,8 +210,11 @@ func init() {
 
 // mayBeWhole is false for a word that is no key of whole.
 func mayBeWhole(w string) bool {
-	return w != "" && wholeEnds[w[0]]>>(w[len(w)-1]&63)&1 == 1
+	return w != "" && mayBeWholeEnds(w[0], w[len(w)-1])
 }
+
+// mayBeWholeEnds is false for the ends of a word that is no key of whole.
+func mayBeWholeEnds(first, last byte) bool { return wholeEnds[first]>>(last&63)&1 == 1 }
 
 // expand writes out a folded word if it is a contraction, else returns nil.
 func expand(w string) []string {
