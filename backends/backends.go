@@ -154,21 +154,73 @@ func (b *base) Name() string { return b.name }
 func (b *base) CloseIdleConnections() { b.client.CloseIdleConnections() }
 
 // attempt bounds one upstream call: by the backend's max duration as a whole, and by its
-// timeout for each silence of the upstream: the watchdog it returns (nil without a timeout) is
-// armed now, and do hands it to the reply's body, which re-arms it at each read. Cancel the
-// call when it is over.
-func (b *base) attempt(ctx context.Context) (context.Context, *watchdog, context.CancelFunc) {
-	stopMax := context.CancelFunc(func() {})
+// timeout for each silence of the upstream. One timer serves both: it is armed now, do hands
+// the call to the reply's body, which re-arms it at each read. Stop the call when it is over.
+func (b *base) attempt(ctx context.Context) (context.Context, *call) {
+	c := &call{d: b.timeout, overrun: b.overrun}
+	ctx, c.cancel = context.WithCancelCause(ctx)
+	if b.maxDur <= 0 && b.timeout <= 0 {
+		return ctx, c
+	}
+	first := b.timeout
 	if b.maxDur > 0 {
-		ctx, stopMax = context.WithTimeoutCause(ctx, b.maxDur, b.overrun)
+		c.end = time.Now().Add(b.maxDur)
+		if first <= 0 || b.maxDur < first {
+			first = b.maxDur
+		}
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	if b.timeout <= 0 {
-		return ctx, nil, func() { cancel(nil); stopMax() }
+	c.t = time.AfterFunc(first, c.fire)
+	return ctx, c
+}
+
+// call is one upstream call's bounds: a silence timeout d (0: none) and an end (zero: none),
+// kept by one timer that cancels the call's context with the bound it broke as the cause.
+// The silence is timed while the call waits on the upstream, not while the caller handles
+// what it read (a slow client is not the upstream's silence).
+type call struct {
+	cancel  context.CancelCauseFunc
+	t       *time.Timer // nil without bounds
+	d       time.Duration
+	end     time.Time
+	overrun error
+	body    watchedBody
+}
+
+// fire cuts the call: past its end for overrunning it, else for the upstream's silence.
+func (c *call) fire() {
+	if !c.end.IsZero() && !time.Now().Before(c.end) {
+		c.cancel(c.overrun)
+		return
 	}
-	w := &watchdog{d: b.timeout}
-	w.t = time.AfterFunc(b.timeout, func() { cancel(&timeoutError{what: "the upstream sent nothing", d: b.timeout}) })
-	return ctx, w, func() { w.t.Stop(); cancel(nil); stopMax() }
+	c.cancel(&timeoutError{what: "the upstream sent nothing", d: c.d})
+}
+
+// watch arms the timer for a wait on the upstream: the silence timeout, or what is left of the
+// call if that is sooner.
+func (c *call) watch() {
+	d := c.d
+	if !c.end.IsZero() {
+		d = min(d, time.Until(c.end))
+	}
+	c.t.Reset(d)
+}
+
+// unwatch leaves only the call's end armed, once the upstream sent something.
+func (c *call) unwatch() {
+	if c.end.IsZero() {
+		c.t.Stop()
+		return
+	}
+	c.t.Reset(time.Until(c.end))
+}
+
+// stop ends the call: its timer and its context. A stream stops it early when its client went
+// away or the reply broke a bound, to stop the upstream at once.
+func (c *call) stop() {
+	if c.t != nil {
+		c.t.Stop()
+	}
+	c.cancel(nil)
 }
 
 // timeoutError is why a call was cut by its own bounds. It is a timeout (net.Error) and wraps
@@ -183,25 +235,17 @@ func (e *timeoutError) Unwrap() error   { return context.DeadlineExceeded }
 func (e *timeoutError) Timeout() bool   { return true }
 func (e *timeoutError) Temporary() bool { return false }
 
-// watchdog cuts a call whose upstream stays silent for d. The timer runs while the call waits
-// on the upstream, not while the caller handles what it read (a slow client is not the
-// upstream's silence).
-type watchdog struct {
-	d time.Duration
-	t *time.Timer
-}
-
-// watchedBody re-arms the call's watchdog at each read and stops it when bytes came.
+// watchedBody times the upstream's silence at each read of the reply's body.
 type watchedBody struct {
 	io.ReadCloser
-	w *watchdog
+	c *call
 }
 
 func (wb *watchedBody) Read(p []byte) (int, error) {
-	wb.w.t.Reset(wb.w.d)
+	wb.c.watch()
 	n, err := wb.ReadCloser.Read(p)
 	if n > 0 || err != nil {
-		wb.w.t.Stop()
+		wb.c.unwatch()
 	}
 	return n, err
 }
@@ -213,10 +257,10 @@ var (
 	hdrUA     = []string{"eoc-proxy"}
 )
 
-// do sends one request and hands the reply's body to the call's watchdog w (nil: none). A
+// do sends one request and hands the reply's body to the call c, which times its silences. A
 // transport failure comes back as a *cascade.BackendError and a non-2xx reply as a
 // *cascade.UpstreamError, with the body closed; otherwise the caller closes it.
-func (b *base) do(ctx context.Context, w *watchdog, method, u string, body []byte, accept []string) (*http.Response, error) {
+func (b *base) do(ctx context.Context, c *call, method, u string, body []byte, accept []string) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -239,8 +283,9 @@ func (b *base) do(ctx context.Context, w *watchdog, method, u string, body []byt
 	if err != nil {
 		return nil, b.transportError(ctx, err)
 	}
-	if w != nil {
-		resp.Body = &watchedBody{ReadCloser: resp.Body, w: w}
+	if c.d > 0 {
+		c.body = watchedBody{ReadCloser: resp.Body, c: c}
+		resp.Body = &c.body
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer func() { _ = resp.Body.Close() }()
@@ -257,14 +302,14 @@ func (b *base) getJSON(ctx context.Context, u string, v any) error {
 // callJSON sends body (nil: none) to u and decodes the whole reply into v (nil: read and
 // dropped), with the backend's timeout, auth and error mapping.
 func (b *base) callJSON(ctx context.Context, method, u string, body []byte, v any) error {
-	ctx, w, cancel := b.attempt(ctx)
-	defer cancel()
-	resp, err := b.do(ctx, w, method, u, body, hdrJSON)
+	ctx, c := b.attempt(ctx)
+	defer c.stop()
+	resp, err := b.do(ctx, c, method, u, body, hdrJSON)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	buf, err := readBody(resp.Body)
+	buf, err := readBody(resp.Body, resp.ContentLength)
 	defer putBuf(buf)
 	if err != nil {
 		return b.transportError(ctx, fmt.Errorf("reading %s: %w", u, err))
@@ -437,10 +482,20 @@ func textMessage(b []byte) string {
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // readBody reads a whole reply (up to maxBody) into a pooled buffer; give it back with putBuf.
-func readBody(r io.Reader) (*bytes.Buffer, error) {
+// A reply of known length (size, -1 when unknown) is read into room made for it at once;
+// net/http's body of a known length ends there, so it needs no limit of its own.
+func readBody(r io.Reader, size int64) (*bytes.Buffer, error) {
 	buf := bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
-	n, err := buf.ReadFrom(io.LimitReader(r, maxBody+1))
+	if size > maxBody {
+		return buf, fmt.Errorf("reply larger than %d bytes", maxBody)
+	}
+	if size < 0 {
+		r = io.LimitReader(r, maxBody+1)
+	} else {
+		buf.Grow(int(size) + bytes.MinRead) // ReadFrom wants MinRead spare bytes to read into
+	}
+	n, err := buf.ReadFrom(r)
 	if err == nil && n > maxBody {
 		err = fmt.Errorf("reply larger than %d bytes", maxBody)
 	}

@@ -62,7 +62,7 @@ func BenchmarkOllamaChat(b *testing.B) {
 		}
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := c.Chat(context.Background(), areq, func(api.ChatResponse) error { return nil }); err != nil {
+			if err := c.Chat(context.Background(), &areq.ChatRequest, func(api.ChatResponse) error { return nil }); err != nil {
 				b.Fatal(err)
 			}
 		}

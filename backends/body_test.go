@@ -52,9 +52,11 @@ func TestSetStream(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []string{``, `[]`, `"x"`, `{`, `{"a"}`, `{"a":1,}`, `{"a":1} x`, `{"a":"x`, `{"a":[1,2}`, `{"a":}`} {
-		if _, err := setStream([]byte(bad), true); err == nil {
-			t.Errorf("setStream(%q): no error", bad)
+	for _, bad := range []string{``, ` `, `[]`, `"x"`, `null`, `{`, `{"a"}`, `{"a":1,}`, `{"a":1} x`, `{"a":"x`, `{"a":[1,2}`, `{"a":}`, ` {"a":1}}`} {
+		for _, stream := range []bool{false, true} {
+			if _, err := setStream([]byte(bad), stream); err == nil {
+				t.Errorf("setStream(%q, %v): no error", bad, stream)
+			}
 		}
 	}
 }

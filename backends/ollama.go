@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/ollama/ollama/api"
@@ -92,38 +93,48 @@ func (o *Ollama) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 	if err != nil {
 		return nil, &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("encoding request: %w", err)}
 	}
-	ctx, w, cancel := o.attempt(ctx)
-	defer cancel()
+	ctx, c := o.attempt(ctx)
+	defer c.stop()
 	accept := hdrJSON
 	if stream {
 		accept = hdrNDJSON
 	}
-	resp, err := o.do(ctx, w, http.MethodPost, o.chatURL, body, accept)
+	resp, err := o.do(ctx, c, http.MethodPost, o.chatURL, body, accept)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	conv := &ollamaConv{backend: o.name, id: newID("chatcmpl-"), model: req.Chat.Model, asm: cascade.Assembler{MaxBytes: req.RecordBytes}}
 	if !stream {
-		return o.whole(ctx, resp.Body, conv)
+		return o.whole(ctx, resp, conv)
 	}
-	return o.stream(ctx, cancel, resp.Body, conv, sink)
+	return o.stream(ctx, c.stop, resp.Body, conv, sink)
 }
 
-func (o *Ollama) whole(ctx context.Context, body io.Reader, conv *ollamaConv) (*cascade.Answer, error) {
-	buf, err := readBody(body)
+func (o *Ollama) whole(ctx context.Context, resp *http.Response, conv *ollamaConv) (*cascade.Answer, error) {
+	buf, err := readBody(resp.Body, resp.ContentLength)
 	defer putBuf(buf)
 	if err != nil {
 		return nil, o.transportError(ctx, fmt.Errorf("reading response: %w", err))
 	}
-	var line ollamaLine
-	if err := decodeAnswer(buf.Bytes(), &line); err != nil {
+	line := linePool.Get().(*ollamaLine)
+	defer putLine(line)
+	if err := decodeAnswer(buf.Bytes(), line); err != nil {
 		return nil, &cascade.BackendError{Backend: o.name, Err: fmt.Errorf("decoding response: %w", err)}
 	}
 	if line.Error != "" {
 		return nil, o.midStreamError(buf.Bytes())
 	}
-	return conv.answer(&line), nil
+	return conv.answer(line), nil
+}
+
+// linePool holds the lines whole answers are decoded into: the answer keeps none of a line's
+// memory but its strings, which the decoder allocates apart.
+var linePool = sync.Pool{New: func() any { return new(ollamaLine) }}
+
+func putLine(l *ollamaLine) {
+	*l = ollamaLine{}
+	linePool.Put(l)
 }
 
 func (o *Ollama) stream(ctx context.Context, cancel context.CancelFunc, body io.Reader, conv *ollamaConv, sink cascade.Sink) (*cascade.Answer, error) {
@@ -230,8 +241,11 @@ func (c *ollamaConv) meta(r *ollamaLine) {
 	}
 	if r.Done {
 		m := &r.Metrics
-		c.usage = &cascade.Usage{PromptTokens: m.PromptEvalCount, CompletionTokens: m.EvalCount, TotalTokens: m.PromptEvalCount + m.EvalCount}
-		c.timings = &cascade.Timings{
+		if c.usage == nil {
+			c.usage, c.timings = new(cascade.Usage), new(cascade.Timings)
+		}
+		*c.usage = cascade.Usage{PromptTokens: m.PromptEvalCount, CompletionTokens: m.EvalCount, TotalTokens: m.PromptEvalCount + m.EvalCount}
+		*c.timings = cascade.Timings{
 			PromptN:    m.PromptEvalCount,
 			PredictedN: m.EvalCount,
 			Load:       m.LoadDuration,
@@ -242,30 +256,44 @@ func (c *ollamaConv) meta(r *ollamaLine) {
 	}
 }
 
+// wholeAnswer is what a whole answer is made of, allocated together.
+type wholeAnswer struct {
+	ans     cascade.Answer
+	choice  [1]cascade.Choice
+	usage   cascade.Usage
+	timings cascade.Timings
+	content string
+}
+
 // answer maps a whole (non-stream) response.
 func (c *ollamaConv) answer(r *ollamaLine) *cascade.Answer {
+	w := new(wholeAnswer)
+	if r.Done {
+		c.usage, c.timings = &w.usage, &w.timings
+	}
 	c.meta(r)
 	calls := toolCallsOut(r.Message.ToolCalls, 0, false)
 	msg := cascade.AnswerMessage{Role: "assistant", ReasoningContent: r.Message.Thinking, ToolCalls: calls}
 	if r.Message.Content != "" || len(calls) == 0 {
-		s := r.Message.Content
-		msg.Content = &s
+		w.content = r.Message.Content
+		msg.Content = &w.content
 	}
 	var reason string
 	if r.Done {
 		reason = finishReason(r.DoneReason, len(calls) > 0)
 	}
-	ans := &cascade.Answer{
+	w.choice[0] = cascade.Choice{Index: 0, Message: msg, FinishReason: reason, Logprobs: logprobs(r.Logprobs)}
+	w.ans = cascade.Answer{
 		ID: c.id, Model: c.model, Created: c.created, Backend: c.backend,
-		Choices:  []cascade.Choice{{Index: 0, Message: msg, FinishReason: reason, Logprobs: logprobs(r.Logprobs)}},
+		Choices:  w.choice[:],
 		Usage:    c.usage,
 		Timings:  c.timings,
 		Complete: r.Done && reason != "",
 	}
-	if ans.Usage == nil {
-		ans.Usage = &cascade.Usage{}
+	if w.ans.Usage == nil {
+		w.ans.Usage = &w.usage
 	}
-	return ans
+	return &w.ans
 }
 
 // chunks maps one streamed response to a delta chunk (nil when it carries nothing) and, on the

@@ -27,13 +27,33 @@ func invalid(param, format string, a ...any) *invalidRequest {
 // maxTopLogprobs is OpenAI's bound on top_logprobs.
 const maxTopLogprobs = 20
 
+// ollamaRequest is api.ChatRequest with its options in a struct of the ones this proxy sets:
+// the same JSON, without a map whose values are boxed and whose keys are sorted per call.
+type ollamaRequest struct {
+	api.ChatRequest
+	Options *ollamaOptions `json:"options"` // nil: null, as api.ChatRequest's nil map
+	opts    ollamaOptions
+}
+
+// ollamaOptions are the sampling options a chat request maps onto, in the order encoding/json
+// writes a map's keys; fields the client left out stay out, so the model's own defaults apply.
+type ollamaOptions struct {
+	FrequencyPenalty *float64 `json:"frequency_penalty,omitempty"`
+	NumPredict       int      `json:"num_predict,omitempty"`
+	PresencePenalty  *float64 `json:"presence_penalty,omitempty"`
+	Seed             *int64   `json:"seed,omitempty"`
+	Stop             []string `json:"stop,omitempty"`
+	Temperature      *float64 `json:"temperature,omitempty"`
+	TopP             *float64 `json:"top_p,omitempty"`
+}
+
 // toOllama maps an OpenAI chat request onto Ollama's native /api/chat request.
-func toOllama(req *cascade.Request) (*api.ChatRequest, error) {
+func toOllama(req *cascade.Request) (*ollamaRequest, error) {
 	c := &req.Chat
 	if c.N != nil && *c.N > 1 {
 		return nil, invalid("n", "n > 1 is not supported by Ollama backends")
 	}
-	out := &api.ChatRequest{Model: c.Model, Logprobs: c.Logprobs != nil && *c.Logprobs}
+	out := &ollamaRequest{ChatRequest: api.ChatRequest{Model: c.Model, Logprobs: c.Logprobs != nil && *c.Logprobs}}
 	if c.TopLogprobs != nil {
 		if *c.TopLogprobs < 0 || *c.TopLogprobs > maxTopLogprobs {
 			return nil, invalid("top_logprobs", "top_logprobs: %d is not in [0, %d]", *c.TopLogprobs, maxTopLogprobs)
@@ -50,7 +70,9 @@ func toOllama(req *cascade.Request) (*api.ChatRequest, error) {
 			return nil, err
 		}
 	}
-	out.Options = ollamaOptions(c)
+	if out.opts = optionsOf(c); !out.opts.empty() {
+		out.Options = &out.opts
+	}
 	if out.Format, err = ollamaFormat(c.ResponseFormat); err != nil {
 		return nil, err
 	}
@@ -222,35 +244,22 @@ func ollamaTools(in []cascade.Tool) (api.Tools, error) {
 	return out, nil
 }
 
-// ollamaOptions maps the sampling fields onto Ollama's options. Fields the client left out stay
-// out, so the model's own defaults apply.
-func ollamaOptions(c *cascade.ChatRequest) map[string]any {
-	o := make(map[string]any, 8)
-	if c.Temperature != nil {
-		o["temperature"] = *c.Temperature
-	}
-	if c.TopP != nil {
-		o["top_p"] = *c.TopP
-	}
-	if c.Seed != nil {
-		o["seed"] = *c.Seed
-	}
+// optionsOf maps the sampling fields onto Ollama's options.
+func optionsOf(c *cascade.ChatRequest) ollamaOptions {
+	o := ollamaOptions{Temperature: c.Temperature, TopP: c.TopP, Seed: c.Seed,
+		PresencePenalty: c.PresencePenalty, FrequencyPenalty: c.FrequencyPenalty}
 	if n := c.MaxOutputTokens(); n > 0 {
-		o["num_predict"] = n
+		o.NumPredict = n
 	}
 	if stop := c.StopWords(); len(stop) > 0 {
-		o["stop"] = stop
-	}
-	if c.PresencePenalty != nil {
-		o["presence_penalty"] = *c.PresencePenalty
-	}
-	if c.FrequencyPenalty != nil {
-		o["frequency_penalty"] = *c.FrequencyPenalty
-	}
-	if len(o) == 0 {
-		return nil
+		o.Stop = stop
 	}
 	return o
+}
+
+func (o *ollamaOptions) empty() bool {
+	return o.FrequencyPenalty == nil && o.NumPredict == 0 && o.PresencePenalty == nil && o.Seed == nil &&
+		len(o.Stop) == 0 && o.Temperature == nil && o.TopP == nil
 }
 
 var formatJSON = json.RawMessage(`"json"`)

@@ -97,13 +97,13 @@ func (o *OpenAI) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 	if err != nil {
 		return nil, &cascade.UpstreamError{Backend: o.name, Status: http.StatusBadRequest, Type: "invalid_request_error", Message: err.Error()}
 	}
-	ctx, w, cancel := o.attempt(ctx)
-	defer cancel()
+	ctx, c := o.attempt(ctx)
+	defer c.stop()
 	accept := hdrJSON
 	if sink != nil {
 		accept = hdrSSE
 	}
-	resp, err := o.do(ctx, w, http.MethodPost, o.chatURL, body, accept)
+	resp, err := o.do(ctx, c, http.MethodPost, o.chatURL, body, accept)
 	if err != nil {
 		return nil, err
 	}
@@ -113,11 +113,11 @@ func (o *OpenAI) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 		n = *req.Chat.N
 	}
 	if sink == nil {
-		return o.whole(ctx, resp.Body, n)
+		return o.whole(ctx, resp, n)
 	}
 	if isJSON(resp.Header.Get("Content-Type")) {
 		// The upstream answered whole although asked to stream: replay it.
-		ans, err := o.whole(ctx, resp.Body, n)
+		ans, err := o.whole(ctx, resp, n)
 		if err != nil {
 			return ans, err
 		}
@@ -127,7 +127,7 @@ func (o *OpenAI) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 		ans.Streamed = true
 		return ans, nil
 	}
-	return o.stream(ctx, cancel, resp.Body, req.Chat.N, req.RecordBytes, sink)
+	return o.stream(ctx, c.stop, resp.Body, req.Chat.N, req.RecordBytes, sink)
 }
 
 func isJSON(ct string) bool {
@@ -137,8 +137,8 @@ func isJSON(ct string) bool {
 // whole reads a non-stream completion for a request that asked for n choices. An answer that
 // breaks the bounds a stream's chunks are held to (cascade.CheckAnswer) is a backend error, as
 // it is streamed.
-func (o *OpenAI) whole(ctx context.Context, body io.Reader, n int) (*cascade.Answer, error) {
-	buf, err := readBody(body)
+func (o *OpenAI) whole(ctx context.Context, resp *http.Response, n int) (*cascade.Answer, error) {
+	buf, err := readBody(resp.Body, resp.ContentLength)
 	defer putBuf(buf)
 	if err != nil {
 		return nil, o.transportError(ctx, fmt.Errorf("reading response: %w", err))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,6 +44,77 @@ func TestMaxDuration(t *testing.T) {
 	}
 	if !f.WaitCanceled(cancelSeen) {
 		t.Error("the fake never saw the call cancelled")
+	}
+}
+
+// TestBoundsShareATimer: one timer keeps both bounds, and the error names the one that cut the
+// call: the silence when it is the shorter, the call's end when that comes first, before the
+// reply's headers as well as between the reads of a stream that keeps flowing.
+func TestBoundsShareATimer(t *testing.T) {
+	cases := []struct {
+		name            string
+		cfg             fakes.Config
+		stream          bool
+		timeout, maxDur time.Duration
+		want, wantNot   string
+	}{
+		{name: "silence first, no headers", cfg: fakes.Config{Block: true}, timeout: 100 * time.Millisecond, maxDur: time.Minute,
+			want: "the upstream sent nothing within 100ms", wantNot: "did not end"},
+		{name: "end first, no headers", cfg: fakes.Config{Block: true}, timeout: time.Minute, maxDur: 100 * time.Millisecond,
+			want: "the call did not end within 100ms", wantNot: "sent nothing"},
+		{name: "end first, mid-stream", cfg: fakes.Config{Chunks: 50, ChunkDelay: 50 * time.Millisecond}, stream: true,
+			timeout: time.Minute, maxDur: 300 * time.Millisecond, want: "the call did not end within 300ms", wantNot: "sent nothing"},
+		{name: "silence mid-stream", cfg: fakes.Config{BlockAfter: 2}, stream: true, timeout: 100 * time.Millisecond, maxDur: time.Minute,
+			want: "the upstream sent nothing within 100ms", wantNot: "did not end"},
+		{name: "end only", cfg: fakes.Config{Block: true}, maxDur: 100 * time.Millisecond, want: "the call did not end within 100ms"},
+	}
+	for _, d := range dialects {
+		for _, tc := range cases {
+			t.Run(d.typ+"/"+tc.name, func(t *testing.T) {
+				f := d.fake(t, tc.cfg)
+				b := newBackend(t, d.typ, f, func(o *Options) { o.Timeout, o.MaxDuration = tc.timeout, tc.maxDur })
+				var sink cascade.Sink
+				if tc.stream {
+					sink = (&collector{}).sink
+				}
+				_, err := b.Chat(context.Background(), chatRequest(t, helloBody), sink)
+				var be *cascade.BackendError
+				if !errors.As(err, &be) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+					t.Fatalf("err %v (%T): want a BackendError with a deadline, not a cancellation", err, err)
+				}
+				if msg := err.Error(); !strings.Contains(msg, tc.want) || (tc.wantNot != "" && strings.Contains(msg, tc.wantNot)) {
+					t.Errorf("err %q: want %q", msg, tc.want)
+				}
+				if !f.WaitCanceled(cancelSeen) {
+					t.Error("the fake never saw the call cancelled")
+				}
+			})
+		}
+	}
+}
+
+// TestMaxDurationWhileClientIsSlow: the call's end cuts the upstream while the caller is still
+// handling a chunk, not only at its next read.
+func TestMaxDurationWhileClientIsSlow(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(d.typ, func(t *testing.T) {
+			f := d.fake(t, fakes.Config{Chunks: 50, ChunkDelay: 20 * time.Millisecond})
+			b := newBackend(t, d.typ, f, func(o *Options) { o.Timeout, o.MaxDuration = time.Minute, 200*time.Millisecond })
+			seen := false
+			sink := func(*cascade.Chunk) error {
+				if !seen {
+					seen = f.WaitCanceled(cancelSeen)
+					if !seen {
+						return errors.New("the fake never saw the call cancelled")
+					}
+				}
+				return nil
+			}
+			_, err := b.Chat(context.Background(), chatRequest(t, helloBody), sink)
+			if !seen || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("cancel seen %v, err %v: want the call cut while the client was busy", seen, err)
+			}
+		})
 	}
 }
 
