@@ -82,11 +82,6 @@ func (x *chatExchange) RawChat() []byte            { return x.raw }
 func (x *chatExchange) Stream() bool               { return x.chat.Stream }
 
 func (x *chatExchange) Whole(ans *cascade.Answer) ([]byte, error) {
-	if ans != nil {
-		if b, ok := appendCompletion(make([]byte, 0, ans.Size()), ans); ok {
-			return b, nil
-		}
-	}
 	return json.Marshal(completion{Object: "chat.completion", Answer: ans})
 }
 
