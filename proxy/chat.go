@@ -52,7 +52,7 @@ func decodeChat(body []byte, b *chatBody) *APIError {
 	if e := scanBody(body, scanChat); e != nil {
 		return e
 	}
-	if jsonv1.Unmarshal(body, b) != nil {
+	if !decodeChatCommon(body, b) && jsonv1.Unmarshal(body, b) != nil {
 		// Refused: unmarshal decodes the request again, so that its error names the field as
 		// encoding/json names it in a ChatRequest.
 		b.thinkFields = thinkFields{}
