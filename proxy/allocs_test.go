@@ -78,7 +78,7 @@ func TestFreshBodyAllocations(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	s := allocServer(t, echoStage{})
-	const most = 25
+	const most = 23
 	n := servedAllocs(t, s, func(i int) []byte {
 		return fmt.Appendf(nil, `{"model":"known-1","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Question %d?"}]}`, i)
 	}, "echo")

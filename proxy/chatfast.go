@@ -56,13 +56,13 @@ const (
 )
 
 func (c *chatScan) decode(b *chatBody) bool {
-	if !c.open('{') {
+	if !c.next('{') {
 		return false
 	}
 	var seen uint32
-	for empty := c.close('}'); !empty; {
-		name, ok := c.name()
-		if !ok || !c.open(':') {
+	for empty := c.next('}'); !empty; {
+		name, ok := c.plainString()
+		if !ok || !c.next(':') {
 			return false
 		}
 		var bit uint32
@@ -135,10 +135,10 @@ func (c *chatScan) decode(b *chatBody) bool {
 			return false
 		}
 		seen |= bit
-		if c.close('}') {
+		if c.next('}') {
 			break
 		}
-		if !c.open(',') {
+		if !c.next(',') {
 			return false
 		}
 	}
@@ -148,10 +148,10 @@ func (c *chatScan) decode(b *chatBody) bool {
 
 // messages reads the messages array into b.Messages.
 func (c *chatScan) messages(b *chatBody) bool {
-	if !c.open('[') {
+	if !c.next('[') {
 		return false
 	}
-	if c.close(']') {
+	if c.next(']') {
 		return true // present and empty: b.Messages stays empty, not nil, as jsonv1 leaves it
 	}
 	for {
@@ -159,10 +159,10 @@ func (c *chatScan) messages(b *chatBody) bool {
 		if !c.message(&b.Messages[len(b.Messages)-1]) {
 			return false
 		}
-		if c.close(']') {
+		if c.next(']') {
 			return true
 		}
-		if !c.open(',') {
+		if !c.next(',') {
 			return false
 		}
 	}
@@ -177,16 +177,16 @@ const (
 )
 
 func (c *chatScan) message(m *cascade.Message) bool {
-	if !c.open('{') {
+	if !c.next('{') {
 		return false
 	}
 	var seen uint8
-	if c.close('}') {
+	if c.next('}') {
 		return true
 	}
 	for {
-		name, ok := c.name()
-		if !ok || !c.open(':') {
+		name, ok := c.plainString()
+		if !ok || !c.next(':') {
 			return false
 		}
 		var bit uint8
@@ -220,10 +220,10 @@ func (c *chatScan) message(m *cascade.Message) bool {
 			return false
 		}
 		seen |= bit
-		if c.close('}') {
+		if c.next('}') {
 			return true
 		}
-		if !c.open(',') {
+		if !c.next(',') {
 			return false
 		}
 	}
@@ -257,8 +257,8 @@ func (c *chatScan) space() {
 	}
 }
 
-// open consumes tok after optional space.
-func (c *chatScan) open(tok byte) bool {
+// next consumes tok after optional space, when it is next.
+func (c *chatScan) next(tok byte) bool {
 	c.space()
 	if c.p < len(c.b) && c.b[c.p] == tok {
 		c.p++
@@ -268,16 +268,10 @@ func (c *chatScan) open(tok byte) bool {
 }
 
 // close consumes tok after optional space, when it is next.
-func (c *chatScan) close(tok byte) bool { return c.open(tok) }
-
-// name reads an object member's name: a string of printable ASCII without escapes.
-func (c *chatScan) name() ([]byte, bool) {
-	c.space()
-	return c.plainString()
-}
+func (c *chatScan) close(tok byte) bool { return c.next(tok) }
 
 // plainString reads a string of printable ASCII without escapes, whose decoded value is its
-// raw content, and returns that content.
+// raw content, and returns that content; the names of the members it takes are such strings.
 func (c *chatScan) plainString() ([]byte, bool) {
 	c.space()
 	if c.p >= len(c.b) || c.b[c.p] != '"' {
@@ -340,7 +334,9 @@ func (c *chatScan) str() (start, end int, ok bool) {
 	return 0, 0, false
 }
 
-func isHexDigit(b byte) bool { return '0' <= b && b <= '9' || 'a' <= b && b <= 'f' || 'A' <= b && b <= 'F' }
+func isHexDigit(b byte) bool {
+	return '0' <= b && b <= '9' || 'a' <= b && b <= 'f' || 'A' <= b && b <= 'F'
+}
 
 func (c *chatScan) boolean() (v, ok bool) {
 	c.space()
@@ -355,7 +351,9 @@ func (c *chatScan) boolean() (v, ok bool) {
 	return false, false
 }
 
-func hasPrefixAt(b []byte, p int, s string) bool { return len(b)-p >= len(s) && string(b[p:p+len(s)]) == s }
+func hasPrefixAt(b []byte, p int, s string) bool {
+	return len(b)-p >= len(s) && string(b[p:p+len(s)]) == s
+}
 
 // number reads a JSON number and returns its text, and whether it is an integer (no fraction,
 // no exponent).
@@ -436,14 +434,14 @@ func (c *chatScan) stop() (json.RawMessage, bool) {
 	start := c.p
 	if c.p < len(c.b) && c.b[c.p] == '[' {
 		c.p++
-		for empty := c.close(']'); !empty; {
+		for empty := c.next(']'); !empty; {
 			if _, _, ok := c.str(); !ok {
 				return nil, false
 			}
-			if c.close(']') {
+			if c.next(']') {
 				break
 			}
-			if !c.open(',') {
+			if !c.next(',') {
 				return nil, false
 			}
 		}
