@@ -10,7 +10,8 @@ import (
 )
 
 // sameCommon holds decodeChatCommon equal to jsonv1 on body: a body it takes, jsonv1 takes and
-// decodes to the same request; a body it leaves, it leaves as it found it.
+// decodes to the same request, whose stop validStop takes (validate skips it); a body it leaves,
+// it leaves as it found it.
 func sameCommon(t *testing.T, body []byte) bool {
 	t.Helper()
 	var msgs, wantMsgs [decodedMessages]cascade.Message
@@ -21,6 +22,9 @@ func sameCommon(t *testing.T, body []byte) bool {
 			t.Fatalf("decodeChatCommon left %q decoded in part: %+v %+v", body, *got.ChatRequest, got.thinkFields)
 		}
 		return false
+	}
+	if !validStop(got.Stop) {
+		t.Fatalf("decodeChatCommon took %q, whose stop validStop refuses", body)
 	}
 	want := chatBody{ChatRequest: &cascade.ChatRequest{Messages: wantMsgs[:0]}}
 	if err := jsonv1.Unmarshal(body, &want); err != nil {
