@@ -21,7 +21,7 @@ func decodeChatCommon(body []byte, b *chatBody) bool {
 	msgs := b.Messages[:0]
 	c := chatScan{b: body}
 	if !c.decode(b) {
-		clear(b.Messages[:cap(b.Messages)])
+		clear(msgs[:cap(msgs)]) // what it decoded there, also when the messages grew past it
 		*b.ChatRequest = cascade.ChatRequest{Messages: msgs}
 		b.thinkFields = thinkFields{}
 		return false

@@ -64,7 +64,7 @@ func TestDecodeChatCommon(t *testing.T) {
 		`{"model":"m","tools":[]}`, `{"model":"m","max_tokens":1.0}`, `{"model":"m","max_tokens":1e400}`, `{"model":"m","temperature":1e400}`,
 		`{"model":"m","max_tokens":12345678901}`, `{"model":"m","stream":1}`, `{"model":"m","think":{}}`, `{"model":"m","stop":[1]}`,
 		`{"model":"m",}`, `{"model":"m"} x`, `{"model":"m"}{}`, `{"model":"m"`, `{"model":"m","messages":[{"role":"user"},]}`,
-		`{"model":"m","stop":["a",]}`, `[]`, `null`, ``, `{"model":01}`, `{"model":"m","n":-}`, `{"model":"m","messages":[{"role":"user","content":"a\x01"}]}`,
+		`{"model":"m","stop":["a",]}`, `{"model":"m","messages":[{"role":"user","name":"a"},{"role":"user","name":"b"},{"role":"user","name":"c"}],"x":1}`, `[]`, `null`, ``, `{"model":01}`, `{"model":"m","n":-}`, `{"model":"m","messages":[{"role":"user","content":"a\x01"}]}`,
 	} {
 		if sameCommon(t, []byte(body)) {
 			t.Errorf("%s: taken, not left to jsonv1", body)
