@@ -267,9 +267,6 @@ func (c *chatScan) next(tok byte) bool {
 	return false
 }
 
-// close consumes tok after optional space, when it is next.
-func (c *chatScan) close(tok byte) bool { return c.next(tok) }
-
 // plainString reads a string of printable ASCII without escapes, whose decoded value is its
 // raw content, and returns that content; the names of the members it takes are such strings.
 func (c *chatScan) plainString() ([]byte, bool) {
