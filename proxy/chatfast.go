@@ -10,8 +10,8 @@ import (
 
 // decodeChatCommon decodes a chat body of the shape nearly every call sends into b, exactly as
 // jsonv1.Unmarshal would, and reports whether it did: the fields model, messages (role, content
-// as a string, name, tool_call_id), stream, the sampling numbers, stop, user, think and
-// reasoning_effort, each once, spelled in lower case, none null. Any other body, valid or not,
+// as a string, name, tool_call_id), stream and its include_usage, the sampling numbers, stop,
+// user, think and reasoning_effort, each once, spelled in lower case, none null. Any other body, valid or not,
 // it leaves to the library (false), and b is then as it came: b.Messages empty, on its backing.
 // It reads the body once and touches far less code than the reflective decoder, which is what a
 // fresh call pays for in a server whose caches other processes keep evicting. It is hand-written
@@ -55,6 +55,7 @@ const (
 	ccUser
 	ccThink
 	ccReasoningEffort
+	ccStreamOptions
 )
 
 func (c *chatScan) decode(b *chatBody) bool {
@@ -88,6 +89,9 @@ func (c *chatScan) decode(b *chatBody) bool {
 				return false
 			}
 			b.Stream = v
+		case "stream_options":
+			bit = ccStreamOptions
+			b.StreamOptions, ok = c.streamOptions()
 		case "temperature":
 			bit = ccTemperature
 			ok = c.float(&b.Temperature)
@@ -168,6 +172,25 @@ func (c *chatScan) messages(b *chatBody) bool {
 			return false
 		}
 	}
+}
+
+// streamOptions reads {"include_usage": true or false}, or {}.
+func (c *chatScan) streamOptions() (*cascade.StreamOptions, bool) {
+	if !c.next('{') {
+		return nil, false
+	}
+	o := new(cascade.StreamOptions)
+	if c.next('}') {
+		return o, true
+	}
+	name, ok := c.plainString()
+	if !ok || string(name) != "include_usage" || !c.next(':') {
+		return nil, false
+	}
+	if o.IncludeUsage, ok = c.boolean(); !ok || !c.next('}') {
+		return nil, false
+	}
+	return o, true
 }
 
 // The fields of a message decodeChatCommon takes.

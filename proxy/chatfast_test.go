@@ -42,6 +42,8 @@ func TestDecodeChatCommon(t *testing.T) {
 	for _, body := range []string{
 		`{"model":"qwen3:0.6b","messages":[{"role":"system","content":"You are a helpful assistant. Be brief."},{"role":"user","content":"Please explain."}],"max_tokens":64}`,
 		`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"model":"m","stream_options":{ "include_usage" : false },"stream":false}`, `{"model":"m","stream_options":{}}`,
 		" {\n \"model\" : \"m\" ,\t\"messages\" : [ { \"role\" : \"user\" , \"content\" : \"a \\\"b\\\" \\u00e9 \\n ü\" } ] } \n",
 		`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"}]}`,
 		`{"model":"m","messages":[{"role":"tool","content":"1","tool_call_id":"c1","name":"f"}],"temperature":0.7,"top_p":1,"n":2,"seed":-42}`,
@@ -63,6 +65,8 @@ func TestDecodeChatCommon(t *testing.T) {
 		`{"model":"m","messages":[{"role":"user","content":null}]}`,
 		`{"model":"m","tools":[]}`, `{"model":"m","max_tokens":1.0}`, `{"model":"m","max_tokens":1e400}`, `{"model":"m","temperature":1e400}`,
 		`{"model":"m","max_tokens":12345678901}`, `{"model":"m","stream":1}`, `{"model":"m","think":{}}`, `{"model":"m","stop":[1]}`,
+		`{"stream_options":{"include_usage":true,"include_usage":false}}`, `{"stream_options":{"Include_Usage":true}}`,
+		`{"stream_options":{"include_usage":true,}}`, `{"stream_options":null}`, `{"stream_options":{"x":1}}`,
 		`{"model":"m",}`, `{"model":"m"} x`, `{"model":"m"}{}`, `{"model":"m"`, `{"model":"m","messages":[{"role":"user"},]}`,
 		`{"model":"m","stop":["a",]}`, `{"model":"m","messages":[{"role":"user","name":"a"},{"role":"user","name":"b"},{"role":"user","name":"c"}],"x":1}`, `[]`, `null`, ``, `{"model":01}`, `{"model":"m","n":-}`, `{"model":"m","messages":[{"role":"user","content":"a\x01"}]}`,
 	} {
