@@ -72,23 +72,15 @@ func (c *chatScan) decode(b *chatBody) bool {
 		switch string(name) {
 		case "model":
 			bit = ccModel
-			s, ok := c.plainString()
-			if !ok {
-				return false
-			}
+			var s []byte
+			s, ok = c.plainString()
 			b.Model = string(s)
 		case "messages":
 			bit = ccMessages
-			if !c.messages(b) {
-				return false
-			}
+			ok = c.messages(b)
 		case "stream":
 			bit = ccStream
-			v, ok := c.boolean()
-			if !ok {
-				return false
-			}
-			b.Stream = v
+			b.Stream, ok = c.boolean()
 		case "stream_options":
 			bit = ccStreamOptions
 			b.StreamOptions, ok = c.streamOptions()
@@ -115,9 +107,9 @@ func (c *chatScan) decode(b *chatBody) bool {
 			ok = c.int(&b.MaxCompletionTokens)
 		case "seed":
 			bit = ccSeed
-			var n *int
-			if ok = c.int(&n); ok {
-				s := int64(*n)
+			var n int
+			if n, ok = c.integer(); ok {
+				s := int64(n)
 				b.Seed = &s
 			}
 		case "stop":
@@ -438,16 +430,21 @@ func (c *chatScan) float(dst **float64) bool {
 
 // int reads an integer of at most nine digits into *dst, which any int holds.
 func (c *chatScan) int(dst **int) bool {
+	n, ok := c.integer()
+	if ok {
+		*dst = &n
+	}
+	return ok
+}
+
+// integer reads an integer of at most nine digits.
+func (c *chatScan) integer() (int, bool) {
 	lit, integer, ok := c.number()
 	if !ok || !integer || len(lit) > 9 {
-		return false
+		return 0, false
 	}
 	n, err := strconv.Atoi(string(lit))
-	if err != nil {
-		return false
-	}
-	*dst = &n
-	return true
+	return n, err == nil
 }
 
 // stop reads a stop: a string, or an array of strings.
