@@ -52,7 +52,8 @@ func decodeChat(body []byte, b *chatBody) *APIError {
 	if e := scanBody(body, scanChat); e != nil {
 		return e
 	}
-	if jsonv1.Unmarshal(body, b) != nil {
+	common := decodeChatCommon(body, b)
+	if !common && jsonv1.Unmarshal(body, b) != nil {
 		// Refused: unmarshal decodes the request again, so that its error names the field as
 		// encoding/json names it in a ChatRequest.
 		b.thinkFields = thinkFields{}
@@ -61,7 +62,7 @@ func decodeChat(body []byte, b *chatBody) *APIError {
 		}
 		_ = json.Unmarshal(body, &b.thinkFields)
 	}
-	if e := validate(b.ChatRequest); e != nil {
+	if e := validate(b.ChatRequest, common); e != nil {
 		return e
 	}
 	return validateThink(body, &b.thinkFields)
@@ -228,7 +229,9 @@ func validStop(raw json.RawMessage) bool {
 	return true
 }
 
-func validate(c *cascade.ChatRequest) *APIError {
+// validate checks what the decode does not. stopChecked says the decode took stop only as a
+// string or an array of strings (decodeChatCommon), which validStop would check again.
+func validate(c *cascade.ChatRequest, stopChecked bool) *APIError {
 	if c.Model == "" {
 		return badRequest("model", "model: required")
 	}
@@ -272,7 +275,7 @@ func validate(c *cascade.ChatRequest) *APIError {
 	case c.StreamOptions != nil && !c.Stream:
 		return badRequest("stream_options", "stream_options: only allowed when stream is true")
 	}
-	if !validStop(c.Stop) {
+	if !stopChecked && !validStop(c.Stop) {
 		return badRequest("stop", "stop: must be a string or an array of strings")
 	}
 	for i, t := range c.Tools {

@@ -490,3 +490,45 @@ func TestUpstreamResetAgrees(t *testing.T) {
 		t.Fatalf("record: status %d, attempts %+v", c.Status, c.Attempts)
 	}
 }
+
+// slowStage answers after wait, unless the call's context ends first.
+type slowStage struct{ wait time.Duration }
+
+func (slowStage) Name() string { return "slow" }
+func (s slowStage) Serve(ctx context.Context, req *cascade.Request, sink cascade.Sink) (*cascade.Answer, error) {
+	select {
+	case <-time.After(s.wait):
+		return echoStage{}.Serve(ctx, req, sink)
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+// The body's read deadline ends with the body: an answer that takes longer than BodyTimeout is
+// not cut by it (on HTTP/1 the connection's watch for a client that leaves reads on after the
+// body, under whatever deadline is left), whether the body's length was declared or chunked.
+func TestBodyDeadlineEndsWithTheBody(t *testing.T) {
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}}, routing.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bodyTimeout = 100 * time.Millisecond
+	c := cascade.New(router, []cascade.Stage{slowStage{wait: 4 * bodyTimeout}}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})
+	srv := httptest.NewServer(New(Options{Cascade: c, Logger: zerolog.Nop(), BodyTimeout: bodyTimeout}))
+	t.Cleanup(srv.Close)
+	const body = `{"model":"known-1","messages":[{"role":"user","content":"a"}]}`
+	for name, in := range map[string]io.Reader{
+		"content-length": strings.NewReader(body),
+		"chunked":        io.MultiReader(strings.NewReader(body)), // no length: sent chunked
+	} {
+		resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderStage) != "slow" {
+			t.Errorf("%s: status %d, stage %q: %s", name, resp.StatusCode, resp.Header.Get(HeaderStage), b)
+		}
+	}
+}

@@ -269,9 +269,11 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, *APIE
 		}
 		return nil, badRequest("", "reading request body: %v", err)
 	}
-	if deadline {
+	if deadline && (r.ProtoMajor != 1 || r.ContentLength == 0) {
 		// Cleared once the body is in: the connection's later reads (the next request, the
-		// close watch during a stream) are not bounded by it.
+		// close watch during a stream) are not bounded by it. An HTTP/1 server clears it
+		// itself when a body that was there to read reaches its end (net/http's background
+		// read, which begins there), so only a request without one is left to clear.
 		_ = rc.SetReadDeadline(time.Time{})
 	}
 	return body, nil
