@@ -63,7 +63,7 @@ func TestCacheHitAllocations(t *testing.T) {
 	if code := serve(s, string(body)); code != http.StatusOK { // the miss that fills the cache
 		t.Fatalf("status %d", code)
 	}
-	const most = 17
+	const most = 18
 	n := servedAllocs(t, s, func(int) []byte { return body }, "cache")
 	t.Logf("%.0f allocations", n)
 	if n > most {
@@ -78,7 +78,7 @@ func TestFreshBodyAllocations(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	s := allocServer(t, echoStage{})
-	const most = 23
+	const most = 25
 	n := servedAllocs(t, s, func(i int) []byte {
 		return fmt.Appendf(nil, `{"model":"known-1","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Question %d?"}]}`, i)
 	}, "echo")

@@ -52,8 +52,7 @@ func decodeChat(body []byte, b *chatBody) *APIError {
 	if e := scanBody(body, scanChat); e != nil {
 		return e
 	}
-	common := decodeChatCommon(body, b)
-	if !common && jsonv1.Unmarshal(body, b) != nil {
+	if jsonv1.Unmarshal(body, b) != nil {
 		// Refused: unmarshal decodes the request again, so that its error names the field as
 		// encoding/json names it in a ChatRequest.
 		b.thinkFields = thinkFields{}
@@ -62,7 +61,7 @@ func decodeChat(body []byte, b *chatBody) *APIError {
 		}
 		_ = json.Unmarshal(body, &b.thinkFields)
 	}
-	if e := validate(b.ChatRequest, common); e != nil {
+	if e := validate(b.ChatRequest); e != nil {
 		return e
 	}
 	return validateThink(body, &b.thinkFields)
@@ -229,9 +228,7 @@ func validStop(raw json.RawMessage) bool {
 	return true
 }
 
-// validate checks what the decode does not. stopChecked says the decode took stop only as a
-// string or an array of strings (decodeChatCommon), which validStop would check again.
-func validate(c *cascade.ChatRequest, stopChecked bool) *APIError {
+func validate(c *cascade.ChatRequest) *APIError {
 	if c.Model == "" {
 		return badRequest("model", "model: required")
 	}
@@ -275,7 +272,7 @@ func validate(c *cascade.ChatRequest, stopChecked bool) *APIError {
 	case c.StreamOptions != nil && !c.Stream:
 		return badRequest("stream_options", "stream_options: only allowed when stream is true")
 	}
-	if !stopChecked && !validStop(c.Stop) {
+	if !validStop(c.Stop) {
 		return badRequest("stop", "stop: must be a string or an array of strings")
 	}
 	for i, t := range c.Tools {
