@@ -2,9 +2,11 @@ package backends
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/coldbench"
 )
 
 // BenchmarkChatCold is one whole call to each dialect's fake with the CPU caches evicted before
@@ -20,28 +22,17 @@ func BenchmarkChatCold(b *testing.B) {
 			if _, err := be.Chat(ctx, req, nil); err != nil {
 				b.Fatal(err)
 			}
-			evict := make([]byte, 16<<20)
-			var calls []time.Duration
+			cold := coldbench.New()
 			b.ReportAllocs()
 			for b.Loop() {
-				coldCaches(evict)
-				t0 := time.Now()
-				ans, err := be.Chat(ctx, req, nil)
-				calls = append(calls, time.Since(t0))
+				var ans *cascade.Answer
+				var err error
+				cold.Time(b, func() { ans, err = be.Chat(ctx, req, nil) })
 				if err != nil || !ans.Complete {
 					b.Fatalf("Chat: %v", err)
 				}
 			}
-			slices.Sort(calls)
-			b.ReportMetric(float64(calls[len(calls)/2]), "call-ns")
+			cold.Report(b, "call-ns")
 		})
-	}
-}
-
-// coldCaches writes over buf, a few times the size of the CPU's caches, so that the code and
-// data a call touches next come from memory.
-func coldCaches(buf []byte) {
-	for i := 0; i < len(buf); i += 64 {
-		buf[i]++
 	}
 }

@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/coldbench"
 )
 
 // BenchmarkOllamaPhasesCold times the parts of a whole Ollama call that are the backend's own
@@ -47,17 +47,12 @@ func BenchmarkOllamaPhasesCold(b *testing.B) {
 	}
 	for _, p := range phases {
 		b.Run(p.name, func(b *testing.B) {
-			evict := make([]byte, 16<<20)
-			var ts []time.Duration
+			cold := coldbench.New()
 			b.ReportAllocs()
 			for b.Loop() {
-				coldCaches(evict)
-				t0 := time.Now()
-				p.run()
-				ts = append(ts, time.Since(t0))
+				cold.Time(b, p.run)
 			}
-			slices.Sort(ts)
-			b.ReportMetric(float64(ts[len(ts)/2]), "phase-ns")
+			cold.Report(b, "phase-ns")
 		})
 	}
 }

@@ -6,10 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/coldbench"
 )
 
 // BenchmarkBeginEnd is the meter's cost per call, Begin and End together.
@@ -66,22 +67,15 @@ func BenchmarkBeginEnd(b *testing.B) {
 		port, _, _ := startBackend(b, false)
 		m := meter(b, b.TempDir(), BackendInfo{Name: "local", URL: fmt.Sprintf("http://127.0.0.1:%d", port)})
 		m.Begin("local").End(Work{})
-		evict := make([]byte, 8<<20)
-		var begins, ends []time.Duration
+		begins, ends := coldbench.New(), coldbench.New()
 		b.ReportAllocs()
 		for b.Loop() {
-			coldCaches(evict)
-			t0 := time.Now()
-			s := m.Begin("local")
-			t1 := time.Now()
-			coldCaches(evict)
-			t2 := time.Now()
-			s.End(Work{Model: "llama3", PromptTokens: 100, CompletionTokens: 100})
-			t3 := time.Now()
-			begins, ends = append(begins, t1.Sub(t0)), append(ends, t3.Sub(t2))
+			var s *Span
+			begins.Time(b, func() { s = m.Begin("local") })
+			ends.Time(b, func() { s.End(Work{Model: "llama3", PromptTokens: 100, CompletionTokens: 100}) })
 		}
-		b.ReportMetric(float64(median(begins)), "begin-ns")
-		b.ReportMetric(float64(median(ends)), "end-ns")
+		begins.Report(b, "begin-ns")
+		ends.Report(b, "end-ns")
 	})
 	// As if a process had been created on the host during every call: End walks the tree.
 	b.Run("local-live-proc-no-rapl-walk", func(b *testing.B) {
@@ -265,21 +259,4 @@ func BenchmarkRead(b *testing.B) {
 			}
 		}
 	})
-}
-
-// coldCaches writes over buf, a few times the size of the CPU's caches, so that the code and
-// data a span touches next come from memory, as in a server that ran other work in between.
-func coldCaches(buf []byte) {
-	for i := 0; i < len(buf); i += 64 {
-		buf[i]++
-	}
-}
-
-// median is the middle of d (sorted in place).
-func median(d []time.Duration) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	slices.Sort(d)
-	return d[len(d)/2]
 }

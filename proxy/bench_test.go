@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade/cache"
 	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
 	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/coldbench"
 )
 
 // benchWriter is a ResponseWriter that keeps nothing between calls but its header map, so the
@@ -146,7 +146,7 @@ func BenchmarkAccessLog(b *testing.B) {
 }
 
 // BenchmarkCold serves the calls of BenchmarkFreshNeural and BenchmarkCacheHit with the CPU's
-// caches evicted before each (a write over 16 MiB), as the server runs them between other
+// caches evicted before each (coldbench), as the server runs them between other
 // processes' work: call-ns is the median of the calls' own times, which a warm loop understates
 // several times.
 func BenchmarkCold(b *testing.B) {
@@ -154,29 +154,22 @@ func BenchmarkCold(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	evict := make([]byte, 16<<20)
 	cold := func(b *testing.B, s *Server, body func(i int) []byte, stage string) {
 		w := &benchWriter{h: http.Header{}}
-		took := make([]time.Duration, 0, 1024)
+		t := coldbench.New()
 		i := 0
 		b.ReportAllocs()
 		for b.Loop() {
 			r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(body(i)))
 			i++
-			for j := 0; j < len(evict); j += 64 {
-				evict[j]++
-			}
 			w.h = http.Header{} // as net/http makes one a response
 			w.status, w.n = 0, 0
-			t0 := time.Now()
-			s.ServeHTTP(w, r)
-			took = append(took, time.Since(t0))
+			t.Time(b, func() { s.ServeHTTP(w, r) })
 			if w.status != http.StatusOK || w.h.Get(HeaderStage) != stage {
 				b.Fatalf("status %d, stage %q", w.status, w.h.Get(HeaderStage))
 			}
 		}
-		slices.Sort(took)
-		b.ReportMetric(float64(took[len(took)/2]), "call-ns")
+		t.Report(b, "call-ns")
 	}
 	server := func(stages ...cascade.Stage) *Server {
 		c := cascade.New(router, stages, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()})

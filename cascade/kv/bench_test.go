@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	chromem "github.com/philippgille/chromem-go"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/coldbench"
 )
 
 var benchVocab = strings.Fields(`account address alert archive backup balance battery billing
@@ -355,30 +354,16 @@ func BenchmarkServeMissCold(b *testing.B) {
 	for _, n := range []int{1000, 3000} {
 		b.Run(sizeName(n), func(b *testing.B) {
 			set := benchMissSet(b, n)
-			evict := make([]byte, 16<<20)
-			times := make([]time.Duration, 0, 1024)
+			cold := coldbench.New()
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
-				b.StopTimer()
-				coldCaches(evict)
-				b.StartTimer()
-				t0 := time.Now()
-				_, err := set.s.Serve(context.Background(), set.reqs[i%len(set.reqs)], nil)
-				times = append(times, time.Since(t0))
+				var err error
+				cold.Time(b, func() { _, err = set.s.Serve(context.Background(), set.reqs[i%len(set.reqs)], nil) })
 				if !errors.Is(err, cascade.ErrMiss) {
 					b.Fatalf("Serve: %v, want a miss", err)
 				}
 			}
-			slices.Sort(times)
-			b.ReportMetric(float64(times[len(times)/2]), "median-ns")
+			cold.Report(b, "median-ns")
 		})
-	}
-}
-
-// coldCaches writes over buf, a few times the size of the CPU's caches, so that the code and
-// data Serve touches next come from memory.
-func coldCaches(buf []byte) {
-	for i := 0; i < len(buf); i += 64 {
-		buf[i]++
 	}
 }
