@@ -129,10 +129,16 @@ func appendASCIIWord(words []string, s string, start, end int, apos bool) ([]str
 		return words, -1, false
 	}
 	w := s[start:end]
-	var parts []string
-	if apos || mayBeWhole(w) { // else no contraction: every suffix has an apostrophe
-		parts = expand(w)
+	if !apos && !mayBeWhole(w) { // no contraction: every suffix has an apostrophe
+		return append(words, w), -1, false
 	}
+	return appendParts(words, w, apos), -1, false
+}
+
+// appendParts appends the tokens of w, a lower-cased word that may be a contraction: its parts
+// (w itself when it is none), without apostrophes when the word had one, none empty.
+func appendParts(dst []string, w string, apos bool) []string {
+	parts := expand(w)
 	if parts == nil {
 		parts = []string{w}
 	}
@@ -141,10 +147,10 @@ func appendASCIIWord(words []string, s string, start, end int, apos bool) ([]str
 			p = strings.ReplaceAll(p, "'", "")
 		}
 		if p != "" {
-			words = append(words, p)
+			dst = append(dst, p)
 		}
 	}
-	return words, -1, false
+	return dst
 }
 
 // asciiSpace is unicode.IsSpace for ASCII bytes.
@@ -803,18 +809,9 @@ func (f *wordCounter) flush(s string, start, end int, apos bool) (int, bool) {
 		f.word(w)
 		return -1, false
 	}
-	w = strings.ReplaceAll(strings.ToLower(w), "`", "'")
-	parts := expand(w)
-	if parts == nil {
-		parts = []string{w}
-	}
-	for _, p := range parts {
-		if apos {
-			p = strings.ReplaceAll(p, "'", "")
-		}
-		if p != "" {
-			f.word(p)
-		}
+	var buf [4]string
+	for _, p := range appendParts(buf[:0], strings.ReplaceAll(strings.ToLower(w), "`", "'"), apos) {
+		f.word(p)
 	}
 	return -1, false
 }
