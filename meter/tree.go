@@ -111,11 +111,11 @@ func (m *Meter) tree(b *backendState, atEnd bool) ([]int, error) {
 }
 
 // maxNewPIDs bounds the PIDs newPIDsOutside looks at before a walk is cheaper. It asks each PID's
-// parent (procfs.parentOf: a pidfd's answer, BenchmarkRead/process-parent, or where the kernel
-// cannot give one /proc/<pid>/stat, about 7 µs on a 2-core VM, BenchmarkRead/process-stat), where a walk
-// reads each tree process's task directory and every thread's children file (17 µs for one
-// small process, BenchmarkRead/children; 40 µs for the two processes of
-// BenchmarkBeginEnd/local-live-proc-no-rapl-walk, more for Ollama and its runner).
+// parent (procfs.parentOf: a pidfd's answer, or /proc/<pid>/stat where the kernel cannot give
+// one; BenchmarkRead/process-parent and process-stat), where a walk reads each tree process's
+// task directory and every thread's children file (BenchmarkRead/children, and
+// BenchmarkBeginEnd/local-live-proc-no-rapl-walk for a two-process tree; more for Ollama and
+// its runner).
 const maxNewPIDs = 4
 
 // newPIDsOutside reports whether each PID handed out after from, up to cur, is known to be
