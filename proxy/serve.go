@@ -54,7 +54,7 @@ func (s *Server) writeRouteError(w http.ResponseWriter, r *http.Request, e *APIE
 func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		lf := fields(r.Context())
+		lf := fieldsOf(w, r)
 		st := new(callState)
 		req := &st.req
 		x, apiErr := s.decode(w, r, d, lf.tenant, req)
@@ -194,7 +194,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, d dialect.Dialec
 	} else {
 		*req = cascade.Request{Tenant: tenant, Chat: *x.Chat(), Raw: x.RawChat()}
 	}
-	req.ID, req.Tracer = RequestID(r.Context()), s.stages
+	req.ID, req.Tracer = requestIDOf(w, r), s.stages
 	req.NoCache, req.NoStore = cacheControl(r)
 	return x, nil
 }
