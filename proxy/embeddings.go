@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/telemetry/genai"
@@ -49,7 +47,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	defer s.metrics.callOut()
 	var res cascade.EmbedResult
 	err := s.guard(call.ID, func() error { return s.cascade.Embed(ctx, call, &res) })
-	c := newCall(call.ID, call.Tenant, call.Key(), call.Req.Model, start, trace.SpanFromContext(ctx))
+	c := newCall(call.ID, call.Tenant, call.Key(), call.Req.Model, start, s.span(ctx))
 	c.op = genai.Embeddings
 	if e := res.Embeddings; e != nil {
 		c.answer(res.Stage, res.Attempts, true, e.Energy, e.Backend, e.Attempts, res.Settle)

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/proxy/dialect"
@@ -98,7 +96,7 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 			})
 		}
 		c := &st.call
-		c.begin(req.ID, req.Tenant, req.Key(), req.Chat.Model, start, trace.SpanFromContext(ctx))
+		c.begin(req.ID, req.Tenant, req.Key(), req.Chat.Model, start, s.span(ctx))
 		c.wrote = res.Wrote
 		c.op, c.streamed = operation(r.URL.Path), sw != nil
 		if sw != nil && !sw.first.IsZero() {
