@@ -25,7 +25,8 @@ var errRequestTimeout = fmt.Errorf("request timeout: %w", context.DeadlineExceed
 // Done, Err and Value are the armed context's, so the context package recognises it as a cancel
 // context: a child registers with it, and context.Cause finds the cause. Before, Value is the
 // parent's: nothing has been cancelled that the parent does not know of (context.Cause, which
-// reads it, is asked after Err, which arms a bound that has passed).
+// reads it, is asked after Err, which arms a bound that has passed). A call that ends unarmed
+// is done all the same (Done closed, Err context.Canceled), with nothing made.
 type requestTimeout struct {
 	parent context.Context
 	at     time.Time // when the bound passes; zero without one
