@@ -57,7 +57,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				Message: "Incorrect API key provided."})
 			return
 		}
-		fields(r.Context()).tenant = id
+		fieldsOf(w, r).tenant = id
 		next.ServeHTTP(w, r)
 	})
 }

@@ -206,3 +206,62 @@ func TestMountedUnderARouter(t *testing.T) {
 		t.Fatalf("GET /api/healthz: status %d, request id %q: %s", w.Code, w.Header().Get("X-Request-Id"), w.Body)
 	}
 }
+
+// TestDirectRoutesAsTheRouter: the POSTs edge routes itself (directRoute) are answered as the
+// router answers them (the same server mounted in another router routes every request through
+// its own), keys checked, the request's id and log fields where the handlers look; the paths
+// close to them (another method, a trailing slash, other case, an escaped slash) go to the
+// router.
+func TestDirectRoutesAsTheRouter(t *testing.T) {
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: nopBackend{}}}, routing.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	s := New(Options{Cascade: cascade.New(router, []cascade.Stage{echoStage{}}, cascade.Options{StageWatts: 10, Logger: zerolog.Nop()}),
+		Logger: zerolog.New(&logged), Keys: []APIKey{{ID: "k1", Key: "secret"}}})
+	outer := chi.NewRouter()
+	outer.Mount("/", s)
+	chat := `{"model":"known-1","messages":[{"role":"user","content":"hi"}]}`
+	tests := []struct {
+		method, target, key, body string
+		status                    int
+	}{
+		{http.MethodPost, "/v1/chat/completions", "secret", chat, 200},
+		{http.MethodPost, "/v1/chat/completions", "", chat, 401},
+		{http.MethodPost, "/v1/chat/completions", "wrong", chat, 401},
+		{http.MethodPost, "/v1/chat/completions", "secret", `{"model":`, 400},
+		{http.MethodPost, "/v1/embeddings", "secret", `{"model":"known-1"}`, 400},
+		{http.MethodGet, "/v1/chat/completions", "secret", "", 405},
+		{http.MethodPost, "/v1/chat/completions/", "secret", chat, 404},
+		{http.MethodPost, "/V1/chat/completions", "secret", chat, 404},
+		{http.MethodPost, "/v1/chat%2Fcompletions", "secret", chat, 404},
+		{http.MethodPost, "/v1/models", "secret", "", 405},
+	}
+	for _, tt := range tests {
+		direct := s.directRoute(httptest.NewRequest(tt.method, tt.target, nil)) != nil
+		if want := tt.status != 404 && tt.status != 405; direct != want {
+			t.Fatalf("%s %s: routed by edge %v, want %v", tt.method, tt.target, direct, want)
+		}
+		for _, via := range []struct {
+			name string
+			h    http.Handler
+		}{{"edge", s}, {"router", outer}} {
+			logged.Reset()
+			r := httptest.NewRequest(tt.method, tt.target, strings.NewReader(tt.body))
+			if tt.key != "" {
+				r.Header.Set("Authorization", "Bearer "+tt.key)
+			}
+			w := httptest.NewRecorder()
+			via.h.ServeHTTP(w, r)
+			s.WaitReported()
+			id := w.Header().Get("X-Request-Id")
+			if w.Code != tt.status || id == "" || !strings.Contains(logged.String(), `"request_id":"`+id+`"`) {
+				t.Fatalf("%s %s via %s: status %d (want %d), id %q, log %s: %s", tt.method, tt.target, via.name, w.Code, tt.status, id, logged.String(), w.Body)
+			}
+			if tt.status == 200 && (!strings.Contains(logged.String(), `"key_id":"k1"`) || w.Header().Get(HeaderStage) != "echo") {
+				t.Fatalf("%s %s via %s: stage %q, log %s", tt.method, tt.target, via.name, w.Header().Get(HeaderStage), logged.String())
+			}
+		}
+	}
+}

@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 	"github.com/eoc-proxy/eoc-proxy/energy"
 	"github.com/eoc-proxy/eoc-proxy/telemetry/genai"
@@ -32,7 +30,7 @@ type embeddingsRequest struct {
 // chat completion, with the same headers.
 func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	lf := fields(r.Context())
+	lf := fieldsOf(w, r)
 	call, base64Out, apiErr := s.decodeEmbeddings(w, r)
 	if apiErr != nil {
 		s.refuse(w, openAIErrors{}, lf, apiErr)
@@ -49,7 +47,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	defer s.metrics.callOut()
 	var res cascade.EmbedResult
 	err := s.guard(call.ID, func() error { return s.cascade.Embed(ctx, call, &res) })
-	c := newCall(call.ID, call.Tenant, call.Key(), call.Req.Model, start, trace.SpanFromContext(ctx))
+	c := newCall(call.ID, call.Tenant, call.Key(), call.Req.Model, start, s.span(ctx))
 	c.op = genai.Embeddings
 	if e := res.Embeddings; e != nil {
 		c.answer(res.Stage, res.Attempts, true, e.Energy, e.Backend, e.Attempts, res.Settle)
@@ -103,7 +101,7 @@ func (s *Server) decodeEmbeddings(w http.ResponseWriter, r *http.Request) (*casc
 	default:
 		return nil, false, badRequest("encoding_format", "encoding_format: %q is not one of float, base64", in.EncodingFormat)
 	}
-	call := &cascade.EmbedCall{Req: cascade.EmbedRequest{Model: in.Model, Input: texts}, ID: RequestID(r.Context()), Tracer: s.stages}
+	call := &cascade.EmbedCall{Req: cascade.EmbedRequest{Model: in.Model, Input: texts}, ID: requestIDOf(w, r), Tracer: s.stages}
 	if in.Dimensions != nil {
 		if *in.Dimensions < 1 {
 			return nil, false, badRequest("dimensions", "dimensions: must be at least 1")

@@ -83,6 +83,9 @@ type Server struct {
 	handler http.Handler
 	router  chi.Router
 	routes  sync.Pool
+	// direct are the handlers, middleware included, of the POST routes at fixed paths, which
+	// edge serves without the router (directRoute); fixed once New returns.
+	direct  map[string]http.Handler
 	keys    *keyring
 	budgets *budgetBook
 	limits  *limiter
@@ -137,10 +140,17 @@ func New(o Options) *Server {
 		s.stages = stageTracer{s.tracer}
 	}
 	r := chi.NewRouter()
+	s.direct = map[string]http.Handler{}
 	r.Group(func(r chi.Router) {
 		r.Use(s.traced, s.authenticate)
+		// post routes h at path, and has edge serve it there itself (directRoute), with the same
+		// middleware around it.
+		post := func(path string, h http.HandlerFunc) {
+			r.Post(path, h)
+			s.direct[path] = s.traced(s.authenticate(h))
+		}
 		for _, path := range s.paths {
-			r.Post(path, s.serve(s.dialects[path]))
+			post(path, s.serve(s.dialects[path]))
 		}
 		for _, path := range s.paths {
 			if sr, ok := s.dialects[path].(storedResponses); ok {
@@ -148,10 +158,10 @@ func New(o Options) *Server {
 				r.Delete(path+"/{id}", s.storedResponse(sr.Delete))
 			}
 			if tc, ok := s.dialects[path].(tokenCounter); ok {
-				r.Post(path+"/count_tokens", s.countTokens(tc))
+				post(path+"/count_tokens", s.countTokens(tc))
 			}
 		}
-		r.Post("/v1/embeddings", s.embeddings)
+		post("/v1/embeddings", s.embeddings)
 		r.Get("/v1/models", s.models)
 		r.Get("/v1/eoc/calls/{request_id}", s.callFigure)
 	})
@@ -246,7 +256,7 @@ type storedResponses interface {
 // the route's dialect.
 func (s *Server) storedResponse(op func(ctx context.Context, tenant, id string) ([]byte, *dialect.Error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		lf := fields(r.Context())
+		lf := fieldsOf(w, r)
 		b, e := op(r.Context(), lf.tenant, chi.URLParam(r, "id"))
 		if e != nil {
 			apiErr := fromWire(e)
@@ -273,7 +283,7 @@ const HeaderTokenCount = "X-Eoc-Token-Count"
 // countTokens serves tc's count: no budget, no cascade, the body read as a call's.
 func (s *Server) countTokens(tc tokenCounter) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		lf := fields(r.Context())
+		lf := fieldsOf(w, r)
 		body, apiErr := s.readJSON(w, r)
 		if apiErr == nil {
 			out, estimated, e := tc.CountTokens(body)

@@ -63,7 +63,7 @@ var traceContext propagation.TraceContext
 func (s *Server) traced(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.tracer == nil {
-			if r.Header.Get("Traceparent") != "" {
+			if tp := r.Header["Traceparent"]; len(tp) > 0 && tp[0] != "" { // Header.Get's answer, the name canonical
 				r = r.WithContext(traceContext.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
 			}
 			next.ServeHTTP(w, r)
@@ -77,7 +77,16 @@ func (s *Server) traced(next http.Handler) http.Handler {
 	})
 }
 
-// endCall puts the settled call's figures on its span (a no-op span when untraced).
+// span is the call's server span in ctx; nil without a tracer, which leaves nothing to record
+// and the context's values unread.
+func (s *Server) span(ctx context.Context) trace.Span {
+	if s.tracer == nil {
+		return nil
+	}
+	return trace.SpanFromContext(ctx)
+}
+
+// endCall puts the settled call's figures on its span (nil or a no-op span when untraced).
 func endCall(c *Call) {
 	span := c.span
 	if span == nil || !span.IsRecording() {

@@ -80,7 +80,7 @@ func (s *Server) adminOnly(next http.HandlerFunc) http.HandlerFunc {
 				Message: "This key is not an admin key (auth.admin_keys)."})
 			return
 		}
-		fields(r.Context()).tenant = id
+		fieldsOf(w, r).tenant = id
 		next(w, r)
 	}
 }
