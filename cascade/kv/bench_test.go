@@ -261,7 +261,7 @@ func benchScan(b *testing.B, n int) {
 // template, other made-up words), against a collection of n learned entries. Nothing is learned
 // during the loop, so every op sees n entries. "search" is the index's part alone.
 func BenchmarkServeMiss(b *testing.B) {
-	for _, n := range []int{1000, 10000, 100000} {
+	for _, n := range []int{1000, 3000, 10000, 30000, 100000} {
 		b.Run(sizeName(n), func(b *testing.B) {
 			set := benchMissSet(b, n)
 			defer cpuClock(b)()
@@ -351,7 +351,7 @@ func benchoutPrompt(r *rand.Rand) string {
 // writing over a buffer larger than them, outside the timer), as in the server, where other
 // requests and processes run between two calls: ns/op and median-ns are Serve's own time.
 func BenchmarkServeMissCold(b *testing.B) {
-	for _, n := range []int{1000, 3000} {
+	for _, n := range []int{1000, 3000, 30000} {
 		b.Run(sizeName(n), func(b *testing.B) {
 			set := benchMissSet(b, n)
 			cold := coldbench.New()
