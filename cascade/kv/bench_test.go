@@ -367,3 +367,42 @@ func BenchmarkServeMissCold(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLearnServed is the learn worker's part of a neural call (Stage.learn) for an answer to
+// a miss Serve sketched, as Learn queues it, into a collection of n learned entries (it grows by
+// one an op).
+func BenchmarkLearnServed(b *testing.B) {
+	for _, n := range []int{3000, 30000} {
+		b.Run(sizeName(n), func(b *testing.B) {
+			s, err := New(Options{MaxEntries: 100000})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = s.Close() })
+			r := rand.New(rand.NewPCG(6, uint64(n)))
+			sys := msg("system", "You are a helpful assistant. Be brief.")
+			next := func() job {
+				q, _ := s.query(request("", "m", sys, user(benchoutPrompt(r))))
+				return job{model: "m", q: q, answer: "Hello from the fake upstream.", joules: 1, ctok: 7}
+			}
+			for range n {
+				if err := s.learn(next()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			jobs := make([]job, 4096)
+			for i := range jobs {
+				jobs[i] = next()
+				v, _, _ := s.embed(context.Background(), jobs[i].q, serveEmbedTimeout)
+				jobs[i].sketch, jobs[i].sketched = s.sketchOf(v), true
+			}
+			b.ReportAllocs()
+			defer cpuClock(b)()
+			for i := 0; b.Loop(); i++ {
+				if err := s.learn(jobs[i%len(jobs)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

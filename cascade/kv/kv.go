@@ -190,18 +190,20 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	var embedWait time.Duration
 	if _, ok := s.emb.(Builtin); ok && len(q.question) < 1<<18 && len(q.context) < 1<<18 {
 		// The built-in embedding's counts make the sketch on the stack; its vector is made only
-		// for a candidate, and for learning by the worker, after the response.
+		// for a candidate, and kept for learning then; else the worker makes it, after the
+		// response.
 		var c [2 * BuiltinDim]int32
 		sk, ok := s.sketchCounts(q, &c)
 		if !ok {
 			return nil, cascade.ErrMiss
 		}
-		s.remember(req, q, nil, sk)
+		var vec []float32
 		cands = col.searchLazy(func() []float32 {
-			v := make([]float32, 2*BuiltinDim)
-			joinCounts(v, &c)
-			return v
+			vec = make([]float32, 2*BuiltinDim)
+			joinCounts(vec, &c)
+			return vec
 		}, sk, s.threshold, s.cutoffs)
+		s.remember(req, q, vec, sk)
 	} else {
 		embedStart := time.Now()
 		vec, fig, set, err := s.embedSettle(ctx, q, serveEmbedTimeout)

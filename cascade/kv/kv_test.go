@@ -892,6 +892,36 @@ func TestLearnReusesServeSketch(t *testing.T) {
 	}
 }
 
+// TestLearnReusesBuiltinVector: when Serve made the query's vector (the scan found a candidate,
+// here one the guards turn down: its answer is longer than max_tokens), learning the answer
+// stores that vector, the one embedQueryJoined makes, and embeds nothing again.
+func TestLearnReusesBuiltinVector(t *testing.T) {
+	s := newStage(t, Options{})
+	q := "How do I reset my password?"
+	teach(t, s, request("", "m", user(q)), neural("a", 1))
+	r := request("", "m", user(q))
+	n := 3
+	r.Chat.MaxTokens = &n
+	r = rekey(r)
+	if _, hit := serve(t, s, r); hit {
+		t.Fatal("an answer longer than max_tokens served")
+	}
+	e, ok := s.recent.peek(r.Key())
+	v, _ := embedQueryJoined(e.q)
+	if !ok || !slices.Equal(e.vec, v) {
+		t.Fatalf("Serve kept no vector (%v) or another one", ok)
+	}
+	// A copy in place of the vector shows which one learn stores.
+	marker := slices.Clone(e.vec)
+	s.recent.add(r.Key(), embedded{q: e.q, vec: marker, sketch: e.sketch})
+	teach(t, s, r, neural("b", 1))
+	for _, x := range s.collection("", "m").entries() {
+		if x.answer == "b" && &x.vec[0] != &marker[0] {
+			t.Error("learn embedded the query again instead of taking Serve's vector")
+		}
+	}
+}
+
 // TestNotMyKindEmbedsNothing: a call kv can neither answer nor learn (tools offered, a tool
 // call or a tool result in the conversation, the assistant's turn, several choices, a JSON
 // answer, an image) is a miss decided before any embedding, in Serve and in Learn alike; so is
