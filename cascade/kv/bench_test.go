@@ -368,41 +368,49 @@ func BenchmarkServeMissCold(b *testing.B) {
 	}
 }
 
-// BenchmarkLearnServed is the learn worker's part of a neural call (Stage.learn) for an answer to
-// a miss Serve sketched, as Learn queues it, into a collection of n learned entries (it grows by
-// one an op).
+// BenchmarkLearnServed is the learn worker's part of a neural call (Stage.learn) for the answer
+// to a miss of Serve's, as Learn queues it, into a collection of n learned entries (it grows by
+// one an op): "counts" joins the counts Serve kept, "embed" counts the query again.
 func BenchmarkLearnServed(b *testing.B) {
 	for _, n := range []int{3000, 30000} {
-		b.Run(sizeName(n), func(b *testing.B) {
-			s, err := New(Options{MaxEntries: 100000})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = s.Close() })
-			r := rand.New(rand.NewPCG(6, uint64(n)))
-			sys := msg("system", "You are a helpful assistant. Be brief.")
-			next := func() job {
-				q, _ := s.query(request("", "m", sys, user(benchoutPrompt(r))))
-				return job{model: "m", q: q, answer: "Hello from the fake upstream.", joules: 1, ctok: 7}
-			}
-			for range n {
-				if err := s.learn(next()); err != nil {
+		for _, kind := range []string{"counts", "embed"} {
+			b.Run(sizeName(n)+"/"+kind, func(b *testing.B) {
+				s, err := New(Options{MaxEntries: 100000})
+				if err != nil {
 					b.Fatal(err)
 				}
-			}
-			jobs := make([]job, 4096)
-			for i := range jobs {
-				jobs[i] = next()
-				v, _, _ := s.embed(context.Background(), jobs[i].q, serveEmbedTimeout)
-				jobs[i].sketch, jobs[i].sketched = s.sketchOf(v), true
-			}
-			b.ReportAllocs()
-			defer cpuClock(b)()
-			for i := 0; b.Loop(); i++ {
-				if err := s.learn(jobs[i%len(jobs)]); err != nil {
-					b.Fatal(err)
+				b.Cleanup(func() { _ = s.Close() })
+				r := rand.New(rand.NewPCG(6, uint64(n)))
+				sys := msg("system", "You are a helpful assistant. Be brief.")
+				for range n {
+					q, _ := s.query(request("", "m", sys, user(benchoutPrompt(r))))
+					if err := s.learn(job{model: "m", q: q, answer: "a", joules: 1, ctok: 7}); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-		})
+				b.ReportAllocs()
+				defer cpuClock(b)()
+				for b.Loop() {
+					b.StopTimer()
+					var e embedded
+					var ref countsRef
+					for ok := false; !ok || e.vec != nil; { // a miss with no candidate, the usual one
+						req := request("", "m", sys, user(benchoutPrompt(r)))
+						if _, err := s.Serve(context.Background(), req, nil); err == nil {
+							continue
+						}
+						e, ref, ok = s.recent.peek(req.Key())
+					}
+					if kind == "embed" {
+						ref = countsRef{}
+					}
+					j := job{model: "m", q: e.q, counts: ref, sketch: e.sketch, sketched: true, answer: "Hello from the fake upstream.", joules: 1, ctok: 7}
+					b.StartTimer()
+					if err := s.learn(j); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }

@@ -190,8 +190,8 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	var embedWait time.Duration
 	if _, ok := s.emb.(Builtin); ok && len(q.question) < 1<<18 && len(q.context) < 1<<18 {
 		// The built-in embedding's counts make the sketch on the stack; its vector is made only
-		// for a candidate, and kept for learning then; else the worker makes it, after the
-		// response.
+		// for a candidate. Learning takes that vector, or the counts, kept with the query: the
+		// worker joins them after the response.
 		var c [2 * BuiltinDim]int32
 		sk, ok := s.sketchCounts(q, &c)
 		if !ok {
@@ -203,7 +203,11 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 			joinCounts(vec, &c)
 			return vec
 		}, sk, s.threshold, s.cutoffs)
-		s.remember(req, q, vec, sk)
+		if vec == nil {
+			s.rememberCounts(req, q, &c, sk)
+		} else {
+			s.remember(req, q, vec, sk)
+		}
 	} else {
 		embedStart := time.Now()
 		vec, fig, set, err := s.embedSettle(ctx, q, serveEmbedTimeout)
@@ -415,39 +419,76 @@ var errNothing = errors.New("nothing to embed")
 // recentRing keeps the last recentSize queries Serve embedded, by request key. Each is written
 // once, by a miss, and looked up at most once, by Learn, newest first (the answer to a miss is
 // learned soon after it): fixed slots written in turn, so that keeping one allocates nothing
-// and touches no map. Safe for concurrent use; the zero value is empty.
+// and touches no map. A built-in miss that made no vector keeps the query's feature counts in
+// its slot, which the learn worker copies out (counts) unless the slot was written again
+// meanwhile. Safe for concurrent use; the zero value is empty.
 type recentRing struct {
 	mu    sync.Mutex
-	next  int // the slot written next
-	n     int // slots written, up to recentSize
+	next  int    // the slot written next
+	n     int    // slots written, up to recentSize
+	gen   uint64 // writes so far: a slot's gen names one write
 	slots [recentSize]struct {
-		key string
-		e   embedded
+		key     string
+		e       embedded
+		gen     uint64
+		counted bool
+		counts  [2 * BuiltinDim]int32
 	}
 }
 
 // recentSize is how many queries the ring keeps.
 const recentSize = 256
 
-func (r *recentRing) add(key string, e embedded) {
+func (r *recentRing) add(key string, e embedded) { r.addCounts(key, e, nil) }
+
+// addCounts is add, keeping c too (nil: none).
+func (r *recentRing) addCounts(key string, e embedded, c *[2 * BuiltinDim]int32) {
 	r.mu.Lock()
+	r.gen++
 	sl := &r.slots[r.next]
-	sl.key, sl.e = key, e
+	sl.key, sl.e, sl.gen, sl.counted = key, e, r.gen, c != nil
+	if c != nil {
+		sl.counts = *c
+	}
 	r.next = (r.next + 1) % recentSize
 	r.n = min(r.n+1, recentSize)
 	r.mu.Unlock()
 }
 
-// peek returns the newest query kept under key.
-func (r *recentRing) peek(key string) (embedded, bool) {
+// peek returns the newest query kept under key, and where its counts are when it has them
+// (ref.gen 0: none).
+func (r *recentRing) peek(key string) (embedded, countsRef, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := 1; i <= r.n; i++ {
-		if sl := &r.slots[(r.next-i+recentSize)%recentSize]; sl.key == key {
-			return sl.e, true
+		slot := (r.next - i + recentSize) % recentSize
+		if sl := &r.slots[slot]; sl.key == key {
+			var ref countsRef
+			if sl.counted {
+				ref = countsRef{slot: int32(slot), gen: sl.gen}
+			}
+			return sl.e, ref, true
 		}
 	}
-	return embedded{}, false
+	return embedded{}, countsRef{}, false
+}
+
+// countsRef names the counts one write kept in a slot of the ring.
+type countsRef struct {
+	slot int32
+	gen  uint64
+}
+
+// counts copies the counts ref names into c, false when the slot was written again since.
+func (r *recentRing) counts(ref countsRef, c *[2 * BuiltinDim]int32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sl := &r.slots[ref.slot]
+	if ref.gen == 0 || sl.gen != ref.gen || !sl.counted {
+		return false
+	}
+	*c = sl.counts
+	return true
 }
 
 // embedded is a query, its stored-vector form and its sketch, as Serve computed them.
@@ -513,6 +554,14 @@ func (s *Stage) embedSettle(ctx context.Context, q query, timeout time.Duration)
 func (s *Stage) remember(req *cascade.Request, q query, vec []float32, sk sketch) {
 	if len(q.question)+len(q.context)+len(q.params) <= s.maxEntry {
 		s.recent.add(req.Key(), embedded{q: q, vec: vec, sketch: sk})
+	}
+}
+
+// rememberCounts is remember for a built-in query whose vector was not made: its feature counts
+// (countQueryInto) are kept in its place.
+func (s *Stage) rememberCounts(req *cascade.Request, q query, c *[2 * BuiltinDim]int32, sk sketch) {
+	if len(q.question)+len(q.context)+len(q.params) <= s.maxEntry {
+		s.recent.addCounts(req.Key(), embedded{q: q, sketch: sk}, c)
 	}
 }
 

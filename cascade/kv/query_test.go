@@ -176,7 +176,7 @@ func TestServeBuiltinSketchCounts(t *testing.T) {
 // kept, and none older or never kept.
 func TestRecentRing(t *testing.T) {
 	var r recentRing
-	if _, ok := r.peek(""); ok {
+	if _, _, ok := r.peek(""); ok {
 		t.Fatal("an empty ring found a query")
 	}
 	kept := func(i int) embedded { return embedded{q: query{question: fmt.Sprint(i)}} }
@@ -187,7 +187,7 @@ func TestRecentRing(t *testing.T) {
 			if j < 0 {
 				continue
 			}
-			e, ok := r.peek(fmt.Sprint("k", j%(recentSize+10)))
+			e, _, ok := r.peek(fmt.Sprint("k", j%(recentSize+10)))
 			newest := j + (i-j)/(recentSize+10)*(recentSize+10) // the key's last add
 			switch want := back < recentSize || newest != j; {
 			case ok != want:
