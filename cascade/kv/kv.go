@@ -626,13 +626,20 @@ func (s *Stage) collection(tenant, model string) *collection {
 
 // collectionFor returns the collection, creating it (and its chromem collection) when missing.
 func (s *Stage) collectionFor(tenant, model string, dim int) (*collection, error) {
+	k := colID{tenant, model}
+	s.mu.RLock() // the usual case, without excluding Serve's readers
+	if c := s.cols[k]; c != nil && s.dim == dim {
+		s.touchLocked(k)
+		s.mu.RUnlock()
+		return c, nil
+	}
+	s.mu.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dim != 0 && dim != s.dim {
 		return nil, fmt.Errorf("embedder %s returned %d dimensions; the store holds %d", s.emb.ID(), dim, s.dim)
 	}
 	s.dim = dim
-	k := colID{tenant, model}
 	if c := s.cols[k]; c != nil {
 		s.touchLocked(k)
 		return c, nil

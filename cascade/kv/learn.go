@@ -248,6 +248,7 @@ func (s *Stage) deleteEvicted(ctx context.Context, col *collection, evicted []*e
 // entryID names an entry by what it answers, so learning the same conversation again replaces
 // the entry.
 func entryID(q query) string {
-	h := sha256.Sum256([]byte(q.params + "\x00" + q.context))
+	var buf [1 << 10]byte // a usual conversation's bytes, on the stack
+	h := sha256.Sum256(append(append(append(buf[:0], q.params...), 0), q.context...))
 	return hex.EncodeToString(h[:16])
 }
