@@ -83,3 +83,26 @@ func TestHeadCutoffTail(t *testing.T) {
 		}
 	}
 }
+
+// FuzzBlockMask: the scan's step in the version the build uses finds the slots blockMaskGo
+// finds, for any query, any sketches near it and any cutoffs.
+func FuzzBlockMask(f *testing.F) {
+	f.Add(uint64(1), uint64(2), uint8(30), uint8(46))
+	f.Add(uint64(3), uint64(4), uint8(0), uint8(255))
+	f.Fuzz(func(t *testing.T, seed, near uint64, head, full uint8) {
+		r := rand.New(rand.NewPCG(seed, near))
+		q := sketch{r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64()}
+		var block [blockWords]uint64
+		for i := range blockSlots {
+			s := q
+			flipBits(r, s[:], r.IntN(int(near%sketchBits)+1), 0, sketchBits)
+			for w := range sketchWords {
+				block[w*blockSlots+i] = s[w]
+			}
+		}
+		c := cutoffs{head: int(head), full: int(full)}
+		if got, want := blockMask(&block, &q, c), blockMaskGo(&block, &q, c); got != want {
+			t.Fatalf("cutoffs %+v: mask %064b, want %064b", c, got, want)
+		}
+	})
+}
