@@ -193,6 +193,7 @@ func (e *entry) signature() signature {
 type collection struct {
 	tenant, model string
 	store         *chromem.Collection // nil when the stage is in memory
+	used          atomic.Uint64       // the last use (bound.go): Stage.used holds its address
 
 	mu     sync.RWMutex
 	byID   map[string]*entry

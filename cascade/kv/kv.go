@@ -54,7 +54,7 @@ type Stage struct {
 
 	mu    sync.RWMutex
 	cols  map[colID]*collection
-	used  map[colID]*atomic.Uint64 // the last use of each collection (bound.go)
+	used  map[colID]*atomic.Uint64 // the last use of each collection (bound.go): its collection's used
 	clock useClock
 	total atomic.Int64 // entries in all collections, recounted by bound
 	lsh   *lsh
@@ -156,7 +156,7 @@ func (s *Stage) load() {
 		}
 		k := colID{n.Tenant, n.Model}
 		s.cols[k] = c
-		s.used[k] = new(atomic.Uint64)
+		s.used[k] = &c.used
 		s.touchLocked(k)
 	}
 	s.bound(ctx, nil) // a store written under larger bounds is brought within these
@@ -619,9 +619,11 @@ func (s *Stage) indexes(dim int) bool {
 func (s *Stage) collection(tenant, model string) *collection {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	k := colID{tenant, model}
-	s.touchLocked(k)
-	return s.cols[k]
+	c := s.cols[colID{tenant, model}]
+	if c != nil {
+		c.used.Store(s.clock.tick()) // touchLocked, without looking the stamp up
+	}
+	return c
 }
 
 // collectionFor returns the collection, creating it (and its chromem collection) when missing.
@@ -654,7 +656,7 @@ func (s *Stage) collectionFor(tenant, model string, dim int) (*collection, error
 		c.store = col
 	}
 	s.cols[k] = c
-	s.used[k] = new(atomic.Uint64)
+	s.used[k] = &c.used
 	s.touchLocked(k)
 	return c, nil
 }
