@@ -414,3 +414,45 @@ func BenchmarkLearnServed(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkServeMissOne is Serve's miss for a request of one fresh user message (no system
+// prompt: a plain client's, or a legacy completion's), which the shipped seeds are looked up
+// for first, against 2000 learned entries: warm, and with the caches evicted before each call.
+func BenchmarkServeMissOne(b *testing.B) {
+	s, err := New(Options{SeedFiles: []string{"../../data/faq.jsonl"}, MaxEntries: 100000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	r := rand.New(rand.NewPCG(7, 7))
+	for range 2000 {
+		q, _ := s.query(request("", "m", user(benchoutPrompt(r))))
+		if err := s.learn(job{model: "m", q: q, answer: "a", joules: 1, ctok: 7}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reqs := make([]*cascade.Request, 512)
+	for i := range reqs {
+		reqs[i] = request("", "m", user(benchoutPrompt(r)))
+	}
+	serve := func(b *testing.B, i int) {
+		if _, err := s.Serve(context.Background(), reqs[i%len(reqs)], nil); !errors.Is(err, cascade.ErrMiss) {
+			b.Fatalf("Serve: %v, want a miss", err)
+		}
+	}
+	b.Run("warm", func(b *testing.B) {
+		b.ReportAllocs()
+		defer cpuClock(b)()
+		for i := 0; b.Loop(); i++ {
+			serve(b, i)
+		}
+	})
+	b.Run("cold", func(b *testing.B) {
+		cold := coldbench.New()
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			cold.Time(b, func() { serve(b, i) })
+		}
+		cold.Report(b, "median-ns")
+	})
+}

@@ -261,8 +261,35 @@ func (s *Stage) seeded(req *cascade.Request) (seed, bool) {
 	if !ok {
 		return seed{}, false
 	}
-	sd, ok := s.seeds[Normalize(text)]
+	return s.seedOf(text)
+}
+
+// seedOf finds the seed whose key is Normalize(text). An ASCII text's key is made from
+// appendNormWords's one pass, in a stack buffer when it fits: the words Normalize joins
+// (FuzzSeedKey), without tokenize's tokens and their strings, for a question no seed may have.
+func (s *Stage) seedOf(text string) (seed, bool) {
+	if !isASCII(text) {
+		sd, ok := s.seeds[Normalize(text)]
+		return sd, ok
+	}
+	var buf [256]byte
+	wp := wordsPool.Get().(*[]string)
+	words := appendNormWords((*wp)[:0], text)
+	key := joinWords(buf[:0], words)
+	putWords(wp, words)
+	sd, ok := s.seeds[string(key)]
 	return sd, ok
+}
+
+// joinWords appends words to b, a space between each two.
+func joinWords(b []byte, words []string) []byte {
+	for i, w := range words {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, w...)
+	}
+	return b
 }
 
 // plain reports a request whose answer is one ordinary text: no tools, one choice, no log
