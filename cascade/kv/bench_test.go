@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -455,4 +456,37 @@ func BenchmarkServeMissOne(b *testing.B) {
 		}
 		cold.Report(b, "median-ns")
 	})
+}
+
+// BenchmarkServeMissMixed is Serve's miss for fresh questions that come interleaved from three
+// kinds of client of one model: two system prompts, and none (one message), against 2000
+// learned entries.
+func BenchmarkServeMissMixed(b *testing.B) {
+	s, err := New(Options{MaxEntries: 100000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	r := rand.New(rand.NewPCG(8, 8))
+	systems := [][]cascade.Message{{msg("system", "You are a helpful assistant. Be brief.")}, {msg("system", "Answer in French.")}, nil}
+	next := func(i int) *cascade.Request {
+		return request("", "m", append(slices.Clone(systems[i%len(systems)]), user(benchoutPrompt(r)))...)
+	}
+	for i := range 2000 {
+		q, _ := s.query(next(i))
+		if err := s.learn(job{model: "m", q: q, answer: "a", joules: 1, ctok: 7}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reqs := make([]*cascade.Request, 513)
+	for i := range reqs {
+		reqs[i] = next(i)
+	}
+	b.ReportAllocs()
+	defer cpuClock(b)()
+	for i := 0; b.Loop(); i++ {
+		if _, err := s.Serve(context.Background(), reqs[i%len(reqs)], nil); !errors.Is(err, cascade.ErrMiss) {
+			b.Fatalf("Serve: %v, want a miss", err)
+		}
+	}
 }
