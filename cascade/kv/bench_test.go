@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -261,7 +262,7 @@ func benchScan(b *testing.B, n int) {
 // template, other made-up words), against a collection of n learned entries. Nothing is learned
 // during the loop, so every op sees n entries. "search" is the index's part alone.
 func BenchmarkServeMiss(b *testing.B) {
-	for _, n := range []int{1000, 10000, 100000} {
+	for _, n := range []int{1000, 3000, 10000, 30000, 100000} {
 		b.Run(sizeName(n), func(b *testing.B) {
 			set := benchMissSet(b, n)
 			defer cpuClock(b)()
@@ -351,7 +352,7 @@ func benchoutPrompt(r *rand.Rand) string {
 // writing over a buffer larger than them, outside the timer), as in the server, where other
 // requests and processes run between two calls: ns/op and median-ns are Serve's own time.
 func BenchmarkServeMissCold(b *testing.B) {
-	for _, n := range []int{1000, 3000} {
+	for _, n := range []int{1000, 3000, 30000} {
 		b.Run(sizeName(n), func(b *testing.B) {
 			set := benchMissSet(b, n)
 			cold := coldbench.New()
@@ -365,5 +366,127 @@ func BenchmarkServeMissCold(b *testing.B) {
 			}
 			cold.Report(b, "median-ns")
 		})
+	}
+}
+
+// BenchmarkLearnServed is the learn worker's part of a neural call (Stage.learn) for the answer
+// to a miss of Serve's, as Learn queues it, into a collection of n learned entries (it grows by
+// one an op): "counts" joins the counts Serve kept, "embed" counts the query again.
+func BenchmarkLearnServed(b *testing.B) {
+	for _, n := range []int{3000, 30000} {
+		for _, kind := range []string{"counts", "embed"} {
+			b.Run(sizeName(n)+"/"+kind, func(b *testing.B) {
+				s, err := New(Options{MaxEntries: 100000})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = s.Close() })
+				r := rand.New(rand.NewPCG(6, uint64(n)))
+				sys := msg("system", "You are a helpful assistant. Be brief.")
+				for range n {
+					q, _ := s.query(request("", "m", sys, user(benchoutPrompt(r))))
+					if err := s.learn(job{model: "m", q: q, answer: "a", joules: 1, ctok: 7}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportAllocs()
+				defer cpuClock(b)()
+				for b.Loop() {
+					b.StopTimer()
+					var e embedded
+					var ref countsRef
+					for ok := false; !ok || e.vec != nil; { // a miss with no candidate, the usual one
+						req := request("", "m", sys, user(benchoutPrompt(r)))
+						if _, err := s.Serve(context.Background(), req, nil); err == nil {
+							continue
+						}
+						e, ref, ok = s.recent.peek(req.Key())
+					}
+					if kind == "embed" {
+						ref = countsRef{}
+					}
+					j := job{model: "m", q: e.q, counts: ref, sketch: e.sketch, sketched: true, answer: "Hello from the fake upstream.", joules: 1, ctok: 7}
+					b.StartTimer()
+					if err := s.learn(j); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkServeMissOne is Serve's miss for a request of one fresh user message (no system
+// prompt: a plain client's, or a legacy completion's), which the shipped seeds are looked up
+// for first, against 2000 learned entries: warm, and with the caches evicted before each call.
+func BenchmarkServeMissOne(b *testing.B) {
+	s, err := New(Options{SeedFiles: []string{"../../data/faq.jsonl"}, MaxEntries: 100000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	r := rand.New(rand.NewPCG(7, 7))
+	for range 2000 {
+		q, _ := s.query(request("", "m", user(benchoutPrompt(r))))
+		if err := s.learn(job{model: "m", q: q, answer: "a", joules: 1, ctok: 7}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reqs := make([]*cascade.Request, 512)
+	for i := range reqs {
+		reqs[i] = request("", "m", user(benchoutPrompt(r)))
+	}
+	serve := func(b *testing.B, i int) {
+		if _, err := s.Serve(context.Background(), reqs[i%len(reqs)], nil); !errors.Is(err, cascade.ErrMiss) {
+			b.Fatalf("Serve: %v, want a miss", err)
+		}
+	}
+	b.Run("warm", func(b *testing.B) {
+		b.ReportAllocs()
+		defer cpuClock(b)()
+		for i := 0; b.Loop(); i++ {
+			serve(b, i)
+		}
+	})
+	b.Run("cold", func(b *testing.B) {
+		cold := coldbench.New()
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			cold.Time(b, func() { serve(b, i) })
+		}
+		cold.Report(b, "median-ns")
+	})
+}
+
+// BenchmarkServeMissMixed is Serve's miss for fresh questions that come interleaved from three
+// kinds of client of one model: two system prompts, and none (one message), against 2000
+// learned entries.
+func BenchmarkServeMissMixed(b *testing.B) {
+	s, err := New(Options{MaxEntries: 100000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	r := rand.New(rand.NewPCG(8, 8))
+	systems := [][]cascade.Message{{msg("system", "You are a helpful assistant. Be brief.")}, {msg("system", "Answer in French.")}, nil}
+	next := func(i int) *cascade.Request {
+		return request("", "m", append(slices.Clone(systems[i%len(systems)]), user(benchoutPrompt(r)))...)
+	}
+	for i := range 2000 {
+		q, _ := s.query(next(i))
+		if err := s.learn(job{model: "m", q: q, answer: "a", joules: 1, ctok: 7}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reqs := make([]*cascade.Request, 513)
+	for i := range reqs {
+		reqs[i] = next(i)
+	}
+	b.ReportAllocs()
+	defer cpuClock(b)()
+	for i := 0; b.Loop(); i++ {
+		if _, err := s.Serve(context.Background(), reqs[i%len(reqs)], nil); !errors.Is(err, cascade.ErrMiss) {
+			b.Fatalf("Serve: %v, want a miss", err)
+		}
 	}
 }

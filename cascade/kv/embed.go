@@ -441,14 +441,22 @@ func bumpAt[T featureSum](v []T, h uint64, w T) {
 	v[h%BuiltinDim] += w
 }
 
-// prefixCache keeps the feature counts (countWeights) of one conversation's lines before its
-// last user message, and "user": a service's fixed system prompt is the same lines before every
-// question. A prefix is kept when it is offered twice in a row, so conversations that share
-// nothing allocate nothing. Safe for concurrent use.
+// prefixCache keeps the feature counts (countWeights) of a few conversations' lines before
+// their last user message, and "user": a service's fixed system prompt is the same lines before
+// every question, and a server may carry a few services (tenants, or one-message calls beside
+// calls with a system prompt), whose queries come interleaved. A prefix is kept when it is
+// offered again among the last prefixSlots offers (lookups of kept ones offer nothing), so
+// conversations that share nothing allocate nothing; it takes the place of the one kept
+// longest. Safe for concurrent use.
 type prefixCache struct {
-	cur  atomic.Pointer[prefixEntry]
-	seen atomic.Uint64 // the hash of the last prefix offered
+	ents     [prefixSlots]atomic.Pointer[prefixEntry]
+	next     atomic.Uint32              // the slot the next prefix kept takes, modulo prefixSlots
+	seen     [prefixSlots]atomic.Uint64 // the hashes of the last prefixes offered
+	nextSeen atomic.Uint32              // the one the next offer writes, modulo prefixSlots
 }
+
+// prefixSlots is how many prefixes the cache keeps.
+const prefixSlots = 4
 
 type prefixEntry struct {
 	prefix string
@@ -463,25 +471,33 @@ var (
 	prefixSeed   = maphash.MakeSeed()
 )
 
-// lookup returns the entry of prefix, nil when it is not the one kept.
+// lookup returns the entry of prefix, nil when it is not one of those kept.
 func (c *prefixCache) lookup(prefix string) *prefixEntry {
-	if e := c.cur.Load(); e != nil && e.prefix == prefix {
-		return e
+	for i := range c.ents {
+		if e := c.ents[i].Load(); e != nil && e.prefix == prefix {
+			return e
+		}
 	}
 	return nil
 }
 
-// offer keeps prefix, whose words and "user" are words, when it was the last one offered too.
+// offer keeps prefix, whose words and "user" are words, when it is among the last ones offered.
 func (c *prefixCache) offer(prefix string, words []string) {
 	if len(prefix) > maxCachedPrefix {
 		return
 	}
-	if h := maphash.String(prefixSeed, prefix); c.seen.Swap(h) != h {
+	h := maphash.String(prefixSeed, prefix)
+	again := false
+	for i := range c.seen {
+		again = again || c.seen[i].Load() == h
+	}
+	if !again {
+		c.seen[(c.nextSeen.Add(1)-1)%prefixSlots].Store(h)
 		return
 	}
 	e := &prefixEntry{prefix: strings.Clone(prefix)}
 	addWeights(e.counts[:], words, "", &countWeights)
-	c.cur.Store(e)
+	c.ents[(c.next.Add(1)-1)%prefixSlots].Store(e)
 }
 
 // FNV-1a, inline so hashing a feature allocates nothing.

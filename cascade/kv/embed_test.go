@@ -385,3 +385,33 @@ func FuzzCountNormWords(f *testing.F) {
 	}
 	f.Fuzz(checkCountNormWords)
 }
+
+// TestPrefixCacheInterleaved: the lines before the question of conversations that come
+// interleaved, from a few services, are all kept once each was offered twice, and a prefix
+// offered once among others is not.
+func TestPrefixCacheInterleaved(t *testing.T) {
+	var c prefixCache
+	prefixes := []string{"", "system: You are a helpful assistant. Be brief.\n", "system: Answer in French.\n", "system: Be terse.\n"}
+	for round := range 3 {
+		for _, p := range prefixes {
+			if c.lookup(p) == nil {
+				c.offer(p, append(appendNormWords(nil, p), "user"))
+			}
+			if round > 1 && c.lookup(p) == nil {
+				t.Fatalf("round %d: %q was not kept", round, p)
+			}
+		}
+	}
+	c.offer("system: once\n", []string{"system", "once", "user"})
+	if c.lookup("system: once\n") != nil {
+		t.Error("a prefix offered once was kept")
+	}
+	for _, p := range prefixes {
+		e := c.lookup(p)
+		var want [BuiltinDim]int32
+		addWeights(want[:], append(appendNormWords(nil, p), "user"), "", &countWeights)
+		if e == nil || e.counts != want {
+			t.Fatalf("%q: kept %v, with other counts", p, e != nil)
+		}
+	}
+}

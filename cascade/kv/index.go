@@ -15,8 +15,8 @@ import (
 // The similarity index is a sign sketch (SimHash) per entry: the signs of 256 coordinates of the
 // vector after a pseudo-random rotation, one bit each. Two unit vectors with cosine c differ on a
 // bit with probability acos(c)/π, so the Hamming distance between sketches estimates the angle.
-// A query scans the sketches (scan.go: the first half of every one, then the whole of those
-// within a looser cutoff of their own) and keeps those within a cutoff set four standard
+// A query scans the sketches (scan.go: each whole one, and its first half against a looser
+// cutoff of its own) and keeps those within a cutoff set four standard
 // deviations above the distance expected at the threshold; only those are scored exactly. At a
 // threshold of 0.95 the cutoff is 46 bits: an entry at exactly the threshold is missed with
 // probability ~5e-5 (4.5e-5 the whole sketch, 3.3e-6 its first half), and an unrelated entry
@@ -193,17 +193,17 @@ func (e *entry) signature() signature {
 type collection struct {
 	tenant, model string
 	store         *chromem.Collection // nil when the stage is in memory
+	used          atomic.Uint64       // the last use (bound.go): Stage.used holds its address
 
-	mu       sync.RWMutex
-	byID     map[string]*entry
-	slots    []*entry // slot → entry; nil for a free slot
-	sketches []uint64 // sketchWords per slot, in slot order
-	heads    []uint64 // the first headWords of each slot's sketch, block by block: the scan's first pass (scan.go, setHead)
-	free     []int32
-	fifo     []*entry // insertion order; entries no longer in byID are skipped
-	head     int
-	seq      uint64
-	bytes    int64 // the entries' sizes
+	mu     sync.RWMutex
+	byID   map[string]*entry
+	slots  []*entry // slot → entry; nil for a free slot
+	blocks []uint64 // the slots' sketches, blockSlots slots a block, word by word (scan.go, setSketch)
+	free   []int32
+	fifo   []*entry // insertion order; entries no longer in byID are skipped
+	head   int
+	seq    uint64
+	bytes  int64 // the entries' sizes
 }
 
 func newCollection(tenant, model string) *collection {
@@ -249,13 +249,11 @@ func (c *collection) insert(e *entry, max int) (evicted []*entry, added bool) {
 	if n := len(c.free); n > 0 {
 		slot, c.free = c.free[n-1], c.free[:n-1]
 		c.slots[slot] = e
-		copy(c.sketches[int(slot)*sketchWords:], e.sketch[:])
 	} else {
 		slot = int32(len(c.slots))
 		c.slots = append(c.slots, e)
-		c.sketches = append(c.sketches, e.sketch[:]...)
 	}
-	c.setHead(slot, &e.sketch)
+	c.setSketch(slot, &e.sketch)
 	e.slot = slot // e is not visible to readers yet
 	c.byID[e.id] = e
 	c.bytes += e.size()
@@ -290,18 +288,17 @@ func (c *collection) evictLocked(over func() bool) []*entry {
 	return evicted
 }
 
-// setHead writes the first headWords of sk, the sketch in slot, into c.heads. They are kept
-// block by block (blockSlots slots each), a block's first words then its second words, so that
-// the first pass reads each word of eight slots in one load (scan.go); a block is allocated
-// whole when its first slot is. c.mu is held.
-func (c *collection) setHead(slot int32, sk *sketch) {
+// setSketch writes sk, the sketch in slot, into c.blocks: word w of slot i of a block at
+// w*blockSlots+i, so that the scan reads one word of eight slots in one load (scan.go). A block
+// is allocated whole when its first slot is. c.mu is held.
+func (c *collection) setSketch(slot int32, sk *sketch) {
 	b, i := int(slot)/blockSlots, int(slot)%blockSlots
-	if need := (b + 1) * blockSlots * headWords; len(c.heads) < need {
-		c.heads = append(c.heads, make([]uint64, need-len(c.heads))...)
+	if need := (b + 1) * blockWords; len(c.blocks) < need {
+		c.blocks = append(c.blocks, make([]uint64, need-len(c.blocks))...)
 	}
-	h := c.heads[b*blockSlots*headWords:]
-	for w := range headWords {
-		h[w*blockSlots+i] = sk[w]
+	blk := (*[blockWords]uint64)(c.blocks[b*blockWords:])
+	for w := range sketchWords {
+		blk[w*blockSlots+i] = sk[w]
 	}
 }
 
@@ -353,8 +350,7 @@ func (c *collection) searchLazy(vecOf func() []float32, sk sketch, threshold flo
 	var buf [32]int32
 	var v []float32
 	c.mu.RLock()
-	n := len(c.slots)
-	for _, slot := range appendNear(c.heads, c.sketches[:n*sketchWords], &sk, cut, buf[:0]) {
+	for _, slot := range appendNear(c.blocks, len(c.slots), &sk, cut, buf[:0]) {
 		if v == nil {
 			v = vecOf()
 		}
@@ -391,52 +387,25 @@ func within(q, s *sketch, c cutoffs) bool {
 	return head <= c.head && head+bits.OnesCount64(q[2]^s[2])+bits.OnesCount64(q[3]^s[3]) <= c.full
 }
 
-// appendNear appends to out, in order, the slots whose sketch is within both cutoffs of sk;
-// all holds the sketches, heads the first headWords of each block's (setHead's layout). It is the loop every
-// search runs over the whole collection (scan.go), on one goroutine: BenchmarkLookup and
-// BenchmarkScan measure it against real questions' sketches. The first pass runs over
-// chunkBlocks blocks before the second reads the whole sketches of those it kept: those are
-// scattered reads that miss the cache in a large collection, and with the chunk's all at hand
-// the processor overlaps their misses rather than waiting for each behind the next block's
-// first pass.
-func appendNear(heads, all []uint64, sk *sketch, c cutoffs, out []int32) []int32 {
+// appendNear appends to out, in order, the slots below n whose sketch is within both cutoffs of
+// sk; blocks holds the sketches (setSketch's layout). It is the loop every search runs over the
+// whole collection (scan.go), on one goroutine: BenchmarkLookup, BenchmarkScan and
+// BenchmarkServeMiss's search measure it against real questions' sketches.
+func appendNear(blocks []uint64, n int, sk *sketch, c cutoffs, out []int32) []int32 {
 	if c.head < 0 || c.full < 0 {
 		return out
 	}
-	n := len(all) / sketchWords
-	slot := 0
-	var masks [chunkBlocks]uint64
-	for slot+blockSlots <= n {
-		k := min(chunkBlocks, (n-slot)/blockSlots)
-		kept := uint64(0)
-		for b := range k {
-			s := slot + b*blockSlots
-			masks[b] = headMask((*[blockSlots * headWords]uint64)(heads[s*headWords:]), sk[0], sk[1], c.head)
-			kept |= masks[b]
+	for s := 0; s < n; s += blockSlots {
+		m := blockMask((*[blockWords]uint64)(blocks[s/blockSlots*blockWords:]), sk, c)
+		if rest := n - s; rest < blockSlots { // the last block's slots beyond n hold nothing
+			m &= 1<<rest - 1
 		}
-		for b := 0; kept != 0 && b < k; b++ {
-			m := masks[b]
-			if m == 0 {
-				continue
-			}
-			s := slot + b*blockSlots
-			m = fullMask((*[blockSlots * sketchWords]uint64)(all[s*sketchWords:(s+blockSlots)*sketchWords]), sk, c.full, m)
-			for ; m != 0; m &= m - 1 {
-				out = append(out, int32(s+bits.TrailingZeros64(m)))
-			}
-		}
-		slot += k * blockSlots
-	}
-	for ; slot < n; slot++ {
-		if within(sk, (*sketch)(all[slot*sketchWords:(slot+1)*sketchWords]), c) {
-			out = append(out, int32(slot))
+		for ; m != 0; m &= m - 1 {
+			out = append(out, int32(s+bits.TrailingZeros64(m)))
 		}
 	}
 	return out
 }
-
-// chunkBlocks is how many blocks the scan's first pass covers before its second.
-const chunkBlocks = 16
 
 func dot(a, b []float32) float32 {
 	b = b[:len(a)]

@@ -241,7 +241,7 @@ func TestSketchMatchesNaive(t *testing.T) {
 // TestScanIsExact: the scan finds exactly the slots whose sketch is within both cutoffs, with
 // distances on both sides of each, near ones concentrated in either half, the first around its
 // own cutoff,
-// collections of several sizes (in blocks and chunks of blocks, and not), and slots freed and taken again by other sketches.
+// collections of several sizes (in whole blocks and not), and slots freed and taken again by other sketches.
 func TestScanIsExact(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
 	cut := cutoffsFor(DefaultThreshold)
@@ -270,8 +270,8 @@ func TestScanIsExact(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ n, kind int }{{0, -1}, {1, -1}, {3, -1}, {4, -1}, {5, -1}, {9, -1}, {63, -1},
-		{64, -1}, {65, -1}, {1001, -1}, {blockSlots * chunkBlocks, -1}, {blockSlots*chunkBlocks + 64, -1},
-		{2*blockSlots*chunkBlocks + 65, -1}, {130, 0}, {130, 1}, {130, 2}, {130, 3}, {130, 4}, {130, 5}, {127, 2}, {129, 4}} { // kind -1: mixed
+		{64, -1}, {65, -1}, {1001, -1}, {blockSlots * 16, -1}, {blockSlots*16 + 64, -1},
+		{2*blockSlots*16 + 65, -1}, {130, 0}, {130, 1}, {130, 2}, {130, 3}, {130, 4}, {130, 5}, {127, 2}, {129, 4}} { // kind -1: mixed
 		n := tc.n
 		c := newCollection("", "m")
 		kind := func(i int) int {
@@ -293,7 +293,7 @@ func TestScanIsExact(t *testing.T) {
 			}
 		}
 		var got []int
-		for _, s := range appendNear(c.heads, c.sketches, &q, cut, nil) {
+		for _, s := range appendNear(c.blocks, len(c.slots), &q, cut, nil) {
 			got = append(got, int(s))
 		}
 		if !slices.Equal(got, want) {

@@ -54,7 +54,7 @@ type Stage struct {
 
 	mu    sync.RWMutex
 	cols  map[colID]*collection
-	used  map[colID]*atomic.Uint64 // the last use of each collection (bound.go)
+	used  map[colID]*atomic.Uint64 // the last use of each collection (bound.go): its collection's used
 	clock useClock
 	total atomic.Int64 // entries in all collections, recounted by bound
 	lsh   *lsh
@@ -156,7 +156,7 @@ func (s *Stage) load() {
 		}
 		k := colID{n.Tenant, n.Model}
 		s.cols[k] = c
-		s.used[k] = new(atomic.Uint64)
+		s.used[k] = &c.used
 		s.touchLocked(k)
 	}
 	s.bound(ctx, nil) // a store written under larger bounds is brought within these
@@ -190,18 +190,24 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	var embedWait time.Duration
 	if _, ok := s.emb.(Builtin); ok && len(q.question) < 1<<18 && len(q.context) < 1<<18 {
 		// The built-in embedding's counts make the sketch on the stack; its vector is made only
-		// for a candidate, and for learning by the worker, after the response.
+		// for a candidate. Learning takes that vector, or the counts, kept with the query: the
+		// worker joins them after the response.
 		var c [2 * BuiltinDim]int32
 		sk, ok := s.sketchCounts(q, &c)
 		if !ok {
 			return nil, cascade.ErrMiss
 		}
-		s.remember(req, q, nil, sk)
+		var vec []float32
 		cands = col.searchLazy(func() []float32 {
-			v := make([]float32, 2*BuiltinDim)
-			joinCounts(v, &c)
-			return v
+			vec = make([]float32, 2*BuiltinDim)
+			joinCounts(vec, &c)
+			return vec
 		}, sk, s.threshold, s.cutoffs)
+		if vec == nil {
+			s.rememberCounts(req, q, &c, sk)
+		} else {
+			s.remember(req, q, vec, sk)
+		}
 	} else {
 		embedStart := time.Now()
 		vec, fig, set, err := s.embedSettle(ctx, q, serveEmbedTimeout)
@@ -255,8 +261,35 @@ func (s *Stage) seeded(req *cascade.Request) (seed, bool) {
 	if !ok {
 		return seed{}, false
 	}
-	sd, ok := s.seeds[Normalize(text)]
+	return s.seedOf(text)
+}
+
+// seedOf finds the seed whose key is Normalize(text). An ASCII text's key is made from
+// appendNormWords's one pass, in a stack buffer when it fits: the words Normalize joins
+// (FuzzSeedKey), without tokenize's tokens and their strings, for a question no seed may have.
+func (s *Stage) seedOf(text string) (seed, bool) {
+	if !isASCII(text) {
+		sd, ok := s.seeds[Normalize(text)]
+		return sd, ok
+	}
+	var buf [256]byte
+	wp := wordsPool.Get().(*[]string)
+	words := appendNormWords((*wp)[:0], text)
+	key := joinWords(buf[:0], words)
+	putWords(wp, words)
+	sd, ok := s.seeds[string(key)]
 	return sd, ok
+}
+
+// joinWords appends words to b, a space between each two.
+func joinWords(b []byte, words []string) []byte {
+	for i, w := range words {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, w...)
+	}
+	return b
 }
 
 // plain reports a request whose answer is one ordinary text: no tools, one choice, no log
@@ -413,39 +446,76 @@ var errNothing = errors.New("nothing to embed")
 // recentRing keeps the last recentSize queries Serve embedded, by request key. Each is written
 // once, by a miss, and looked up at most once, by Learn, newest first (the answer to a miss is
 // learned soon after it): fixed slots written in turn, so that keeping one allocates nothing
-// and touches no map. Safe for concurrent use; the zero value is empty.
+// and touches no map. A built-in miss that made no vector keeps the query's feature counts in
+// its slot, which the learn worker copies out (counts) unless the slot was written again
+// meanwhile. Safe for concurrent use; the zero value is empty.
 type recentRing struct {
 	mu    sync.Mutex
-	next  int // the slot written next
-	n     int // slots written, up to recentSize
+	next  int    // the slot written next
+	n     int    // slots written, up to recentSize
+	gen   uint64 // writes so far: a slot's gen names one write
 	slots [recentSize]struct {
-		key string
-		e   embedded
+		key     string
+		e       embedded
+		gen     uint64
+		counted bool
+		counts  [2 * BuiltinDim]int32
 	}
 }
 
 // recentSize is how many queries the ring keeps.
 const recentSize = 256
 
-func (r *recentRing) add(key string, e embedded) {
+func (r *recentRing) add(key string, e embedded) { r.addCounts(key, e, nil) }
+
+// addCounts is add, keeping c too (nil: none).
+func (r *recentRing) addCounts(key string, e embedded, c *[2 * BuiltinDim]int32) {
 	r.mu.Lock()
+	r.gen++
 	sl := &r.slots[r.next]
-	sl.key, sl.e = key, e
+	sl.key, sl.e, sl.gen, sl.counted = key, e, r.gen, c != nil
+	if c != nil {
+		sl.counts = *c
+	}
 	r.next = (r.next + 1) % recentSize
 	r.n = min(r.n+1, recentSize)
 	r.mu.Unlock()
 }
 
-// peek returns the newest query kept under key.
-func (r *recentRing) peek(key string) (embedded, bool) {
+// peek returns the newest query kept under key, and where its counts are when it has them
+// (ref.gen 0: none).
+func (r *recentRing) peek(key string) (embedded, countsRef, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := 1; i <= r.n; i++ {
-		if sl := &r.slots[(r.next-i+recentSize)%recentSize]; sl.key == key {
-			return sl.e, true
+		slot := (r.next - i + recentSize) % recentSize
+		if sl := &r.slots[slot]; sl.key == key {
+			var ref countsRef
+			if sl.counted {
+				ref = countsRef{slot: int32(slot), gen: sl.gen}
+			}
+			return sl.e, ref, true
 		}
 	}
-	return embedded{}, false
+	return embedded{}, countsRef{}, false
+}
+
+// countsRef names the counts one write kept in a slot of the ring.
+type countsRef struct {
+	slot int32
+	gen  uint64
+}
+
+// counts copies the counts ref names into c, false when the slot was written again since.
+func (r *recentRing) counts(ref countsRef, c *[2 * BuiltinDim]int32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sl := &r.slots[ref.slot]
+	if ref.gen == 0 || sl.gen != ref.gen || !sl.counted {
+		return false
+	}
+	*c = sl.counts
+	return true
 }
 
 // embedded is a query, its stored-vector form and its sketch, as Serve computed them.
@@ -514,6 +584,14 @@ func (s *Stage) remember(req *cascade.Request, q query, vec []float32, sk sketch
 	}
 }
 
+// rememberCounts is remember for a built-in query whose vector was not made: its feature counts
+// (countQueryInto) are kept in its place.
+func (s *Stage) rememberCounts(req *cascade.Request, q query, c *[2 * BuiltinDim]int32, sk sketch) {
+	if len(q.question)+len(q.context)+len(q.params) <= s.maxEntry {
+		s.recent.addCounts(req.Key(), embedded{q: q, sketch: sk}, c)
+	}
+}
+
 // sketchCounts writes q's built-in feature counts into c (countQueryInto) and returns the
 // sketch of the vector they make (embedQueryJoined's), without making the vector; false when
 // q embeds to nothing, or the index holds another dimension.
@@ -568,20 +646,29 @@ func (s *Stage) indexes(dim int) bool {
 func (s *Stage) collection(tenant, model string) *collection {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	k := colID{tenant, model}
-	s.touchLocked(k)
-	return s.cols[k]
+	c := s.cols[colID{tenant, model}]
+	if c != nil {
+		c.used.Store(s.clock.tick()) // touchLocked, without looking the stamp up
+	}
+	return c
 }
 
 // collectionFor returns the collection, creating it (and its chromem collection) when missing.
 func (s *Stage) collectionFor(tenant, model string, dim int) (*collection, error) {
+	k := colID{tenant, model}
+	s.mu.RLock() // the usual case, without excluding Serve's readers
+	if c := s.cols[k]; c != nil && s.dim == dim {
+		s.touchLocked(k)
+		s.mu.RUnlock()
+		return c, nil
+	}
+	s.mu.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dim != 0 && dim != s.dim {
 		return nil, fmt.Errorf("embedder %s returned %d dimensions; the store holds %d", s.emb.ID(), dim, s.dim)
 	}
 	s.dim = dim
-	k := colID{tenant, model}
 	if c := s.cols[k]; c != nil {
 		s.touchLocked(k)
 		return c, nil
@@ -596,7 +683,7 @@ func (s *Stage) collectionFor(tenant, model string, dim int) (*collection, error
 		c.store = col
 	}
 	s.cols[k] = c
-	s.used[k] = new(atomic.Uint64)
+	s.used[k] = &c.used
 	s.touchLocked(k)
 	return c, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -865,7 +866,7 @@ func TestLearnReusesServeSketch(t *testing.T) {
 	if _, hit := serve(t, s, r); hit {
 		t.Fatal("unexpected hit")
 	}
-	e, ok := s.recent.peek(r.Key())
+	e, _, ok := s.recent.peek(r.Key())
 	v, _ := embedQueryJoined(e.q)
 	if !ok || e.vec != nil || e.sketch != s.sketchOf(v) {
 		t.Fatalf("Serve kept no sketch (%v), a vector, or another sketch", ok)
@@ -890,6 +891,97 @@ func TestLearnReusesServeSketch(t *testing.T) {
 	if !found {
 		t.Error("learn projected the vector again instead of taking Serve's sketch")
 	}
+}
+
+// TestLearnReusesBuiltinVector: when Serve made the query's vector (the scan found a candidate,
+// here one the guards turn down: its answer is longer than max_tokens), learning the answer
+// stores that vector, the one embedQueryJoined makes, and embeds nothing again.
+func TestLearnReusesBuiltinVector(t *testing.T) {
+	s := newStage(t, Options{})
+	q := "How do I reset my password?"
+	teach(t, s, request("", "m", user(q)), neural("a", 1))
+	r := request("", "m", user(q))
+	n := 3
+	r.Chat.MaxTokens = &n
+	r = rekey(r)
+	if _, hit := serve(t, s, r); hit {
+		t.Fatal("an answer longer than max_tokens served")
+	}
+	e, _, ok := s.recent.peek(r.Key())
+	v, _ := embedQueryJoined(e.q)
+	if !ok || !slices.Equal(e.vec, v) {
+		t.Fatalf("Serve kept no vector (%v) or another one", ok)
+	}
+	// A copy in place of the vector shows which one learn stores.
+	marker := slices.Clone(e.vec)
+	s.recent.add(r.Key(), embedded{q: e.q, vec: marker, sketch: e.sketch})
+	teach(t, s, r, neural("b", 1))
+	for _, x := range s.collection("", "m").entries() {
+		if x.answer == "b" && &x.vec[0] != &marker[0] {
+			t.Error("learn embedded the query again instead of taking Serve's vector")
+		}
+	}
+}
+
+// TestLearnJoinsServeCounts: a built-in miss that made no vector keeps the query's feature
+// counts, and learning its answer joins those (not the query counted again) into the vector
+// embedQueryJoined makes; when the ring slot was written again since, learning counts the
+// query itself.
+func TestLearnJoinsServeCounts(t *testing.T) {
+	s := newStage(t, Options{})
+	teach(t, s, request("", "m", user("first question")), neural("a", 1))
+	r := request("", "m", msg("system", "Be brief."), user("second question"))
+	if _, hit := serve(t, s, r); hit {
+		t.Fatal("unexpected hit")
+	}
+	e, ref, ok := s.recent.peek(r.Key())
+	if !ok || e.vec != nil || ref.gen == 0 {
+		t.Fatalf("Serve kept no counts: %v %+v", ok, ref)
+	}
+	var c [2 * BuiltinDim]int32
+	if !s.recent.counts(ref, &c) {
+		t.Fatal("the counts kept are not found")
+	}
+	var want [2 * BuiltinDim]int32
+	countQueryInto(&want, e.q)
+	if c != want {
+		t.Fatal("Serve kept other counts than the query's")
+	}
+	// Counts of another query in the slot show which ones learn joins.
+	other, _ := s.query(request("", "m", user("a third question, unlike the others")))
+	var oc [2 * BuiltinDim]int32
+	countQueryInto(&oc, other)
+	s.recent.slots[ref.slot].counts = oc
+	teach(t, s, r, neural("b", 1))
+	v, _ := embedQueryJoined(other)
+	if x := learned(s, "b"); x == nil || !slices.Equal(x.vec, v) {
+		t.Fatal("learn did not join the counts Serve kept")
+	}
+
+	// Written again: the query is counted.
+	for i := range recentSize {
+		s.recent.add("k"+strconv.Itoa(i), embedded{})
+	}
+	if s.recent.counts(ref, &c) {
+		t.Fatal("counts found in a slot written again")
+	}
+	if err := s.learn(job{model: "m", q: e.q, counts: ref, sketch: e.sketch, sketched: true, answer: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	v, _ = embedQueryJoined(e.q)
+	if x := learned(s, "c"); x == nil || !slices.Equal(x.vec, v) {
+		t.Fatal("learn did not embed the query when its counts were gone")
+	}
+}
+
+// learned is the entry of model m whose answer is answer, nil when there is none.
+func learned(s *Stage, answer string) *entry {
+	for _, x := range s.collection("", "m").entries() {
+		if x.answer == answer {
+			return x
+		}
+	}
+	return nil
 }
 
 // TestNotMyKindEmbedsNothing: a call kv can neither answer nor learn (tools offered, a tool

@@ -12,12 +12,13 @@ import (
 )
 
 // The learn queue: Learn hands complete neural answers to one worker goroutine through a bounded
-// channel, so learning never delays a response; the worker embeds (unless Serve already did),
-// stores and indexes each answer. Flush and Close drain it. After emptying the queue the worker
-// lingers (learnLinger) before it waits on the channel again: a send to a goroutine waiting on a
-// channel wakes it (and, with a processor idle, a thread to run it, a system call on the sending
-// request's path), so while answers keep coming each one is queued without waking anything,
-// and the worker takes them in batches. Flush and Close cut a linger short.
+// channel, so learning never delays a response; the worker embeds (unless Serve already did, or
+// kept the built-in counts, which it joins), stores and indexes each answer. Flush and Close
+// drain it. After emptying the queue the worker lingers (learnLinger) before it waits on the
+// channel again: a send to a goroutine waiting on a channel wakes it (and, with a processor
+// idle, a thread to run it, a system call on the sending request's path), so while answers keep
+// coming each one is queued without waking anything, and the worker takes them in batches.
+// Flush and Close cut a linger short.
 
 // learnLinger is how long the worker lets answers accumulate after emptying the queue: the most
 // an answer waits to be learned beyond the worker's own work.
@@ -27,7 +28,8 @@ const learnLinger = 5 * time.Millisecond
 type job struct {
 	tenant, model string
 	q             query
-	vec           []float32 // nil: learn embeds
+	vec           []float32 // nil: learn embeds, or joins the counts kept in s.recent
+	counts        countsRef // the built-in counts Serve kept (gen 0: none)
 	sketch        sketch    // vec's, when sketched
 	sketched      bool
 	answer        string
@@ -55,7 +57,7 @@ func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {
 	}
 	// Serve kept the query with its vector when it embedded this request (same key, same
 	// conversation): the one it matched is the one learned.
-	e, served := s.recent.peek(req.Key())
+	e, counts, served := s.recent.peek(req.Key())
 	q := e.q
 	if !served {
 		var ok bool
@@ -72,7 +74,7 @@ func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {
 		j.ctok = ans.Usage.CompletionTokens
 	}
 	if served {
-		j.vec, j.sketch, j.sketched = e.vec, e.sketch, true
+		j.vec, j.counts, j.sketch, j.sketched = e.vec, counts, e.sketch, true
 	}
 	s.qmu.RLock()
 	defer s.qmu.RUnlock()
@@ -171,6 +173,16 @@ func (s *Stage) learn(j job) error {
 	// reads a context only to embed, and entries carry their vectors), so a learn that Serve
 	// embedded makes no timer.
 	ctx := context.Background()
+	if j.vec == nil && j.counts.gen != 0 {
+		// Serve's counts, unless 256 misses came since: joined as embedQueryJoined joins them.
+		var c [2 * BuiltinDim]int32
+		if s.recent.counts(j.counts, &c) {
+			v := make([]float32, 2*BuiltinDim)
+			if joinCounts(v, &c) {
+				j.vec = v
+			}
+		}
+	}
 	if j.vec == nil {
 		// Metered by the embedder like any model call, but billed to no request: counted apart.
 		v, fig, err := s.embed(ctx, j.q, learnEmbedTimeout)
@@ -236,6 +248,7 @@ func (s *Stage) deleteEvicted(ctx context.Context, col *collection, evicted []*e
 // entryID names an entry by what it answers, so learning the same conversation again replaces
 // the entry.
 func entryID(q query) string {
-	h := sha256.Sum256([]byte(q.params + "\x00" + q.context))
+	var buf [1 << 10]byte // a usual conversation's bytes, on the stack
+	h := sha256.Sum256(append(append(append(buf[:0], q.params...), 0), q.context...))
 	return hex.EncodeToString(h[:16])
 }

@@ -115,6 +115,38 @@ func TestServeMissAllocs(t *testing.T) {
 	}
 }
 
+// TestServeMissOneAllocs: a miss for one fresh user message, looked up among the seeds first,
+// allocates at most 3 objects (the message's text, its lower-cased copy, the conversation
+// rendered): the seed key is made on the stack.
+func TestServeMissOneAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's instrumentation allocates on its own")
+	}
+	seeds := writeFile(t, "faq.jsonl", `{"question":"How do I reset my password?","answer":"Use the link."}`+"\n")
+	s := newStage(t, Options{SeedFiles: []string{seeds}})
+	r := rand.New(rand.NewPCG(44, 44))
+	for range 50 {
+		teach(t, s, request("", "m", user(benchoutPrompt(r))), neural("a", 1))
+	}
+	reqs := make([]*cascade.Request, 300)
+	for i := range reqs {
+		reqs[i] = request("", "m", user(benchoutPrompt(r)))
+		reqs[i].Key()
+	}
+	i := 0
+	serve := func() {
+		if _, err := s.Serve(context.Background(), reqs[i], nil); !errors.Is(err, cascade.ErrMiss) {
+			t.Fatalf("Serve: %v, want a miss", err)
+		}
+		i++
+	}
+	serve()
+	serve()
+	if n := testing.AllocsPerRun(100, serve); n > 3 {
+		t.Errorf("a one-message miss allocates %v objects, want at most 3", n)
+	}
+}
+
 // TestServeBuiltinSketchCounts: Serve's built-in path (the sketch from the counts, the vector
 // made only for a candidate) finds the candidates, with the same scores, that the sketch and
 // search of embedQueryJoined's vector find, for questions learned, reworded and new.
@@ -176,7 +208,7 @@ func TestServeBuiltinSketchCounts(t *testing.T) {
 // kept, and none older or never kept.
 func TestRecentRing(t *testing.T) {
 	var r recentRing
-	if _, ok := r.peek(""); ok {
+	if _, _, ok := r.peek(""); ok {
 		t.Fatal("an empty ring found a query")
 	}
 	kept := func(i int) embedded { return embedded{q: query{question: fmt.Sprint(i)}} }
@@ -187,7 +219,7 @@ func TestRecentRing(t *testing.T) {
 			if j < 0 {
 				continue
 			}
-			e, ok := r.peek(fmt.Sprint("k", j%(recentSize+10)))
+			e, _, ok := r.peek(fmt.Sprint("k", j%(recentSize+10)))
 			newest := j + (i-j)/(recentSize+10)*(recentSize+10) // the key's last add
 			switch want := back < recentSize || newest != j; {
 			case ok != want:

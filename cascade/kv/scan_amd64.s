@@ -1,56 +1,81 @@
 #include "textflag.h"
 
-// func headMaskPOPCNT(heads *[128]uint64, s0, s1 uint64, cutoff int) uint64
-// Slot i's first words are heads[i] and heads[64+i]. Without a branch (~2 % of real
-// questions' first halves pass): d-cutoff-1 is negative, its top bit set, exactly when
-// d <= cutoff.
-TEXT ·headMaskPOPCNT(SB), NOSPLIT, $0-40
-	MOVQ heads+0(FP), SI
-	MOVQ s0+8(FP), R8
-	MOVQ s1+16(FP), R9
-	MOVQ cutoff+24(FP), DX
-	INCQ DX
+// func blockMaskPOPCNT(block *[256]uint64, sk *sketch, head, full int) uint64
+// Slot i's words are block[i], block[64+i], block[128+i] and block[192+i]. The first two are
+// counted for every slot; the last two only for a slot within the head cutoff (a few in a
+// hundred of real questions').
+TEXT ·blockMaskPOPCNT(SB), NOSPLIT, $0-40
+	MOVQ block+0(FP), SI
+	MOVQ sk+8(FP), DI
+	MOVQ head+16(FP), DX
+	MOVQ full+24(FP), R13
+	MOVQ 0(DI), R8
+	MOVQ 8(DI), R9
+	MOVQ 16(DI), R10
+	MOVQ 24(DI), R11
 	XORQ AX, AX
 	XORQ CX, CX
 
-head:
+slot:
 	MOVQ    0(SI), BX
 	XORQ    R8, BX
 	POPCNTQ BX, BX
-	MOVQ    512(SI), R10
-	XORQ    R9, R10
-	POPCNTQ R10, R10
-	ADDQ    R10, BX
-	SUBQ    DX, BX
-	SHRQ    $63, BX
-	SHLQ    CX, BX
-	ORQ     BX, AX
-	ADDQ    $8, SI
-	INCQ    CX
-	CMPQ    CX, $64
-	JLT     head
-	MOVQ    AX, ret+32(FP)
+	MOVQ    512(SI), R12
+	XORQ    R9, R12
+	POPCNTQ R12, R12
+	ADDQ    R12, BX
+	CMPQ    BX, DX
+	JHI     next
+	MOVQ    1024(SI), R12
+	XORQ    R10, R12
+	POPCNTQ R12, R12
+	ADDQ    R12, BX
+	MOVQ    1536(SI), R12
+	XORQ    R11, R12
+	POPCNTQ R12, R12
+	ADDQ    R12, BX
+	CMPQ    BX, R13
+	JHI     next
+	BTSQ    CX, AX
+
+next:
+	ADDQ $8, SI
+	INCQ CX
+	CMPQ CX, $64
+	JLT  slot
+	MOVQ AX, ret+32(FP)
 	RET
 
-// func headMaskAVX512(heads *[128]uint64, s0, s1 uint64, cutoff int) uint64
-// Eight slots a step: their first words in one register, their second in another, each XORed
-// with the query's and counted; the sums compared with the cutoff.
-TEXT ·headMaskAVX512(SB), NOSPLIT, $0-40
-	MOVQ         heads+0(FP), SI
-	VPBROADCASTQ s0+8(FP), Z15
-	VPBROADCASTQ s1+16(FP), Z13
-	VPBROADCASTQ cutoff+24(FP), Z14
+// func blockMaskAVX512(block *[256]uint64, sk *sketch, head, full int) uint64
+// Eight slots a step: each of their four words in a register, XORed with the query's and
+// counted; the first two words' sum compared with head, the whole's with full.
+TEXT ·blockMaskAVX512(SB), NOSPLIT, $0-40
+	MOVQ         block+0(FP), SI
+	MOVQ         sk+8(FP), DI
+	VPBROADCASTQ 0(DI), Z10
+	VPBROADCASTQ 8(DI), Z11
+	VPBROADCASTQ 16(DI), Z12
+	VPBROADCASTQ 24(DI), Z13
+	VPBROADCASTQ head+16(FP), Z14
+	VPBROADCASTQ full+24(FP), Z15
 	XORQ         AX, AX
 	XORQ         CX, CX
 
 eight:
-	VPXORQ   (SI), Z15, Z0
-	VPXORQ   512(SI), Z13, Z1
+	VPXORQ   (SI), Z10, Z0
+	VPXORQ   512(SI), Z11, Z1
+	VPXORQ   1024(SI), Z12, Z2
+	VPXORQ   1536(SI), Z13, Z3
 	VPOPCNTQ Z0, Z0
 	VPOPCNTQ Z1, Z1
-	VPADDQ   Z1, Z0, Z2
-	VPCMPUQ  $2, Z14, Z2, K1
-	KMOVW    K1, BX
+	VPOPCNTQ Z2, Z2
+	VPOPCNTQ Z3, Z3
+	VPADDQ   Z1, Z0, Z0
+	VPADDQ   Z3, Z2, Z2
+	VPADDQ   Z0, Z2, Z2
+	VPCMPUQ  $2, Z14, Z0, K1
+	VPCMPUQ  $2, Z15, Z2, K1, K2
+	KMOVW    K2, BX
 	SHLQ     CX, BX
 	ORQ      BX, AX
 	ADDQ     $64, SI
@@ -59,48 +84,4 @@ eight:
 	JLT      eight
 	VZEROUPPER
 	MOVQ     AX, ret+32(FP)
-	RET
-
-// func fullMaskPOPCNT(block *[256]uint64, sk *sketch, cutoff int, m uint64) uint64
-// For each bit of m, the whole sketch's distance; the bit is cleared when it is beyond cutoff.
-TEXT ·fullMaskPOPCNT(SB), NOSPLIT, $0-40
-	MOVQ block+0(FP), SI
-	MOVQ sk+8(FP), DI
-	MOVQ cutoff+16(FP), DX
-	MOVQ m+24(FP), AX
-	MOVQ AX, R13
-	MOVQ 0(DI), R8
-	MOVQ 8(DI), R9
-	MOVQ 16(DI), R10
-	MOVQ 24(DI), R11
-
-slot:
-	TESTQ   AX, AX
-	JZ      done
-	BSFQ    AX, CX
-	BTRQ    CX, AX
-	MOVQ    CX, R12
-	SHLQ    $5, R12
-	MOVQ    0(SI)(R12*1), BX
-	XORQ    R8, BX
-	POPCNTQ BX, BX
-	MOVQ    8(SI)(R12*1), DI
-	XORQ    R9, DI
-	POPCNTQ DI, DI
-	ADDQ    DI, BX
-	MOVQ    16(SI)(R12*1), DI
-	XORQ    R10, DI
-	POPCNTQ DI, DI
-	ADDQ    DI, BX
-	MOVQ    24(SI)(R12*1), DI
-	XORQ    R11, DI
-	POPCNTQ DI, DI
-	ADDQ    DI, BX
-	CMPQ    BX, DX
-	JLS     slot
-	BTRQ    CX, R13
-	JMP     slot
-
-done:
-	MOVQ R13, ret+32(FP)
 	RET

@@ -8,17 +8,13 @@ func TestScanMasksAssembly(t *testing.T) {
 	for _, k := range []struct {
 		name string
 		ok   bool
-		head headFunc
-		full fullFunc
-	}{{"POPCNT", hasPOPCNT, headMaskPOPCNT, fullMaskPOPCNT}, {"AVX-512", hasAVX512, headMaskAVX512, nil}} {
+		f    blockFunc
+	}{{"POPCNT", hasPOPCNT, blockMaskPOPCNT}, {"AVX-512", hasAVX512, blockMaskAVX512}} {
 		t.Run(k.name, func(t *testing.T) {
 			if !k.ok {
 				t.Skipf("this processor has no %s", k.name)
 			}
-			checkHeadMask(t, k.head)
-			if k.full != nil {
-				checkFullMask(t, k.full)
-			}
+			checkBlockMask(t, k.f)
 		})
 	}
 }

@@ -7,80 +7,58 @@ import (
 	"testing"
 )
 
-type (
-	headFunc func(*[blockSlots * headWords]uint64, uint64, uint64, int) uint64
-	fullFunc func(*[blockSlots * sketchWords]uint64, *sketch, int, uint64) uint64
-)
+// blockFunc is a version of blockMask.
+type blockFunc func(*[blockWords]uint64, *sketch, int, int) uint64
 
-// TestScanMasks: the versions the build uses compute the Go versions' masks (scan_amd64_test.go
+// TestScanMasks: the version the build uses computes the Go version's masks (scan_amd64_test.go
 // checks each assembly version).
 func TestScanMasks(t *testing.T) {
-	checkHeadMask(t, headMask)
-	checkFullMask(t, fullMask)
+	checkBlockMask(t, func(b *[blockWords]uint64, sk *sketch, head, full int) uint64 {
+		return blockMask(b, sk, cutoffs{head: head, full: full})
+	})
 }
 
 // maskCutoffs are cutoffs from 0 to every bit, the scan's among them.
 var maskCutoffs = []int{0, 1, headCutoff(DefaultThreshold), hammingCutoff(DefaultThreshold), 63, 64, 128, sketchBits - 1, sketchBits}
 
-// flipBits flips d distinct bits of s among its first n.
-func flipBits(r *rand.Rand, s []uint64, d, n int) {
-	for _, b := range r.Perm(n)[:min(d, n)] {
+// flipBits flips d distinct bits of s among [lo, hi).
+func flipBits(r *rand.Rand, s []uint64, d, lo, hi int) {
+	for _, b := range r.Perm(hi - lo)[:min(d, hi-lo)] {
+		b += lo
 		s[b/64] ^= 1 << (b % 64)
 	}
 }
 
-// checkHeadMask compares f with headMaskGo for first halves at, one below and one beyond the
-// cutoff.
-func checkHeadMask(t *testing.T, f headFunc) {
+// checkBlockMask compares f with blockMaskGo for sketches whose first half, or whole, is at, one
+// below and one beyond either cutoff, for pairs of cutoffs from none to every bit.
+func checkBlockMask(t *testing.T, f blockFunc) {
 	t.Helper()
 	r := rand.New(rand.NewPCG(13, 13))
-	for _, cutoff := range maskCutoffs {
-		for trial := range 50 {
-			s0, s1 := r.Uint64(), r.Uint64()
-			var heads [blockSlots * headWords]uint64
-			for i := range blockSlots {
-				w := []uint64{s0, s1}
-				d := max(0, cutoff+r.IntN(3)-1)
-				if trial%5 == 0 {
-					d = r.IntN(64*headWords + 1)
+	const half = 64 * headWords
+	for _, head := range maskCutoffs {
+		for _, full := range maskCutoffs {
+			for trial := range 20 {
+				q := sketch{r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64()}
+				var block [blockWords]uint64
+				for i := range blockSlots {
+					s := q
+					switch k := (trial + i) % 4; {
+					case trial%5 == 0: // anywhere
+						flipBits(r, s[:], r.IntN(sketchBits+1), 0, sketchBits)
+					case k < 2: // the first half around its cutoff, the rest around what is left of full
+						dh := max(0, min(half, head+r.IntN(3)-1))
+						flipBits(r, s[:], dh, 0, half)
+						flipBits(r, s[:], max(0, min(sketchBits-half, full-dh+r.IntN(3)-1)), half, sketchBits)
+					default: // the whole around the full cutoff
+						flipBits(r, s[:], max(0, full+r.IntN(3)-1), 0, sketchBits)
+					}
+					for w := range sketchWords {
+						block[w*blockSlots+i] = s[w]
+					}
 				}
-				flipBits(r, w, d, 64*headWords)
-				heads[i], heads[blockSlots+i] = w[0], w[1]
-			}
-			if got, want := f(&heads, s0, s1, cutoff), headMaskGo(&heads, s0, s1, cutoff); got != want {
-				t.Fatalf("cutoff %d trial %d: mask %064b, want %064b", cutoff, trial, got, want)
-			}
-		}
-	}
-}
-
-// checkFullMask compares f with fullMaskGo for sketches at, one below and one beyond the cutoff,
-// with masks of no slot, some and every one.
-func checkFullMask(t *testing.T, f fullFunc) {
-	t.Helper()
-	r := rand.New(rand.NewPCG(14, 14))
-	for _, cutoff := range maskCutoffs {
-		for trial := range 50 {
-			q := sketch{r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64()}
-			var block [blockSlots * sketchWords]uint64
-			for i := range blockSlots {
-				s := q
-				d := max(0, cutoff+r.IntN(3)-1)
-				if trial%5 == 0 {
-					d = r.IntN(sketchBits + 1)
+				if got, want := f(&block, &q, head, full), blockMaskGo(&block, &q, cutoffs{head: head, full: full}); got != want {
+					t.Fatalf("cutoffs %d, %d trial %d: mask %064b, want %064b", head, full, trial, got, want)
 				}
-				flipBits(r, s[:], d, sketchBits)
-				copy(block[i*sketchWords:], s[:])
-			}
-			m := r.Uint64()
-			switch trial % 7 {
-			case 0:
-				m = 0
-			case 1:
-				m = math.MaxUint64
-			}
-			if got, want := f(&block, &q, cutoff, m), fullMaskGo(&block, &q, cutoff, m); got != want {
-				t.Fatalf("cutoff %d trial %d mask %064b: %064b, want %064b", cutoff, trial, m, got, want)
 			}
 		}
 	}
@@ -104,4 +82,27 @@ func TestHeadCutoffTail(t *testing.T) {
 			t.Errorf("threshold %.2f: the first word is beyond its cutoff %d with probability %.2g", th, c, v)
 		}
 	}
+}
+
+// FuzzBlockMask: the scan's step in the version the build uses finds the slots blockMaskGo
+// finds, for any query, any sketches near it and any cutoffs.
+func FuzzBlockMask(f *testing.F) {
+	f.Add(uint64(1), uint64(2), uint8(30), uint8(46))
+	f.Add(uint64(3), uint64(4), uint8(0), uint8(255))
+	f.Fuzz(func(t *testing.T, seed, near uint64, head, full uint8) {
+		r := rand.New(rand.NewPCG(seed, near))
+		q := sketch{r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64()}
+		var block [blockWords]uint64
+		for i := range blockSlots {
+			s := q
+			flipBits(r, s[:], r.IntN(int(near%sketchBits)+1), 0, sketchBits)
+			for w := range sketchWords {
+				block[w*blockSlots+i] = s[w]
+			}
+		}
+		c := cutoffs{head: int(head), full: int(full)}
+		if got, want := blockMask(&block, &q, c), blockMaskGo(&block, &q, c); got != want {
+			t.Fatalf("cutoffs %+v: mask %064b, want %064b", c, got, want)
+		}
+	})
 }

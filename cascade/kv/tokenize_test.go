@@ -144,3 +144,23 @@ func TestWhole(t *testing.T) {
 		t.Error("a possessive or a plain word expanded")
 	}
 }
+
+// FuzzSeedKey: the seed key of an ASCII text, made from appendNormWords's words (Stage.seedOf),
+// is Normalize's, for the text and for its bytes made ASCII.
+func FuzzSeedKey(f *testing.F) {
+	for _, s := range []string{"How do I reset my password?", "What's 3.5 + -4?", "I can't, won't, I'm, John's, dont do'nt it`s",
+		"'s n't' `ll", "a-4 -4 x--4 .5 3. 4", "a''b ''c d'' '", "tab\there  two\v\f\r spaces", "line\nbreak. New SENTENCE",
+		"C++ & C# 5% $3 @x *y /z \\w _u [v] {w} (x) <y> |z| ~a ^b =c", "WHATS Theyre IM", "\x00\x01\x1f\x7f", "", "  ", "!!!"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		b := []byte(s)
+		for i := range b {
+			b[i] &= 0x7f
+		}
+		ascii := string(b)
+		if got, want := string(joinWords(nil, appendNormWords(nil, ascii))), Normalize(ascii); got != want {
+			t.Errorf("seed key of %q = %q, want %q", ascii, got, want)
+		}
+	})
+}
