@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base32"
 	"encoding/json"
 	"errors"
@@ -98,6 +99,10 @@ type base struct {
 	maxDur  time.Duration
 	overrun error // why a call that outlived maxDur was cut: one value for every call
 	client  *http.Client
+	// rt is the backend's own transport, which do calls without http.Client's redirect and
+	// header-copying machinery (see send); nil when Options.Client is given or the URL carries
+	// a user, so that the client does all it would.
+	rt http.RoundTripper
 }
 
 func newBase(o Options) (base, error) {
@@ -120,9 +125,43 @@ func newBase(o Options) (base, error) {
 		b.auth = []string{"Bearer " + o.APIKey}
 	}
 	if b.client == nil {
-		b.client = &http.Client{Transport: newTransport()}
+		t := newTransport()
+		b.client = &http.Client{Transport: t}
+		if u.User == nil {
+			b.rt = t
+		}
 	}
 	return b, nil
+}
+
+// endpoint is one upstream URL with its method, parsed once, and the headers of every call to
+// it: a call's request is a copy of tmpl with the call's context and body.
+type endpoint struct {
+	url    string        // as configured, for errors
+	tmpl   *http.Request // nil when the URL did not make a request (err)
+	err    error
+	header [2]http.Header // a whole answer's, a stream's; shared by calls, never written
+}
+
+// endpoint makes the endpoint of method at u; stream is the Accept of a streamed answer (nil:
+// the endpoint never streams). A URL that does not make a request fails each call, as before.
+func (b *base) endpoint(method, u string, stream []string) endpoint {
+	ep := endpoint{url: u}
+	ep.tmpl, ep.err = http.NewRequest(method, u, nil)
+	for i, accept := range [2][]string{hdrJSON, stream} {
+		if accept == nil {
+			continue
+		}
+		h := http.Header{"Accept": accept, "User-Agent": hdrUA}
+		if method != http.MethodGet {
+			h["Content-Type"] = hdrJSON
+		}
+		if b.auth != nil {
+			h["Authorization"] = b.auth
+		}
+		ep.header[i] = h
+	}
+	return ep
 }
 
 // newTransport is the one transport a backend keeps: keep-alive with a deep idle pool, since a
@@ -183,6 +222,7 @@ type call struct {
 	d       time.Duration
 	end     time.Time
 	overrun error
+	req     bytes.Reader // the request's body
 	body    watchedBody
 }
 
@@ -257,29 +297,32 @@ var (
 	hdrUA     = []string{"eoc-proxy"}
 )
 
-// do sends one request and hands the reply's body to the call c, which times its silences. A
-// transport failure comes back as a *cascade.BackendError and a non-2xx reply as a
-// *cascade.UpstreamError, with the body closed; otherwise the caller closes it.
-func (b *base) do(ctx context.Context, c *call, method, u string, body []byte, accept []string) (*http.Response, error) {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
+// do sends one request to ep (body nil: none; stream picks the Accept of a stream) and hands the
+// reply's body to the call c, which times its silences. A transport failure comes back as a
+// *cascade.BackendError and a non-2xx reply as a *cascade.UpstreamError, with the body closed;
+// otherwise the caller closes it.
+func (b *base) do(ctx context.Context, c *call, ep *endpoint, body []byte, stream bool) (*http.Response, error) {
+	if ep.err != nil {
+		return nil, &cascade.BackendError{Backend: b.name, Err: ep.err}
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return nil, &cascade.BackendError{Backend: b.name, Err: err}
+	req := ep.tmpl.WithContext(ctx)
+	if len(body) > 0 {
+		// A body of bytes, as http.NewRequest makes it: the transport sends a bytes.Reader's in
+		// the headers' write (another reader's after them, in a write of its own), and rewinds it
+		// with GetBody to send the request again on another connection.
+		c.req.Reset(body)
+		req.Body, req.ContentLength = io.NopCloser(&c.req), int64(len(body))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
-	h := req.Header
-	if body != nil {
-		h["Content-Type"] = hdrJSON
+	h := ep.header[0]
+	if stream {
+		h = ep.header[1]
 	}
-	h["Accept"] = accept
-	h["User-Agent"] = hdrUA
-	injectTrace(ctx, h)
-	if b.auth != nil {
-		h["Authorization"] = b.auth
+	if b.rt == nil {
+		h = h.Clone() // a client's cookie jar or transport may write to it
 	}
-	resp, err := b.client.Do(req)
+	req.Header = withTrace(ctx, h)
+	resp, err := b.send(req)
 	if err != nil {
 		return nil, b.transportError(ctx, err)
 	}
@@ -294,17 +337,49 @@ func (b *base) do(ctx context.Context, c *call, method, u string, body []byte, a
 	return resp, nil
 }
 
-// getJSON GETs u and decodes the reply into v.
-func (b *base) getJSON(ctx context.Context, u string, v any) error {
-	return b.callJSON(ctx, http.MethodGet, u, nil, v)
+// send sends req as b.client.Do does. With the backend's own transport it calls the transport
+// itself: the client would only copy the headers for redirects that do not come and wrap its
+// errors, which send does the same way. A redirect the client would follow goes to the client,
+// which sends the request again and follows it.
+func (b *base) send(req *http.Request) (*http.Response, error) {
+	if b.rt == nil {
+		return b.client.Do(req)
+	}
+	resp, err := b.rt.RoundTrip(req)
+	if err != nil {
+		if tlsErr, ok := err.(tls.RecordHeaderError); ok && string(tlsErr.RecordHeader[:]) == "HTTP/" { //nolint:errorlint // as http.Client tests it
+			err = http.ErrSchemeMismatch
+		}
+		op := req.Method[:1] + strings.ToLower(req.Method[1:])
+		return nil, &url.Error{Op: op, URL: req.URL.String(), Err: err}
+	}
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		if resp.Header.Get("Location") == "" {
+			break
+		}
+		_, _ = io.CopyN(io.Discard, resp.Body, 2<<10)
+		_ = resp.Body.Close()
+		again := req.Clone(req.Context())
+		if req.GetBody != nil {
+			again.Body, _ = req.GetBody()
+		}
+		return b.client.Do(again)
+	}
+	return resp, nil
 }
 
-// callJSON sends body (nil: none) to u and decodes the whole reply into v (nil: read and
+// getJSON GETs ep and decodes the reply into v.
+func (b *base) getJSON(ctx context.Context, ep *endpoint, v any) error {
+	return b.callJSON(ctx, ep, nil, v)
+}
+
+// callJSON sends body (nil: none) to ep and decodes the whole reply into v (nil: read and
 // dropped), with the backend's timeout, auth and error mapping.
-func (b *base) callJSON(ctx context.Context, method, u string, body []byte, v any) error {
+func (b *base) callJSON(ctx context.Context, ep *endpoint, body []byte, v any) error {
 	ctx, c := b.attempt(ctx)
 	defer c.stop()
-	resp, err := b.do(ctx, c, method, u, body, hdrJSON)
+	resp, err := b.do(ctx, c, ep, body, false)
 	if err != nil {
 		return err
 	}
@@ -312,13 +387,13 @@ func (b *base) callJSON(ctx context.Context, method, u string, body []byte, v an
 	buf, err := readBody(resp.Body, resp.ContentLength)
 	defer putBuf(buf)
 	if err != nil {
-		return b.transportError(ctx, fmt.Errorf("reading %s: %w", u, err))
+		return b.transportError(ctx, fmt.Errorf("reading %s: %w", ep.url, err))
 	}
 	if v == nil {
 		return nil
 	}
 	if err := json.Unmarshal(buf.Bytes(), v); err != nil {
-		return &cascade.BackendError{Backend: b.name, Err: fmt.Errorf("decoding %s: %w", u, err)}
+		return &cascade.BackendError{Backend: b.name, Err: fmt.Errorf("decoding %s: %w", ep.url, err)}
 	}
 	return nil
 }

@@ -36,10 +36,10 @@ func init() {
 // the configured API key.
 type Ollama struct {
 	base
-	chatURL    string
-	tagsURL    string
-	versionURL string
-	embedURL   string
+	chat    endpoint
+	tags    endpoint
+	version endpoint
+	embed   endpoint
 }
 
 // NewOllama returns an Ollama backend; o.URL is Ollama's root (http://127.0.0.1:11434).
@@ -48,8 +48,9 @@ func NewOllama(o Options) (*Ollama, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Ollama{base: b, chatURL: b.url + "/api/chat", tagsURL: b.url + "/api/tags", versionURL: b.url + "/api/version",
-		embedURL: b.url + "/api/embed"}, nil
+	return &Ollama{base: b, chat: b.endpoint(http.MethodPost, b.url+"/api/chat", hdrNDJSON),
+		tags: b.endpoint(http.MethodGet, b.url+"/api/tags", nil), version: b.endpoint(http.MethodGet, b.url+"/api/version", nil),
+		embed: b.endpoint(http.MethodPost, b.url+"/api/embed", nil)}, nil
 }
 
 // ollamaLine is one line of /api/chat: a response, or an error. It holds only the fields the
@@ -95,11 +96,7 @@ func (o *Ollama) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 	}
 	ctx, c := o.attempt(ctx)
 	defer c.stop()
-	accept := hdrJSON
-	if stream {
-		accept = hdrNDJSON
-	}
-	resp, err := o.do(ctx, c, http.MethodPost, o.chatURL, body, accept)
+	resp, err := o.do(ctx, c, &o.chat, body, stream)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +189,7 @@ func (o *Ollama) stream(ctx context.Context, cancel context.CancelFunc, body io.
 // Models lists the local models (GET /api/tags).
 func (o *Ollama) Models(ctx context.Context) ([]string, error) {
 	var list api.ListResponse
-	if err := o.getJSON(ctx, o.tagsURL, &list); err != nil {
+	if err := o.getJSON(ctx, &o.tags, &list); err != nil {
 		return nil, err
 	}
 	out := make([]string, 0, len(list.Models))
@@ -211,7 +208,7 @@ func (o *Ollama) Ping(ctx context.Context) error {
 	var v struct {
 		Version string `json:"version"`
 	}
-	return o.getJSON(ctx, o.versionURL, &v)
+	return o.getJSON(ctx, &o.version, &v)
 }
 
 // ollamaConv turns Ollama's responses into OpenAI's answer and chunks. It is not safe for
