@@ -239,7 +239,8 @@ func (c *ollamaConv) meta(r *ollamaLine) {
 	if r.Done {
 		m := &r.Metrics
 		if c.usage == nil {
-			c.usage, c.timings = new(cascade.Usage), new(cascade.Timings)
+			f := new(figures)
+			c.usage, c.timings = &f.usage, &f.timings
 		}
 		*c.usage = cascade.Usage{PromptTokens: m.PromptEvalCount, CompletionTokens: m.EvalCount, TotalTokens: m.PromptEvalCount + m.EvalCount}
 		*c.timings = cascade.Timings{
@@ -251,6 +252,12 @@ func (c *ollamaConv) meta(r *ollamaLine) {
 			Total:      m.TotalDuration,
 		}
 	}
+}
+
+// figures are a stream's usage and timings, allocated together.
+type figures struct {
+	usage   cascade.Usage
+	timings cascade.Timings
 }
 
 // wholeAnswer is what a whole answer is made of, allocated together.
@@ -293,41 +300,54 @@ func (c *ollamaConv) answer(r *ollamaLine) *cascade.Answer {
 	return &w.ans
 }
 
+// streamChunk is what one line's chunks are made of, allocated together.
+type streamChunk struct {
+	delta   cascade.Chunk
+	choice  [1]cascade.ChunkChoice
+	content string
+	reason  string
+}
+
 // chunks maps one streamed response to a delta chunk (nil when it carries nothing) and, on the
 // last response, the usage chunk.
 func (c *ollamaConv) chunks(r *ollamaLine) (delta, usage *cascade.Chunk) {
 	c.meta(r)
-	d := cascade.Delta{ReasoningContent: r.Message.Thinking}
+	lp := logprobs(r.Logprobs)
+	m := &r.Message
+	if c.started && m.Content == "" && m.Thinking == "" && len(m.ToolCalls) == 0 && !r.Done && lp == nil {
+		return nil, nil
+	}
+	sc := new(streamChunk)
+	d := cascade.Delta{ReasoningContent: m.Thinking}
 	if !c.started {
 		d.Role = "assistant"
 		c.started = true
 	}
-	if r.Message.Content != "" {
-		s := r.Message.Content
-		d.Content = &s
+	if m.Content != "" {
+		sc.content = m.Content
+		d.Content = &sc.content
 	}
-	if n := len(r.Message.ToolCalls); n > 0 {
-		d.ToolCalls = toolCallsOut(r.Message.ToolCalls, c.ntools, true)
+	if n := len(m.ToolCalls); n > 0 {
+		d.ToolCalls = toolCallsOut(m.ToolCalls, c.ntools, true)
 		c.ntools += n
 	}
 	var fin *string
 	if r.Done {
-		reason := finishReason(r.DoneReason, c.ntools > 0)
-		fin = &reason
+		sc.reason = finishReason(r.DoneReason, c.ntools > 0)
+		fin = &sc.reason
 	}
-	lp := logprobs(r.Logprobs)
-	if d.Role != "" || d.Content != nil || d.ReasoningContent != "" || len(d.ToolCalls) > 0 || fin != nil || lp != nil {
-		delta = c.chunk([]cascade.ChunkChoice{{Index: 0, Delta: d, FinishReason: fin, Logprobs: lp}})
-	}
+	sc.choice[0] = cascade.ChunkChoice{Index: 0, Delta: d, FinishReason: fin, Logprobs: lp}
+	delta = c.chunk(&sc.delta, sc.choice[:])
 	if r.Done {
-		usage = c.chunk([]cascade.ChunkChoice{})
+		usage = c.chunk(new(cascade.Chunk), []cascade.ChunkChoice{})
 		usage.Usage = c.usage
 	}
 	return delta, usage
 }
 
-func (c *ollamaConv) chunk(choices []cascade.ChunkChoice) *cascade.Chunk {
-	return &cascade.Chunk{ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: c.model, Choices: choices}
+func (c *ollamaConv) chunk(ch *cascade.Chunk, choices []cascade.ChunkChoice) *cascade.Chunk {
+	*ch = cascade.Chunk{ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: c.model, Choices: choices}
+	return ch
 }
 
 // final is the answer assembled from the chunks sent; done says the stream ended properly.
