@@ -305,6 +305,24 @@ func (b *base) do(ctx context.Context, c *call, ep *endpoint, body []byte, strea
 	if ep.err != nil {
 		return nil, &cascade.BackendError{Backend: b.name, Err: ep.err}
 	}
+	resp, err := b.send(b.request(ctx, c, ep, body, stream))
+	if err != nil {
+		return nil, b.transportError(ctx, err)
+	}
+	if c.d > 0 {
+		c.body = watchedBody{ReadCloser: resp.Body, c: c}
+		resp.Body = &c.body
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer func() { _ = resp.Body.Close() }()
+		return nil, b.upstreamError(resp)
+	}
+	return resp, nil
+}
+
+// request is the call's request to ep: a copy of its template with ctx, body (nil: none) in c,
+// and the headers of a whole answer or a stream.
+func (b *base) request(ctx context.Context, c *call, ep *endpoint, body []byte, stream bool) *http.Request {
 	req := ep.tmpl.WithContext(ctx)
 	if len(body) > 0 {
 		// A body of bytes, as http.NewRequest makes it: the transport sends a bytes.Reader's in
@@ -322,19 +340,7 @@ func (b *base) do(ctx context.Context, c *call, ep *endpoint, body []byte, strea
 		h = h.Clone() // a client's cookie jar or transport may write to it
 	}
 	req.Header = withTrace(ctx, h)
-	resp, err := b.send(req)
-	if err != nil {
-		return nil, b.transportError(ctx, err)
-	}
-	if c.d > 0 {
-		c.body = watchedBody{ReadCloser: resp.Body, c: c}
-		resp.Body = &c.body
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		defer func() { _ = resp.Body.Close() }()
-		return nil, b.upstreamError(resp)
-	}
-	return resp, nil
+	return req
 }
 
 // send sends req as b.client.Do does. With the backend's own transport it calls the transport
