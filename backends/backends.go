@@ -193,72 +193,116 @@ func (b *base) Name() string { return b.name }
 func (b *base) CloseIdleConnections() { b.client.CloseIdleConnections() }
 
 // attempt bounds one upstream call: by the backend's max duration as a whole, and by its
-// timeout for each silence of the upstream. One timer serves both: it is armed now, do hands
-// the call to the reply's body, which re-arms it at each read. Stop the call when it is over.
+// timeout for each silence of the upstream. One timer serves both: it is armed now for the wait
+// on the reply's headers, and do hands the call to the reply's body, whose reads mark each wait.
+// Stop the call when it is over.
 func (b *base) attempt(ctx context.Context) (context.Context, *call) {
 	c := &call{d: b.timeout, overrun: b.overrun}
 	ctx, c.cancel = context.WithCancelCause(ctx)
 	if b.maxDur <= 0 && b.timeout <= 0 {
 		return ctx, c
 	}
-	first := b.timeout
-	if b.maxDur > 0 {
-		c.end = time.Now().Add(b.maxDur)
-		if first <= 0 || b.maxDur < first {
-			first = b.maxDur
-		}
+	c.start = time.Now()
+	c.end = b.maxDur
+	c.waiting = b.timeout > 0
+	c.armed = b.timeout
+	if c.armed <= 0 || (b.maxDur > 0 && b.maxDur < c.armed) {
+		c.armed = b.maxDur
 	}
-	c.t = time.AfterFunc(first, c.fire)
+	c.t = time.AfterFunc(c.armed, c.fire)
 	return ctx, c
 }
 
-// call is one upstream call's bounds: a silence timeout d (0: none) and an end (zero: none),
-// kept by one timer that cancels the call's context with the bound it broke as the cause.
-// The silence is timed while the call waits on the upstream, not while the caller handles
-// what it read (a slow client is not the upstream's silence).
+// call is one upstream call's bounds: a silence timeout d (0: none) and an end (0: none), kept
+// by one timer that cancels the call's context with the bound it broke as the cause. The
+// silence is timed while the call waits on the upstream, not while the caller handles what it
+// read (a slow client is not the upstream's silence).
+//
+// A wait does not move the timer when it is armed as soon as the wait's bound or sooner: it
+// fires then, finds the bound not reached, and re-arms for it. So a whole answer arms and stops
+// the timer once, and a stream moves it only after a silence of the client's; every move of a
+// timer may wake a thread of the runtime's.
 type call struct {
 	cancel  context.CancelCauseFunc
 	t       *time.Timer // nil without bounds
 	d       time.Duration
-	end     time.Time
+	start   time.Time     // on the monotonic clock; the times below are since start
+	end     time.Duration // 0: none
 	overrun error
-	req     bytes.Reader // the request's body
-	body    watchedBody
+
+	mu      sync.Mutex
+	waiting bool          // on the upstream, since wait
+	wait    time.Duration //
+	armed   time.Duration // when t fires; 0: not armed
+	done    bool          // stopped
+
+	req  bytes.Reader // the request's body
+	body watchedBody
 }
 
-// fire cuts the call: past its end for overrunning it, else for the upstream's silence.
+// fire cuts the call past its end for overrunning it, or past the bound of the wait in progress
+// for the upstream's silence; else it re-arms the timer.
 func (c *call) fire() {
-	if !c.end.IsZero() && !time.Now().Before(c.end) {
-		c.cancel(c.overrun)
-		return
+	now := time.Since(c.start)
+	var cause error
+	c.mu.Lock()
+	c.armed = 0
+	switch {
+	case c.done:
+	case c.end > 0 && now >= c.end:
+		cause = c.overrun
+	case c.waiting && now-c.wait >= c.d:
+		cause = &timeoutError{what: "the upstream sent nothing", d: c.d}
+	default:
+		c.arm(now)
 	}
-	c.cancel(&timeoutError{what: "the upstream sent nothing", d: c.d})
+	c.mu.Unlock()
+	if cause != nil {
+		c.cancel(cause)
+	}
 }
 
-// watch arms the timer for a wait on the upstream: the silence timeout, or what is left of the
-// call if that is sooner.
+// arm sets the timer for the sooner of the call's end and the bound of the wait in progress;
+// c.mu is held.
+func (c *call) arm(now time.Duration) {
+	next := c.end
+	if c.waiting && (next == 0 || c.wait+c.d < next) {
+		next = c.wait + c.d
+	}
+	if next == 0 || c.done {
+		return
+	}
+	c.armed = next
+	c.t.Reset(next - now)
+}
+
+// watch marks a wait on the upstream, and arms the timer for its bound unless it fires as soon.
 func (c *call) watch() {
-	d := c.d
-	if !c.end.IsZero() {
-		d = min(d, time.Until(c.end))
+	now := time.Since(c.start)
+	c.mu.Lock()
+	c.waiting, c.wait = true, now
+	if c.armed == 0 || c.armed > now+c.d {
+		c.arm(now)
 	}
-	c.t.Reset(d)
+	c.mu.Unlock()
 }
 
-// unwatch leaves only the call's end armed, once the upstream sent something.
+// unwatch ends a wait, once the upstream sent something; the timer, when it fires, re-arms for
+// the call's end alone.
 func (c *call) unwatch() {
-	if c.end.IsZero() {
-		c.t.Stop()
-		return
-	}
-	c.t.Reset(time.Until(c.end))
+	c.mu.Lock()
+	c.waiting = false
+	c.mu.Unlock()
 }
 
 // stop ends the call: its timer and its context. A stream stops it early when its client went
 // away or the reply broke a bound, to stop the upstream at once.
 func (c *call) stop() {
 	if c.t != nil {
+		c.mu.Lock()
+		c.done = true
 		c.t.Stop()
+		c.mu.Unlock()
 	}
 	c.cancel(nil)
 }
