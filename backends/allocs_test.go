@@ -11,7 +11,7 @@ import (
 )
 
 // TestOllamaAllocs holds the allocations of a whole Ollama call's own parts: the request mapped
-// and encoded, the call's bounds, and the reply read, decoded and converted.
+// and encoded, the call's bounds, its HTTP request, and the reply read, decoded and converted.
 func TestOllamaAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
@@ -25,6 +25,9 @@ func TestOllamaAllocs(t *testing.T) {
 	rd := bytes.NewReader(nil)
 	resp := &http.Response{Body: io.NopCloser(rd), ContentLength: int64(len(benchOllamaAnswer))}
 	conv := &ollamaConv{backend: o.name, id: "chatcmpl-x", model: "m"}
+	body := []byte(benchBody)
+	_, c := o.attempt(ctx)
+	defer c.stop()
 	for _, tc := range []struct {
 		name string
 		max  float64
@@ -42,6 +45,11 @@ func TestOllamaAllocs(t *testing.T) {
 		{"bounds", 5, func() {
 			_, c := o.attempt(ctx)
 			c.stop()
+		}},
+		{"request", 3, func() { // the copy of the template, the body's NopCloser, GetBody
+			if req := o.request(ctx, c, &o.chat, body, false); req.ContentLength != int64(len(body)) {
+				t.Fatal(req.ContentLength)
+			}
 		}},
 		{"answer", 2, func() {
 			rd.Reset([]byte(benchOllamaAnswer))

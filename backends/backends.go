@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base32"
 	"encoding/json"
 	"errors"
@@ -98,6 +99,10 @@ type base struct {
 	maxDur  time.Duration
 	overrun error // why a call that outlived maxDur was cut: one value for every call
 	client  *http.Client
+	// rt is the backend's own transport, which do calls without http.Client's redirect and
+	// header-copying machinery (see send); nil when Options.Client is given or the URL carries
+	// a user, so that the client does all it would.
+	rt http.RoundTripper
 }
 
 func newBase(o Options) (base, error) {
@@ -120,9 +125,43 @@ func newBase(o Options) (base, error) {
 		b.auth = []string{"Bearer " + o.APIKey}
 	}
 	if b.client == nil {
-		b.client = &http.Client{Transport: newTransport()}
+		t := newTransport()
+		b.client = &http.Client{Transport: t}
+		if u.User == nil {
+			b.rt = t
+		}
 	}
 	return b, nil
+}
+
+// endpoint is one upstream URL with its method, parsed once, and the headers of every call to
+// it: a call's request is a copy of tmpl with the call's context and body.
+type endpoint struct {
+	url    string        // as configured, for errors
+	tmpl   *http.Request // nil when the URL did not make a request (err)
+	err    error
+	header [2]http.Header // a whole answer's, a stream's; shared by calls, never written
+}
+
+// endpoint makes the endpoint of method at u; stream is the Accept of a streamed answer (nil:
+// the endpoint never streams). A URL that does not make a request fails each call, as before.
+func (b *base) endpoint(method, u string, stream []string) endpoint {
+	ep := endpoint{url: u}
+	ep.tmpl, ep.err = http.NewRequest(method, u, nil)
+	for i, accept := range [2][]string{hdrJSON, stream} {
+		if accept == nil {
+			continue
+		}
+		h := http.Header{"Accept": accept, "User-Agent": hdrUA}
+		if method != http.MethodGet {
+			h["Content-Type"] = hdrJSON
+		}
+		if b.auth != nil {
+			h["Authorization"] = b.auth
+		}
+		ep.header[i] = h
+	}
+	return ep
 }
 
 // newTransport is the one transport a backend keeps: keep-alive with a deep idle pool, since a
@@ -154,71 +193,116 @@ func (b *base) Name() string { return b.name }
 func (b *base) CloseIdleConnections() { b.client.CloseIdleConnections() }
 
 // attempt bounds one upstream call: by the backend's max duration as a whole, and by its
-// timeout for each silence of the upstream. One timer serves both: it is armed now, do hands
-// the call to the reply's body, which re-arms it at each read. Stop the call when it is over.
+// timeout for each silence of the upstream. One timer serves both: it is armed now for the wait
+// on the reply's headers, and do hands the call to the reply's body, whose reads mark each wait.
+// Stop the call when it is over.
 func (b *base) attempt(ctx context.Context) (context.Context, *call) {
 	c := &call{d: b.timeout, overrun: b.overrun}
 	ctx, c.cancel = context.WithCancelCause(ctx)
 	if b.maxDur <= 0 && b.timeout <= 0 {
 		return ctx, c
 	}
-	first := b.timeout
-	if b.maxDur > 0 {
-		c.end = time.Now().Add(b.maxDur)
-		if first <= 0 || b.maxDur < first {
-			first = b.maxDur
-		}
+	c.start = time.Now()
+	c.end = b.maxDur
+	c.waiting = b.timeout > 0
+	c.armed = b.timeout
+	if c.armed <= 0 || (b.maxDur > 0 && b.maxDur < c.armed) {
+		c.armed = b.maxDur
 	}
-	c.t = time.AfterFunc(first, c.fire)
+	c.t = time.AfterFunc(c.armed, c.fire)
 	return ctx, c
 }
 
-// call is one upstream call's bounds: a silence timeout d (0: none) and an end (zero: none),
-// kept by one timer that cancels the call's context with the bound it broke as the cause.
-// The silence is timed while the call waits on the upstream, not while the caller handles
-// what it read (a slow client is not the upstream's silence).
+// call is one upstream call's bounds: a silence timeout d (0: none) and an end (0: none), kept
+// by one timer that cancels the call's context with the bound it broke as the cause. The
+// silence is timed while the call waits on the upstream, not while the caller handles what it
+// read (a slow client is not the upstream's silence).
+//
+// A wait does not move the timer when it is armed as soon as the wait's bound or sooner: it
+// fires then, finds the bound not reached, and re-arms for it. So a whole answer arms and stops
+// the timer once, and a stream moves it only after a silence of the client's; every move of a
+// timer may wake a thread of the runtime's.
 type call struct {
 	cancel  context.CancelCauseFunc
 	t       *time.Timer // nil without bounds
 	d       time.Duration
-	end     time.Time
+	start   time.Time     // on the monotonic clock; the times below are since start
+	end     time.Duration // 0: none
 	overrun error
-	body    watchedBody
+
+	mu      sync.Mutex
+	waiting bool          // on the upstream, since wait
+	wait    time.Duration //
+	armed   time.Duration // when t fires; 0: not armed
+	done    bool          // stopped
+
+	req  bytes.Reader // the request's body
+	body watchedBody
 }
 
-// fire cuts the call: past its end for overrunning it, else for the upstream's silence.
+// fire cuts the call past its end for overrunning it, or past the bound of the wait in progress
+// for the upstream's silence; else it re-arms the timer.
 func (c *call) fire() {
-	if !c.end.IsZero() && !time.Now().Before(c.end) {
-		c.cancel(c.overrun)
-		return
+	now := time.Since(c.start)
+	var cause error
+	c.mu.Lock()
+	c.armed = 0
+	switch {
+	case c.done:
+	case c.end > 0 && now >= c.end:
+		cause = c.overrun
+	case c.waiting && now-c.wait >= c.d:
+		cause = &timeoutError{what: "the upstream sent nothing", d: c.d}
+	default:
+		c.arm(now)
 	}
-	c.cancel(&timeoutError{what: "the upstream sent nothing", d: c.d})
+	c.mu.Unlock()
+	if cause != nil {
+		c.cancel(cause)
+	}
 }
 
-// watch arms the timer for a wait on the upstream: the silence timeout, or what is left of the
-// call if that is sooner.
+// arm sets the timer for the sooner of the call's end and the bound of the wait in progress;
+// c.mu is held.
+func (c *call) arm(now time.Duration) {
+	next := c.end
+	if c.waiting && (next == 0 || c.wait+c.d < next) {
+		next = c.wait + c.d
+	}
+	if next == 0 || c.done {
+		return
+	}
+	c.armed = next
+	c.t.Reset(next - now)
+}
+
+// watch marks a wait on the upstream, and arms the timer for its bound unless it fires as soon.
 func (c *call) watch() {
-	d := c.d
-	if !c.end.IsZero() {
-		d = min(d, time.Until(c.end))
+	now := time.Since(c.start)
+	c.mu.Lock()
+	c.waiting, c.wait = true, now
+	if c.armed == 0 || c.armed > now+c.d {
+		c.arm(now)
 	}
-	c.t.Reset(d)
+	c.mu.Unlock()
 }
 
-// unwatch leaves only the call's end armed, once the upstream sent something.
+// unwatch ends a wait, once the upstream sent something; the timer, when it fires, re-arms for
+// the call's end alone.
 func (c *call) unwatch() {
-	if c.end.IsZero() {
-		c.t.Stop()
-		return
-	}
-	c.t.Reset(time.Until(c.end))
+	c.mu.Lock()
+	c.waiting = false
+	c.mu.Unlock()
 }
 
 // stop ends the call: its timer and its context. A stream stops it early when its client went
 // away or the reply broke a bound, to stop the upstream at once.
 func (c *call) stop() {
 	if c.t != nil {
+		c.mu.Lock()
+		c.done = true
 		c.t.Stop()
+		c.mu.Unlock()
 	}
 	c.cancel(nil)
 }
@@ -257,29 +341,15 @@ var (
 	hdrUA     = []string{"eoc-proxy"}
 )
 
-// do sends one request and hands the reply's body to the call c, which times its silences. A
-// transport failure comes back as a *cascade.BackendError and a non-2xx reply as a
-// *cascade.UpstreamError, with the body closed; otherwise the caller closes it.
-func (b *base) do(ctx context.Context, c *call, method, u string, body []byte, accept []string) (*http.Response, error) {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
+// do sends one request to ep (body nil: none; stream picks the Accept of a stream) and hands the
+// reply's body to the call c, which times its silences. A transport failure comes back as a
+// *cascade.BackendError and a non-2xx reply as a *cascade.UpstreamError, with the body closed;
+// otherwise the caller closes it.
+func (b *base) do(ctx context.Context, c *call, ep *endpoint, body []byte, stream bool) (*http.Response, error) {
+	if ep.err != nil {
+		return nil, &cascade.BackendError{Backend: b.name, Err: ep.err}
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return nil, &cascade.BackendError{Backend: b.name, Err: err}
-	}
-	h := req.Header
-	if body != nil {
-		h["Content-Type"] = hdrJSON
-	}
-	h["Accept"] = accept
-	h["User-Agent"] = hdrUA
-	injectTrace(ctx, h)
-	if b.auth != nil {
-		h["Authorization"] = b.auth
-	}
-	resp, err := b.client.Do(req)
+	resp, err := b.send(b.request(ctx, c, ep, body, stream))
 	if err != nil {
 		return nil, b.transportError(ctx, err)
 	}
@@ -294,17 +364,72 @@ func (b *base) do(ctx context.Context, c *call, method, u string, body []byte, a
 	return resp, nil
 }
 
-// getJSON GETs u and decodes the reply into v.
-func (b *base) getJSON(ctx context.Context, u string, v any) error {
-	return b.callJSON(ctx, http.MethodGet, u, nil, v)
+// request is the call's request to ep: a copy of its template with ctx, body (nil: none) in c,
+// and the headers of a whole answer or a stream.
+func (b *base) request(ctx context.Context, c *call, ep *endpoint, body []byte, stream bool) *http.Request {
+	req := ep.tmpl.WithContext(ctx)
+	if len(body) > 0 {
+		// A body of bytes, as http.NewRequest makes it: the transport sends a bytes.Reader's in
+		// the headers' write (another reader's after them, in a write of its own), and rewinds it
+		// with GetBody to send the request again on another connection.
+		c.req.Reset(body)
+		req.Body, req.ContentLength = io.NopCloser(&c.req), int64(len(body))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	h := ep.header[0]
+	if stream {
+		h = ep.header[1]
+	}
+	if b.rt == nil {
+		h = h.Clone() // a client's cookie jar or transport may write to it
+	}
+	req.Header = withTrace(ctx, h)
+	return req
 }
 
-// callJSON sends body (nil: none) to u and decodes the whole reply into v (nil: read and
+// send sends req as b.client.Do does. With the backend's own transport it calls the transport
+// itself: the client would only copy the headers for redirects that do not come and wrap its
+// errors, which send does the same way. A redirect the client would follow goes to the client,
+// which sends the request again and follows it.
+func (b *base) send(req *http.Request) (*http.Response, error) {
+	if b.rt == nil {
+		return b.client.Do(req)
+	}
+	resp, err := b.rt.RoundTrip(req)
+	if err != nil {
+		if tlsErr, ok := err.(tls.RecordHeaderError); ok && string(tlsErr.RecordHeader[:]) == "HTTP/" { //nolint:errorlint // as http.Client tests it
+			err = http.ErrSchemeMismatch
+		}
+		op := req.Method[:1] + strings.ToLower(req.Method[1:])
+		return nil, &url.Error{Op: op, URL: req.URL.String(), Err: err}
+	}
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		if resp.Header.Get("Location") == "" {
+			break
+		}
+		_, _ = io.CopyN(io.Discard, resp.Body, 2<<10)
+		_ = resp.Body.Close()
+		again := req.Clone(req.Context())
+		if req.GetBody != nil {
+			again.Body, _ = req.GetBody()
+		}
+		return b.client.Do(again)
+	}
+	return resp, nil
+}
+
+// getJSON GETs ep and decodes the reply into v.
+func (b *base) getJSON(ctx context.Context, ep *endpoint, v any) error {
+	return b.callJSON(ctx, ep, nil, v)
+}
+
+// callJSON sends body (nil: none) to ep and decodes the whole reply into v (nil: read and
 // dropped), with the backend's timeout, auth and error mapping.
-func (b *base) callJSON(ctx context.Context, method, u string, body []byte, v any) error {
+func (b *base) callJSON(ctx context.Context, ep *endpoint, body []byte, v any) error {
 	ctx, c := b.attempt(ctx)
 	defer c.stop()
-	resp, err := b.do(ctx, c, method, u, body, hdrJSON)
+	resp, err := b.do(ctx, c, ep, body, false)
 	if err != nil {
 		return err
 	}
@@ -312,13 +437,13 @@ func (b *base) callJSON(ctx context.Context, method, u string, body []byte, v an
 	buf, err := readBody(resp.Body, resp.ContentLength)
 	defer putBuf(buf)
 	if err != nil {
-		return b.transportError(ctx, fmt.Errorf("reading %s: %w", u, err))
+		return b.transportError(ctx, fmt.Errorf("reading %s: %w", ep.url, err))
 	}
 	if v == nil {
 		return nil
 	}
 	if err := json.Unmarshal(buf.Bytes(), v); err != nil {
-		return &cascade.BackendError{Backend: b.name, Err: fmt.Errorf("decoding %s: %w", u, err)}
+		return &cascade.BackendError{Backend: b.name, Err: fmt.Errorf("decoding %s: %w", ep.url, err)}
 	}
 	return nil
 }

@@ -25,7 +25,7 @@ func (o *Ollama) Embed(ctx context.Context, req cascade.EmbedRequest) (cascade.E
 	}
 	var resp api.EmbedResponse
 	in := api.EmbedRequest{Model: req.Model, Input: req.Input, Dimensions: req.Dimensions}
-	if err := o.postJSON(ctx, o.embedURL, &in, &resp); err != nil {
+	if err := o.postJSON(ctx, &o.embed, &in, &resp); err != nil {
 		return cascade.Embeddings{}, err
 	}
 	if len(resp.Embeddings) != len(req.Input) {
@@ -44,7 +44,7 @@ func (o *OpenAI) Embed(ctx context.Context, req cascade.EmbedRequest) (cascade.E
 	var resp openai.EmbeddingResponse
 	in := openai.EmbeddingRequest{Input: req.Input, Model: openai.EmbeddingModel(req.Model),
 		EncodingFormat: openai.EmbeddingEncodingFormatFloat, Dimensions: req.Dimensions}
-	if err := o.postJSON(ctx, o.embedURL, &in, &resp); err != nil {
+	if err := o.postJSON(ctx, &o.embed, &in, &resp); err != nil {
 		return cascade.Embeddings{}, err
 	}
 	out := make([][]float32, len(req.Input))
@@ -75,12 +75,12 @@ func (b *base) checkEmbed(req cascade.EmbedRequest) error {
 	return nil
 }
 
-// postJSON POSTs in as JSON to u and decodes the whole reply into out, with the backend's
+// postJSON POSTs in as JSON to ep and decodes the whole reply into out, with the backend's
 // timeout, auth and error mapping.
-func (b *base) postJSON(ctx context.Context, u string, in, out any) error {
+func (b *base) postJSON(ctx context.Context, ep *endpoint, in, out any) error {
 	body, err := json.Marshal(in)
 	if err != nil {
 		return &cascade.BackendError{Backend: b.name, Err: fmt.Errorf("encoding request: %w", err)}
 	}
-	return b.callJSON(ctx, http.MethodPost, u, body, out)
+	return b.callJSON(ctx, ep, body, out)
 }

@@ -25,7 +25,7 @@ func init() {
 // concurrent use.
 type LlamaCpp struct {
 	*OpenAI
-	healthURL string
+	health endpoint
 }
 
 // NewLlamaCpp returns a llama.cpp backend; o.URL is the server's base URL with /v1.
@@ -36,13 +36,13 @@ func NewLlamaCpp(o Options) (*LlamaCpp, error) {
 	}
 	oa.timings = true
 	root := strings.TrimSuffix(oa.url, "/v1")
-	return &LlamaCpp{OpenAI: oa, healthURL: root + "/health"}, nil
+	return &LlamaCpp{OpenAI: oa, health: oa.endpoint(http.MethodGet, root+"/health", nil)}, nil
 }
 
 // Ping asks llama-server's /health (at the root, without /v1), which fails while the model
 // loads; an upstream without /health is asked for its models instead.
 func (l *LlamaCpp) Ping(ctx context.Context) error {
-	err := l.getJSON(ctx, l.healthURL, nil)
+	err := l.getJSON(ctx, &l.health, nil)
 	var up *cascade.UpstreamError
 	if errors.As(err, &up) && (up.Status == http.StatusNotFound || up.Status == http.StatusMethodNotAllowed) {
 		return l.OpenAI.Ping(ctx)

@@ -36,10 +36,10 @@ func init() {
 // the configured API key.
 type Ollama struct {
 	base
-	chatURL    string
-	tagsURL    string
-	versionURL string
-	embedURL   string
+	chat    endpoint
+	tags    endpoint
+	version endpoint
+	embed   endpoint
 }
 
 // NewOllama returns an Ollama backend; o.URL is Ollama's root (http://127.0.0.1:11434).
@@ -48,8 +48,9 @@ func NewOllama(o Options) (*Ollama, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Ollama{base: b, chatURL: b.url + "/api/chat", tagsURL: b.url + "/api/tags", versionURL: b.url + "/api/version",
-		embedURL: b.url + "/api/embed"}, nil
+	return &Ollama{base: b, chat: b.endpoint(http.MethodPost, b.url+"/api/chat", hdrNDJSON),
+		tags: b.endpoint(http.MethodGet, b.url+"/api/tags", nil), version: b.endpoint(http.MethodGet, b.url+"/api/version", nil),
+		embed: b.endpoint(http.MethodPost, b.url+"/api/embed", nil)}, nil
 }
 
 // ollamaLine is one line of /api/chat: a response, or an error. It holds only the fields the
@@ -95,11 +96,7 @@ func (o *Ollama) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 	}
 	ctx, c := o.attempt(ctx)
 	defer c.stop()
-	accept := hdrJSON
-	if stream {
-		accept = hdrNDJSON
-	}
-	resp, err := o.do(ctx, c, http.MethodPost, o.chatURL, body, accept)
+	resp, err := o.do(ctx, c, &o.chat, body, stream)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +189,7 @@ func (o *Ollama) stream(ctx context.Context, cancel context.CancelFunc, body io.
 // Models lists the local models (GET /api/tags).
 func (o *Ollama) Models(ctx context.Context) ([]string, error) {
 	var list api.ListResponse
-	if err := o.getJSON(ctx, o.tagsURL, &list); err != nil {
+	if err := o.getJSON(ctx, &o.tags, &list); err != nil {
 		return nil, err
 	}
 	out := make([]string, 0, len(list.Models))
@@ -211,7 +208,7 @@ func (o *Ollama) Ping(ctx context.Context) error {
 	var v struct {
 		Version string `json:"version"`
 	}
-	return o.getJSON(ctx, o.versionURL, &v)
+	return o.getJSON(ctx, &o.version, &v)
 }
 
 // ollamaConv turns Ollama's responses into OpenAI's answer and chunks. It is not safe for
@@ -242,7 +239,8 @@ func (c *ollamaConv) meta(r *ollamaLine) {
 	if r.Done {
 		m := &r.Metrics
 		if c.usage == nil {
-			c.usage, c.timings = new(cascade.Usage), new(cascade.Timings)
+			f := new(figures)
+			c.usage, c.timings = &f.usage, &f.timings
 		}
 		*c.usage = cascade.Usage{PromptTokens: m.PromptEvalCount, CompletionTokens: m.EvalCount, TotalTokens: m.PromptEvalCount + m.EvalCount}
 		*c.timings = cascade.Timings{
@@ -254,6 +252,12 @@ func (c *ollamaConv) meta(r *ollamaLine) {
 			Total:      m.TotalDuration,
 		}
 	}
+}
+
+// figures are a stream's usage and timings, allocated together.
+type figures struct {
+	usage   cascade.Usage
+	timings cascade.Timings
 }
 
 // wholeAnswer is what a whole answer is made of, allocated together.
@@ -296,41 +300,54 @@ func (c *ollamaConv) answer(r *ollamaLine) *cascade.Answer {
 	return &w.ans
 }
 
+// streamChunk is what one line's chunks are made of, allocated together.
+type streamChunk struct {
+	delta   cascade.Chunk
+	choice  [1]cascade.ChunkChoice
+	content string
+	reason  string
+}
+
 // chunks maps one streamed response to a delta chunk (nil when it carries nothing) and, on the
 // last response, the usage chunk.
 func (c *ollamaConv) chunks(r *ollamaLine) (delta, usage *cascade.Chunk) {
 	c.meta(r)
-	d := cascade.Delta{ReasoningContent: r.Message.Thinking}
+	lp := logprobs(r.Logprobs)
+	m := &r.Message
+	if c.started && m.Content == "" && m.Thinking == "" && len(m.ToolCalls) == 0 && !r.Done && lp == nil {
+		return nil, nil
+	}
+	sc := new(streamChunk)
+	d := cascade.Delta{ReasoningContent: m.Thinking}
 	if !c.started {
 		d.Role = "assistant"
 		c.started = true
 	}
-	if r.Message.Content != "" {
-		s := r.Message.Content
-		d.Content = &s
+	if m.Content != "" {
+		sc.content = m.Content
+		d.Content = &sc.content
 	}
-	if n := len(r.Message.ToolCalls); n > 0 {
-		d.ToolCalls = toolCallsOut(r.Message.ToolCalls, c.ntools, true)
+	if n := len(m.ToolCalls); n > 0 {
+		d.ToolCalls = toolCallsOut(m.ToolCalls, c.ntools, true)
 		c.ntools += n
 	}
 	var fin *string
 	if r.Done {
-		reason := finishReason(r.DoneReason, c.ntools > 0)
-		fin = &reason
+		sc.reason = finishReason(r.DoneReason, c.ntools > 0)
+		fin = &sc.reason
 	}
-	lp := logprobs(r.Logprobs)
-	if d.Role != "" || d.Content != nil || d.ReasoningContent != "" || len(d.ToolCalls) > 0 || fin != nil || lp != nil {
-		delta = c.chunk([]cascade.ChunkChoice{{Index: 0, Delta: d, FinishReason: fin, Logprobs: lp}})
-	}
+	sc.choice[0] = cascade.ChunkChoice{Index: 0, Delta: d, FinishReason: fin, Logprobs: lp}
+	delta = c.chunk(&sc.delta, sc.choice[:])
 	if r.Done {
-		usage = c.chunk([]cascade.ChunkChoice{})
+		usage = c.chunk(new(cascade.Chunk), []cascade.ChunkChoice{})
 		usage.Usage = c.usage
 	}
 	return delta, usage
 }
 
-func (c *ollamaConv) chunk(choices []cascade.ChunkChoice) *cascade.Chunk {
-	return &cascade.Chunk{ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: c.model, Choices: choices}
+func (c *ollamaConv) chunk(ch *cascade.Chunk, choices []cascade.ChunkChoice) *cascade.Chunk {
+	*ch = cascade.Chunk{ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: c.model, Choices: choices}
+	return ch
 }
 
 // final is the answer assembled from the chunks sent; done says the stream ended properly.

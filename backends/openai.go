@@ -31,9 +31,9 @@ func init() {
 // It is safe for concurrent use.
 type OpenAI struct {
 	base
-	chatURL   string
-	modelsURL string
-	embedURL  string
+	chat   endpoint
+	models endpoint
+	embed  endpoint
 	// timings keeps llama-server's timings object (set by LlamaCpp).
 	timings bool
 }
@@ -44,7 +44,8 @@ func NewOpenAI(o Options) (*OpenAI, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &OpenAI{base: b, chatURL: b.url + "/chat/completions", modelsURL: b.url + "/models", embedURL: b.url + "/embeddings"}, nil
+	return &OpenAI{base: b, chat: b.endpoint(http.MethodPost, b.url+"/chat/completions", hdrSSE),
+		models: b.endpoint(http.MethodGet, b.url+"/models", nil), embed: b.endpoint(http.MethodPost, b.url+"/embeddings", nil)}, nil
 }
 
 // llamaTimings is llama-server's timings object (result_timings::to_json in tools/server).
@@ -99,11 +100,7 @@ func (o *OpenAI) Chat(ctx context.Context, req *cascade.Request, sink cascade.Si
 	}
 	ctx, c := o.attempt(ctx)
 	defer c.stop()
-	accept := hdrJSON
-	if sink != nil {
-		accept = hdrSSE
-	}
-	resp, err := o.do(ctx, c, http.MethodPost, o.chatURL, body, accept)
+	resp, err := o.do(ctx, c, &o.chat, body, sink != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +241,7 @@ func (o *OpenAI) stream(ctx context.Context, cancel context.CancelFunc, body io.
 // Models lists the upstream's models (GET {URL}/models).
 func (o *OpenAI) Models(ctx context.Context) ([]string, error) {
 	var list openai.ModelsList
-	if err := o.getJSON(ctx, o.modelsURL, &list); err != nil {
+	if err := o.getJSON(ctx, &o.models, &list); err != nil {
 		return nil, err
 	}
 	out := make([]string, 0, len(list.Models))
@@ -256,5 +253,5 @@ func (o *OpenAI) Models(ctx context.Context) ([]string, error) {
 
 // Ping checks that the upstream answers GET {URL}/models.
 func (o *OpenAI) Ping(ctx context.Context) error {
-	return o.getJSON(ctx, o.modelsURL, nil)
+	return o.getJSON(ctx, &o.models, nil)
 }

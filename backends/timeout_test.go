@@ -3,6 +3,7 @@ package backends
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -87,6 +88,38 @@ func TestBoundsShareATimer(t *testing.T) {
 				}
 				if !f.WaitCanceled(cancelSeen) {
 					t.Error("the fake never saw the call cancelled")
+				}
+			})
+		}
+	}
+}
+
+// TestSilenceAfterTheTimerFired: the timer that fired during a stream, while it flowed or while
+// the client was busy, still cuts a later silence at its bound, not at the call's end.
+func TestSilenceAfterTheTimerFired(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  fakes.Config
+		busy time.Duration // the client's handling of the first chunk
+	}{
+		{name: "after flowing past the timeout", cfg: fakes.Config{Chunks: 20, ChunkDelay: 30 * time.Millisecond, BlockAfter: 10}},
+		{name: "after a busy client", cfg: fakes.Config{BlockAfter: 2}, busy: 300 * time.Millisecond},
+	}
+	for _, d := range dialects {
+		for _, tc := range cases {
+			t.Run(d.typ+"/"+tc.name, func(t *testing.T) {
+				f := d.fake(t, tc.cfg)
+				b := newBackend(t, d.typ, f, func(o *Options) { o.Timeout, o.MaxDuration = 100*time.Millisecond, time.Minute })
+				n := 0
+				sink := func(*cascade.Chunk) error {
+					if n++; n == 1 {
+						time.Sleep(tc.busy)
+					}
+					return nil
+				}
+				_, err := b.Chat(context.Background(), chatRequest(t, helloBody), sink)
+				if msg := fmt.Sprint(err); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(msg, "the upstream sent nothing within 100ms") {
+					t.Fatalf("err %v: want the silence's", err)
 				}
 			})
 		}

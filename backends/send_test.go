@@ -1,0 +1,104 @@
+package backends
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/eoc-proxy/eoc-proxy/cascade"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
+)
+
+// A backend's own transport is called without http.Client, yet a call reads as the client's:
+// the same headers reach the upstream, a redirect the client follows is followed, a user in the
+// URL is sent as basic auth, and a failure to connect is the client's *url.Error.
+func TestSendAsTheClientDoes(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(d.typ+"/headers", func(t *testing.T) {
+			f := d.fake(t)
+			b := newBackend(t, d.typ, f, func(o *Options) { o.APIKey = "sk-test" })
+			for _, sink := range []cascade.Sink{nil, (&collector{}).sink} {
+				if _, err := b.Chat(context.Background(), chatRequest(t, helloBody), sink); err != nil {
+					t.Fatal(err)
+				}
+				want := map[string]string{"Content-Type": "application/json", "Accept": "application/json", "User-Agent": "eoc-proxy",
+					"Authorization": "Bearer sk-test", "Traceparent": ""}
+				if sink != nil {
+					want["Accept"] = map[string]string{"ollama": "application/x-ndjson"}[d.typ]
+					if want["Accept"] == "" {
+						want["Accept"] = "text/event-stream"
+					}
+				}
+				h := f.LastRequest().Header
+				for k, v := range want {
+					if got := h.Get(k); got != v {
+						t.Errorf("stream %v: %s = %q, want %q", sink != nil, k, got, v)
+					}
+				}
+			}
+		})
+		t.Run(d.typ+"/redirect", func(t *testing.T) {
+			f := d.fake(t)
+			moved := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				http.Redirect(w, r, f.URL+strings.TrimPrefix(r.URL.Path, "/moved"), http.StatusTemporaryRedirect)
+			}))
+			t.Cleanup(moved.Close)
+			b := newBackend(t, d.typ, f, func(o *Options) { o.URL = moved.URL + "/moved" + strings.TrimPrefix(o.URL, f.URL) })
+			ans, err := b.Chat(context.Background(), chatRequest(t, helloBody), nil)
+			if err != nil || ans.Text() != fakes.DefaultReply {
+				t.Fatalf("Chat through a redirect: %v", err)
+			}
+			if got := string(f.LastBody()); !strings.Contains(got, "Say hello.") {
+				t.Errorf("the redirected call's body: %s", got)
+			}
+		})
+		t.Run(d.typ+"/user", func(t *testing.T) {
+			f := d.fake(t)
+			b := newBackend(t, d.typ, f, func(o *Options) { o.URL = strings.Replace(o.URL, "http://", "http://u:p@", 1) })
+			if _, err := b.Chat(context.Background(), chatRequest(t, helloBody), nil); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.LastRequest().Header.Get("Authorization"); got != "Basic dTpw" {
+				t.Errorf("Authorization = %q, want basic auth", got)
+			}
+		})
+		t.Run(d.typ+"/unreachable", func(t *testing.T) {
+			u := closedPortURL(t)
+			b, err := New(Options{Name: "gone", Type: d.typ, URL: u})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = b.Chat(context.Background(), chatRequest(t, helloBody), nil)
+			var ue *url.Error
+			if !errors.As(err, &ue) || ue.Op != "Post" || !strings.HasPrefix(ue.URL, u+"/") {
+				t.Errorf("err = %v, want the client's *url.Error for a POST to %s", err, u)
+			}
+		})
+	}
+}
+
+// withTrace leaves the shared headers alone: without a trace context it returns them, with one
+// a copy that carries it.
+func TestWithTrace(t *testing.T) {
+	shared := http.Header{"Accept": hdrJSON}
+	if h := withTrace(context.Background(), shared); len(h) != 1 || h.Get("Traceparent") != "" {
+		t.Errorf("without a trace context: %v", h)
+	}
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ctx := trace.ContextWithRemoteSpanContext(context.Background(),
+		trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true}))
+	h := withTrace(ctx, shared)
+	if got, want := h.Get("Traceparent"), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"; got != want || h.Get("Accept") != "application/json" {
+		t.Errorf("traceparent = %q, want %q; headers %v", got, want, h)
+	}
+	if len(shared) != 1 {
+		t.Errorf("the shared headers were written: %v", shared)
+	}
+}
