@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/base32"
 	"encoding/json"
 	"errors"
@@ -99,10 +98,9 @@ type base struct {
 	maxDur  time.Duration
 	overrun error // why a call that outlived maxDur was cut: one value for every call
 	client  *http.Client
-	// rt is the backend's own transport, which do calls without http.Client's redirect and
-	// header-copying machinery (see send); nil when Options.Client is given or the URL carries
-	// a user, so that the client does all it would.
-	rt http.RoundTripper
+	// own says client is the backend's own, with no cookie jar: it only reads a request's headers
+	// (it copies them before it adds a URL's user), so its calls share their endpoint's.
+	own bool
 }
 
 func newBase(o Options) (base, error) {
@@ -125,11 +123,7 @@ func newBase(o Options) (base, error) {
 		b.auth = []string{"Bearer " + o.APIKey}
 	}
 	if b.client == nil {
-		t := newTransport()
-		b.client = &http.Client{Transport: t}
-		if u.User == nil {
-			b.rt = t
-		}
+		b.client, b.own = &http.Client{Transport: newTransport()}, true
 	}
 	return b, nil
 }
@@ -349,7 +343,7 @@ func (b *base) do(ctx context.Context, c *call, ep *endpoint, body []byte, strea
 	if ep.err != nil {
 		return nil, &cascade.BackendError{Backend: b.name, Err: ep.err}
 	}
-	resp, err := b.send(b.request(ctx, c, ep, body, stream))
+	resp, err := b.client.Do(b.request(ctx, c, ep, body, stream))
 	if err != nil {
 		return nil, b.transportError(ctx, err)
 	}
@@ -380,43 +374,11 @@ func (b *base) request(ctx context.Context, c *call, ep *endpoint, body []byte, 
 	if stream {
 		h = ep.header[1]
 	}
-	if b.rt == nil {
-		h = h.Clone() // a client's cookie jar or transport may write to it
+	if !b.own {
+		h = h.Clone() // a given client's cookie jar or transport may write to it
 	}
 	req.Header = withTrace(ctx, h)
 	return req
-}
-
-// send sends req as b.client.Do does. With the backend's own transport it calls the transport
-// itself: the client would only copy the headers for redirects that do not come and wrap its
-// errors, which send does the same way. A redirect the client would follow goes to the client,
-// which sends the request again and follows it.
-func (b *base) send(req *http.Request) (*http.Response, error) {
-	if b.rt == nil {
-		return b.client.Do(req)
-	}
-	resp, err := b.rt.RoundTrip(req)
-	if err != nil {
-		if tlsErr, ok := err.(tls.RecordHeaderError); ok && string(tlsErr.RecordHeader[:]) == "HTTP/" { //nolint:errorlint // as http.Client tests it
-			err = http.ErrSchemeMismatch
-		}
-		op := req.Method[:1] + strings.ToLower(req.Method[1:])
-		return nil, &url.Error{Op: op, URL: req.URL.String(), Err: err}
-	}
-	switch resp.StatusCode {
-	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
-		if resp.Header.Get("Location") == "" {
-			break
-		}
-		_, _ = io.CopyN(io.Discard, resp.Body, 2<<10)
-		_ = resp.Body.Close()
-		again := req.Clone(req.Context())
-		if req.GetBody != nil {
-			again.Body, _ = req.GetBody()
-		}
-		return b.client.Do(again)
-	}
-	return resp, nil
 }
 
 // getJSON GETs ep and decodes the reply into v.

@@ -15,10 +15,11 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 )
 
-// A backend's own transport is called without http.Client, yet a call reads as the client's:
-// the same headers reach the upstream, a redirect the client follows is followed, a user in the
-// URL is sent as basic auth, and a failure to connect is the client's *url.Error.
-func TestSendAsTheClientDoes(t *testing.T) {
+// A call's request is a copy of its endpoint's, its headers shared, yet it reads as one made per
+// call: the same headers reach the upstream, a redirect is followed, a user in the URL is sent as
+// basic auth (on a copy of the shared headers), and a failure to connect is the client's
+// *url.Error.
+func TestRequestAsMadePerCall(t *testing.T) {
 	for _, d := range dialects {
 		t.Run(d.typ+"/headers", func(t *testing.T) {
 			f := d.fake(t)
