@@ -57,7 +57,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				Message: "Incorrect API key provided."})
 			return
 		}
-		fieldsOf(w, r).tenant = id
+		fields(r.Context()).tenant = id
 		next.ServeHTTP(w, r)
 	})
 }

@@ -75,15 +75,15 @@ type chatExchange struct {
 	// req is the cascade's request of chat and raw, its key computed, for decode to copy; nil
 	// when the caller builds it.
 	req *cascade.Request
-	// memo remembers the body of the stored answer these calls were last answered with.
-	memo wholeMemos
 }
 
 func (x *chatExchange) Chat() *cascade.ChatRequest { return x.chat }
 func (x *chatExchange) RawChat() []byte            { return x.raw }
 func (x *chatExchange) Stream() bool               { return x.chat.Stream }
 
-func (x *chatExchange) Whole(ans *cascade.Answer) ([]byte, error) { return x.memo.whole(ans) }
+func (x *chatExchange) Whole(ans *cascade.Answer) ([]byte, error) {
+	return json.Marshal(completion{Object: "chat.completion", Answer: ans})
+}
 
 func (x *chatExchange) Encoder() dialect.Encoder {
 	return &chatEncoder{usage: x.chat.StreamOptions != nil && x.chat.StreamOptions.IncludeUsage}

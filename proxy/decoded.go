@@ -10,9 +10,7 @@ import (
 )
 
 // The decoded-body memo's bounds: at most decodedBodies entries of at most decodedMaxBody bytes,
-// so it holds at most about 2 × 8 MiB (each body, and the strings decoded from it), and as much
-// again for the whole answers its exchanges remember (wholeMemoMax: the encoded body, and the
-// stored answer's texts it keeps alive).
+// so it holds at most about 2 × 8 MiB (each body, and the strings decoded from it).
 const (
 	decodedBodies  = 1024
 	decodedMaxBody = 8 << 10

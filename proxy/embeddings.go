@@ -30,7 +30,7 @@ type embeddingsRequest struct {
 // chat completion, with the same headers.
 func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	lf := fieldsOf(w, r)
+	lf := fields(r.Context())
 	call, base64Out, apiErr := s.decodeEmbeddings(w, r)
 	if apiErr != nil {
 		s.refuse(w, openAIErrors{}, lf, apiErr)
@@ -101,7 +101,7 @@ func (s *Server) decodeEmbeddings(w http.ResponseWriter, r *http.Request) (*casc
 	default:
 		return nil, false, badRequest("encoding_format", "encoding_format: %q is not one of float, base64", in.EncodingFormat)
 	}
-	call := &cascade.EmbedCall{Req: cascade.EmbedRequest{Model: in.Model, Input: texts}, ID: requestIDOf(w, r), Tracer: s.stages}
+	call := &cascade.EmbedCall{Req: cascade.EmbedRequest{Model: in.Model, Input: texts}, ID: RequestID(r.Context()), Tracer: s.stages}
 	if in.Dimensions != nil {
 		if *in.Dimensions < 1 {
 			return nil, false, badRequest("dimensions", "dimensions: must be at least 1")

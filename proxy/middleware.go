@@ -49,36 +49,14 @@ type logFields struct {
 	err    error
 }
 
-// infoOf is what edge keeps of the request w answers: the writer edge hands on holds it, for a
-// request it routes itself (directRoute) too, whose context carries nothing of edge's; failing
-// that (a handler called with a writer of its own), r's context; nil outside edge.
-func infoOf(w http.ResponseWriter, r *http.Request) *requestInfo {
-	if sw, ok := w.(*statusWriter); ok && sw.info != nil {
-		return sw.info
-	}
-	ri, _ := r.Context().Value(ctxKey{}).(*requestInfo)
-	return ri
-}
-
-// fieldsOf is where the handler of the request w answers tells the access log about it (a
-// throwaway outside edge).
-func fieldsOf(w http.ResponseWriter, r *http.Request) *logFields {
-	if ri := infoOf(w, r); ri != nil {
+func fields(ctx context.Context) *logFields {
+	if ri, ok := ctx.Value(ctxKey{}).(*requestInfo); ok {
 		return &ri.fields
 	}
 	return &logFields{}
 }
 
-// requestIDOf is the id of the request w answers; "" outside edge.
-func requestIDOf(w http.ResponseWriter, r *http.Request) string {
-	if ri := infoOf(w, r); ri != nil {
-		return ri.id
-	}
-	return ""
-}
-
-// RequestID returns the id of the request whose context ctx is, or derives from, when edge routed
-// it through the router; a request edge routes itself (directRoute) keeps its context as it came.
+// RequestID returns the request's id.
 func RequestID(ctx context.Context) string {
 	if ri, ok := ctx.Value(ctxKey{}).(*requestInfo); ok {
 		return ri.id
@@ -106,28 +84,21 @@ func headerSize(r *http.Request) int {
 	return n
 }
 
-// edge is the middleware around the router: it gives the request its id (X-Request-Id), writes
-// its access log line, turns a panic into a 500 and refuses headers beyond MaxHeaderBytes with a
-// JSON 431 in the shape of the route. One function, so that a request pays one allocation for
-// them all. The handlers find what edge keeps of the request through the writer it hands on
-// (infoOf). A POST to one of the API's fixed paths (directRoute) goes straight to its handlers,
-// the request as it came; any other request goes through the router, in a copy whose context
-// carries the router's routing context (a pooled one, from s.routes), so that the router adds no
-// context of its own, and edge's request info (RequestID).
+// edge is the middleware around the router: it gives the request its id (X-Request-Id, and the
+// context's RequestID), writes its access log line, turns a panic into a 500 and refuses headers
+// beyond MaxHeaderBytes with a JSON 431 in the shape of the route. One function, so that a request
+// pays one allocation for them all; its context carries the router's routing context (a pooled
+// one, from s.routes), so that the router adds no context of its own.
 func (s *Server) edge(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.handling.Add(1)
 		defer s.handling.Done()
 		route, _ := r.Context().Value(chi.RouteCtxKey).(*chi.Context)
-		var direct http.Handler
 		if route == nil { // else the server is mounted in a router whose routing goes on
-			direct = s.directRoute(r)
-			if direct == nil {
-				route = s.routes.Get().(*chi.Context)
-				route.Reset()
-				route.Routes = s.router
-				defer s.routes.Put(route) // after the access log and the recoverer
-			}
+			route = s.routes.Get().(*chi.Context)
+			route.Reset()
+			route.Routes = s.router
+			defer s.routes.Put(route) // after the access log and the recoverer
 		}
 		start := time.Now()
 		var b [8]byte
@@ -138,11 +109,8 @@ func (s *Server) edge(next http.Handler) http.Handler {
 		ri := &requestInfo{Context: r.Context(), id: string(text[:]), route: route}
 		ri.header[0] = ri.id
 		w.Header()["X-Request-Id"] = ri.header[:] // canonical already
-		ri.sw.ResponseWriter, ri.sw.info = w, ri
-		if direct == nil {
-			r = r.WithContext(ri)
-			direct = next
-		}
+		ri.sw.ResponseWriter = w
+		r = r.WithContext(ri)
 		defer s.accessLog(ri, r, start)
 		defer s.recoverer(ri, r)
 		if headerSize(r) > MaxHeaderBytes {
@@ -151,18 +119,8 @@ func (s *Server) edge(next http.Handler) http.Handler {
 				Code: "request_header_too_large", Message: fmt.Sprintf("request headers are larger than %d bytes", MaxHeaderBytes)})
 			return
 		}
-		direct.ServeHTTP(&ri.sw, r)
+		next.ServeHTTP(&ri.sw, r)
 	})
-}
-
-// directRoute is the handler of a POST to one of the API's fixed paths, as the router would
-// route it (the same middleware, traced and authenticate, around it), or nil: edge serves these,
-// the busiest routes, without the router's lookup and without a copy of the request.
-func (s *Server) directRoute(r *http.Request) http.Handler {
-	if r.Method != http.MethodPost || r.URL.RawPath != "" {
-		return nil // the router matches an escaped path as sent
-	}
-	return s.direct[r.URL.Path]
 }
 
 // statusWriter records the status and size for the access log. It keeps Flush and the
@@ -171,7 +129,6 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
-	info   *requestInfo // the request's, which holds this writer
 }
 
 func (w *statusWriter) WriteHeader(code int) {

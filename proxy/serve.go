@@ -52,7 +52,7 @@ func (s *Server) writeRouteError(w http.ResponseWriter, r *http.Request, e *APIE
 func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		lf := fieldsOf(w, r)
+		lf := fields(r.Context())
 		st := new(callState)
 		req := &st.req
 		x, apiErr := s.decode(w, r, d, lf.tenant, req)
@@ -63,10 +63,8 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 		// The request timeout bounds the wait for an answer, admission included: a stream that
 		// has begun is bounded by the backend's own timeouts instead, which cut it only when it
 		// stops flowing.
-		bound := &st.bound
-		bound.init(r.Context(), s.opts.RequestTimeout, x.Stream())
+		ctx, bound := withRequestTimeout(r.Context(), s.opts.RequestTimeout, x.Stream())
 		defer bound.end()
-		var ctx context.Context = bound
 		resv, ok := s.admit(ctx, w, d, lf, req.Chat.Model)
 		if !ok {
 			return
@@ -143,14 +141,12 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 	}
 }
 
-// callState is what serve keeps of one call, in one allocation: the cascade's request, its
-// context bounded by the request timeout, the walk's result, the call as it is settled and its
-// headers' values.
+// callState is what serve keeps of one call, in one allocation: the cascade's request, the
+// walk's result, the call as it is settled and its headers' values.
 type callState struct {
-	req   cascade.Request
-	bound requestTimeout
-	res   cascade.Result
-	call  Call
+	req  cascade.Request
+	res  cascade.Result
+	call Call
 	// hdr backs the values of a whole answer's headers (writeOK), then the backend's
 	// (setBackendHeaders).
 	hdr [okHeaders + backendHeaders]string
@@ -192,7 +188,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, d dialect.Dialec
 	} else {
 		*req = cascade.Request{Tenant: tenant, Chat: *x.Chat(), Raw: x.RawChat()}
 	}
-	req.ID, req.Tracer = requestIDOf(w, r), s.stages
+	req.ID, req.Tracer = RequestID(r.Context()), s.stages
 	req.NoCache, req.NoStore = cacheControl(r)
 	return x, nil
 }

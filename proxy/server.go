@@ -83,9 +83,6 @@ type Server struct {
 	handler http.Handler
 	router  chi.Router
 	routes  sync.Pool
-	// direct are the handlers, middleware included, of the POST routes at fixed paths, which
-	// edge serves without the router (directRoute); fixed once New returns.
-	direct  map[string]http.Handler
 	keys    *keyring
 	budgets *budgetBook
 	limits  *limiter
@@ -140,17 +137,10 @@ func New(o Options) *Server {
 		s.stages = stageTracer{s.tracer}
 	}
 	r := chi.NewRouter()
-	s.direct = map[string]http.Handler{}
 	r.Group(func(r chi.Router) {
 		r.Use(s.traced, s.authenticate)
-		// post routes h at path, and has edge serve it there itself (directRoute), with the same
-		// middleware around it.
-		post := func(path string, h http.HandlerFunc) {
-			r.Post(path, h)
-			s.direct[path] = s.traced(s.authenticate(h))
-		}
 		for _, path := range s.paths {
-			post(path, s.serve(s.dialects[path]))
+			r.Post(path, s.serve(s.dialects[path]))
 		}
 		for _, path := range s.paths {
 			if sr, ok := s.dialects[path].(storedResponses); ok {
@@ -158,10 +148,10 @@ func New(o Options) *Server {
 				r.Delete(path+"/{id}", s.storedResponse(sr.Delete))
 			}
 			if tc, ok := s.dialects[path].(tokenCounter); ok {
-				post(path+"/count_tokens", s.countTokens(tc))
+				r.Post(path+"/count_tokens", s.countTokens(tc))
 			}
 		}
-		post("/v1/embeddings", s.embeddings)
+		r.Post("/v1/embeddings", s.embeddings)
 		r.Get("/v1/models", s.models)
 		r.Get("/v1/eoc/calls/{request_id}", s.callFigure)
 	})
@@ -256,7 +246,7 @@ type storedResponses interface {
 // the route's dialect.
 func (s *Server) storedResponse(op func(ctx context.Context, tenant, id string) ([]byte, *dialect.Error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		lf := fieldsOf(w, r)
+		lf := fields(r.Context())
 		b, e := op(r.Context(), lf.tenant, chi.URLParam(r, "id"))
 		if e != nil {
 			apiErr := fromWire(e)
@@ -283,7 +273,7 @@ const HeaderTokenCount = "X-Eoc-Token-Count"
 // countTokens serves tc's count: no budget, no cascade, the body read as a call's.
 func (s *Server) countTokens(tc tokenCounter) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		lf := fieldsOf(w, r)
+		lf := fields(r.Context())
 		body, apiErr := s.readJSON(w, r)
 		if apiErr == nil {
 			out, estimated, e := tc.CountTokens(body)

@@ -294,7 +294,7 @@ func (e *callEntry) view(id string) CallFigure {
 // auth is off), from the table. With ?wait=1 it waits, at most callWait, for the figure to
 // settle.
 func (s *Server) callFigure(w http.ResponseWriter, r *http.Request) {
-	id, key := chi.URLParam(r, "request_id"), fieldsOf(w, r).tenant
+	id, key := chi.URLParam(r, "request_id"), fields(r.Context()).tenant
 	e, ok := s.calls.get(key, id)
 	if !ok {
 		writeError(w, &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "call_not_found",

@@ -80,7 +80,7 @@ func (s *Server) adminOnly(next http.HandlerFunc) http.HandlerFunc {
 				Message: "This key is not an admin key (auth.admin_keys)."})
 			return
 		}
-		fieldsOf(w, r).tenant = id
+		fields(r.Context()).tenant = id
 		next(w, r)
 	}
 }
