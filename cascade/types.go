@@ -28,6 +28,9 @@ type Request struct {
 	NoCache bool
 	// NoStore forbids storing the answer (Cache-Control: no-store).
 	NoStore bool
+	// mayOwn: the stage being tried may take the walk's own answer (NewAnswer). Here, it takes
+	// the padding after NoStore.
+	mayOwn bool
 	// ID is the request id, for logs.
 	ID string
 	// RecordBytes bounds the text a streaming backend records of the answer it streams, for the
@@ -40,6 +43,20 @@ type Request struct {
 
 	key      string
 	backends BackendSink // the walk's sink, when it wants each backend attempt (Announce)
+	own      *ownAnswer  // the answer NewAnswer handed out in the walk, if it did
+}
+
+// NewAnswer returns a zero Answer for a stage to fill and return from Serve. The first call in a
+// walk of a stage whose answer no learner takes (one before every Learner, as the exact cache)
+// gets one allocated with room for the inputs of the walk's estimate of its figure, so that the
+// two take one allocation; any other call gets a plain one.
+func (r *Request) NewAnswer() *Answer {
+	if !r.mayOwn {
+		return new(Answer)
+	}
+	r.mayOwn = false
+	r.own = new(ownAnswer)
+	return &r.own.ans
 }
 
 // Stream reports whether the client asked for a stream.

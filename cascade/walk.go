@@ -31,6 +31,13 @@ type Result struct {
 	attempts [4]Attempt // Attempts' backing array in a walk of up to four stages
 }
 
+// ownAnswer is an answer no learner takes (a cache hit's) with its stage estimate's inputs, in
+// one allocation rather than two.
+type ownAnswer struct {
+	ans    Answer
+	inputs energy.InputBox
+}
+
 // SettleFunc returns a figure's final form once the counters behind its provisional parts have
 // settled, waiting at most as long as ctx; on ctx's end it returns the figure it could make,
 // still provisional, with ctx's error. It is safe to call from any goroutine, more than once.
@@ -74,6 +81,10 @@ type Cascade struct {
 	router Router
 	opts   Options
 	record int // Request.RecordBytes for a request that leaves it 0
+	// unlearned is how many stages come before the first Learner (all of them without one): the
+	// answer of one of those is taken by no learner, so it may share an allocation with its
+	// figure's inputs (Request.NewAnswer).
+	unlearned int
 }
 
 // EntryBounder is a Learner that stores no answer larger than MaxEntryBytes (Answer.Size).
@@ -83,7 +94,14 @@ type EntryBounder interface {
 
 // New returns a Cascade over stages in order. The router decides which models exist.
 func New(router Router, stages []Stage, opts Options) *Cascade {
-	return &Cascade{stages: stages, router: router, opts: opts, record: recordBound(stages)}
+	unlearned := len(stages)
+	for i, st := range stages {
+		if _, ok := st.(Learner); ok {
+			unlearned = i
+			break
+		}
+	}
+	return &Cascade{stages: stages, router: router, opts: opts, record: recordBound(stages), unlearned: unlearned}
 }
 
 // recordBound is how much of a streamed answer's text is worth recording: as much as the
@@ -139,6 +157,8 @@ func (c *Cascade) WalkLearnLater(ctx context.Context, req *Request, res *Result,
 		return nil, err
 	}
 	req.Key() // computed once, before any stage or learner reads it concurrently
+	// A walk of this request before this one may have handed out its own answer.
+	req.own = nil
 	if req.RecordBytes == 0 {
 		// A stream is recorded only as far as a learner could store it: a huge answer is served
 		// without being held whole.
@@ -169,10 +189,12 @@ func (c *Cascade) WalkLearnLater(ctx context.Context, req *Request, res *Result,
 		if ts != nil {
 			ts.writing = res.Stage
 		}
+		req.mayOwn = i <= c.unlearned && req.own == nil // no learner takes this stage's answer
 		start := time.Now()
 		sctx, span := StartSpan(ctx, req.Tracer, SpanStage, st.Name())
 		ans, err := st.Serve(sctx, req, tracked)
 		took := time.Since(start)
+		req.mayOwn = false
 		res.Attempts = append(res.Attempts, Attempt{Stage: st.Name(), Duration: took, Err: err})
 		if err != nil && err != ErrMiss { //nolint:errorlint // a plain miss spent nothing: spared errors.As's reflection
 			if se := (*SpentError)(nil); errors.As(err, &se) {
@@ -186,7 +208,11 @@ func (c *Cascade) WalkLearnLater(ctx context.Context, req *Request, res *Result,
 		}
 		if ans != nil {
 			if ans.Energy.Grade == "" {
-				ans.Energy = c.stageEstimate(max(took-ans.SpentTime, 0), ans.Energy)
+				box := (*energy.InputBox)(nil)
+				if req.own != nil && ans == &req.own.ans { // no learner keeps a copy of the figure, which holds box
+					box = &req.own.inputs
+				}
+				ans.Energy = c.stageEstimate(max(took-ans.SpentTime, 0), ans.Energy, box)
 			}
 			ans.Settle = join(ans.Settle, ans.Energy, ans.SpentSettle, ans.Spent)
 			ans.Energy, ans.Spent, ans.SpentSettle, ans.SpentTime = ans.Energy.Plus(ans.Spent), energy.Figure{}, nil, 0
@@ -293,13 +319,17 @@ func (res *Result) take(ans *Answer) {
 }
 
 // stageEstimate is the stated model for in-process stages: wall time × StageWatts. It keeps what
-// the stage said it saved, and the stage's reason for that figure after its own.
-func (c *Cascade) stageEstimate(took time.Duration, stage energy.Figure) energy.Figure {
+// the stage said it saved, and the stage's reason for that figure after its own. The figure's
+// inputs are held in box, when not nil.
+func (c *Cascade) stageEstimate(took time.Duration, stage energy.Figure, box *energy.InputBox) energy.Figure {
 	reason := "in-process-stage" // no counter isolates microseconds of this process's work
 	if stage.Reason != "" {
 		reason += ";" + stage.Reason
 	}
-	f := energy.StageModel(took, c.opts.StageWatts, reason) // with its bounds and inputs
+	if box == nil {
+		box = new(energy.InputBox)
+	}
+	f := energy.StageModelIn(box, took, c.opts.StageWatts, reason) // with its bounds and inputs
 	f.Saved = stage.Saved
 	return f
 }

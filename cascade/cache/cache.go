@@ -191,13 +191,14 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 		return nil, cascade.ErrMiss
 	}
 	orig := ent.ans
-	ans := *orig // the stored answer is shared; its slices are never mutated
+	ans := req.NewAnswer()
+	*ans = *orig // the stored answer is shared; its slices are never mutated
 	ans.ID = cascade.NewID()
 	ans.Created = time.Now().Unix()
 	ans.Streamed = false
 	ans.Energy = energy.Figure{Saved: cascade.OriginalCost(orig)}
 	ans.Backend, ans.Attempts = "", nil // no backend was called for this answer
-	return &ans, nil
+	return ans, nil
 }
 
 // Learn stores a complete answer under the request's key, unless it is over MaxEntryBytes (or
