@@ -178,19 +178,26 @@ func (m *Message) Text() string {
 // no control bytes, valid UTF-8, which most contents are. It copies the text once, where
 // unquoting copies it twice; a string it refuses needs a real decode.
 func PlainString(raw []byte) (string, bool) {
+	in, ok := PlainBytes(raw)
+	return string(in), ok
+}
+
+// PlainBytes is PlainString without the copy: the text is raw's own bytes, which the caller must
+// not modify.
+func PlainBytes(raw []byte) ([]byte, bool) {
 	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
-		return "", false
+		return nil, false
 	}
 	in := raw[1 : len(raw)-1]
 	for _, b := range in {
 		if b < 0x20 || b == '"' || b == '\\' {
-			return "", false
+			return nil, false
 		}
 	}
 	if !utf8.Valid(in) {
-		return "", false
+		return nil, false
 	}
-	return string(in), true
+	return in, true
 }
 
 // Parts returns the content parts of an array-valued content, or nil.
