@@ -221,11 +221,14 @@ func (s *Stage) LearnEager(req *cascade.Request, ans *cascade.Answer) (rest func
 		return nil
 	}
 	kept := *ans
+	// Of the figure and the backend calls a hit reads only what the answer cost, as an entry of
+	// the remote tier holds it: an entry keeps no inputs or attempts alive.
+	kept.Energy, kept.Attempts, kept.Backend = energy.Figure{Saved: cascade.OriginalCost(ans)}, nil, ""
 	if !s.add(req.Key(), entry{ans: &kept, size: ans.Size()}) || s.remote == nil {
 		return nil
 	}
 	return func() {
-		s.remoteSet(req.Tenant, req.Key(), stored{Answer: &kept, Cost: cascade.OriginalCost(ans)})
+		s.remoteSet(req.Tenant, req.Key(), stored{Answer: &kept, Cost: kept.Energy.Saved})
 	}
 }
 

@@ -122,3 +122,38 @@ func TestExpiry(t *testing.T) {
 		t.Fatal("an expired entry still hits")
 	}
 }
+
+// An entry keeps of the answer's figure only what it cost, and none of its backend calls, as an
+// entry of the remote tier does; a hit reports that cost as saved, as before.
+func TestEntryKeepsTheCostOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fig  energy.Figure
+		want float64
+	}{
+		{"measured", energy.Figure{Joules: 2.5, Low: 2, High: 3, Grade: energy.Measured, Method: "rapl",
+			Inputs: energy.ListOf(energy.Inputs{Kind: energy.KindSpan, Version: "meter-3", WallNS: 7})}, 2.5},
+		{"saved before", energy.Figure{Joules: 0.1, Saved: 4, Grade: energy.Estimated, Method: "stage-model"}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(10, time.Hour)
+			req := &cascade.Request{Raw: json.RawMessage(`{"model":"m"}`)}
+			text := "answer"
+			ans := &cascade.Answer{ID: "orig", Backend: "b", Complete: true, Energy: tc.fig,
+				Choices:  []cascade.Choice{{Message: cascade.AnswerMessage{Role: "assistant", Content: &text}, FinishReason: "stop"}},
+				Attempts: []cascade.BackendAttempt{{Backend: "b", Outcome: "ok", Status: 200, Energy: tc.fig}}}
+			s.Learn(req, ans)
+			ent, ok := s.get(req.Key())
+			if !ok || ent.ans.Energy != (energy.Figure{Saved: tc.want}) || ent.ans.Attempts != nil || ent.ans.Backend != "" {
+				t.Fatalf("entry %v: %+v", ok, ent.ans)
+			}
+			if ans.Energy.Inputs.Len() != tc.fig.Inputs.Len() || ans.Backend != "b" || len(ans.Attempts) != 1 {
+				t.Errorf("the learned answer changed: %+v", ans)
+			}
+			hit, err := s.Serve(context.Background(), req, nil)
+			if err != nil || hit.Energy != (energy.Figure{Saved: tc.want}) || hit.Text() != text {
+				t.Errorf("hit %+v, err %v", hit, err)
+			}
+		})
+	}
+}
