@@ -143,15 +143,15 @@ func (s *Stage) add(key string, e entry) bool {
 	return true
 }
 
-// get returns the entry under key unless it has expired; an expired one is removed.
-func (s *Stage) get(key string) (entry, bool) {
+// get returns the entry under key unless it has expired by now; an expired one is removed.
+func (s *Stage) get(key string, now time.Time) (entry, bool) {
 	e, ok := s.lru.Get(key)
-	if !ok || time.Now().Before(e.expires) {
+	if !ok || now.Before(e.expires) {
 		return e, ok
 	}
 	s.addMu.Lock()
 	defer s.addMu.Unlock()
-	if cur, ok := s.lru.Peek(key); ok && !time.Now().Before(cur.expires) { // not replaced meanwhile
+	if cur, ok := s.lru.Peek(key); ok && !now.Before(cur.expires) { // not replaced meanwhile
 		s.lru.Remove(key)
 	}
 	return entry{}, false
@@ -183,9 +183,11 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	if req.NoCache {
 		return nil, cascade.ErrMiss
 	}
-	ent, ok := s.get(req.Key())
+	now := time.Now() // the clock read once: the lookup's, and the answer's creation
+	ent, ok := s.get(req.Key(), now)
 	if !ok {
 		ent, ok = s.remoteGet(ctx, req.Tenant, req.Key())
+		now = time.Now()
 	}
 	if !ok || ent.ans == nil {
 		return nil, cascade.ErrMiss
@@ -194,7 +196,7 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	ans := req.NewAnswer()
 	*ans = *orig // the stored answer is shared; its slices are never mutated
 	ans.ID = cascade.NewID()
-	ans.Created = time.Now().Unix()
+	ans.Created = now.Unix()
 	ans.Streamed = false
 	ans.Energy = energy.Figure{Saved: cascade.OriginalCost(orig)}
 	ans.Backend, ans.Attempts = "", nil // no backend was called for this answer
@@ -247,7 +249,7 @@ func (s *Stage) ServeEmbed(ctx context.Context, call *cascade.EmbedCall) (*casca
 	if call.NoCache {
 		return nil, cascade.ErrMiss
 	}
-	ent, ok := s.get(call.Key())
+	ent, ok := s.get(call.Key(), time.Now())
 	if !ok {
 		ent, ok = s.remoteGet(ctx, call.Tenant, call.Key())
 	}

@@ -143,7 +143,7 @@ func TestEntryKeepsTheCostOnly(t *testing.T) {
 				Choices:  []cascade.Choice{{Message: cascade.AnswerMessage{Role: "assistant", Content: &text}, FinishReason: "stop"}},
 				Attempts: []cascade.BackendAttempt{{Backend: "b", Outcome: "ok", Status: 200, Energy: tc.fig}}}
 			s.Learn(req, ans)
-			ent, ok := s.get(req.Key())
+			ent, ok := s.get(req.Key(), time.Now())
 			if !ok || ent.ans.Energy != (energy.Figure{Saved: tc.want}) || ent.ans.Attempts != nil || ent.ans.Backend != "" {
 				t.Fatalf("entry %v: %+v", ok, ent.ans)
 			}
