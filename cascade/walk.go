@@ -167,14 +167,12 @@ func (c *Cascade) WalkLearnLater(ctx context.Context, req *Request, res *Result,
 			req.RecordBytes = 1
 		}
 	}
-	var tracked Sink
-	var ts *trackedSink // nil without a sink: a walk that streams nothing allocates nothing for it
+	var tracked Sink // nil without a sink: a walk that streams nothing allocates nothing for it
 	if bs, ok := sink.(BackendSink); ok {
 		req.backends = bs // told of each backend attempt (Request.Announce)
 	}
 	if sink != nil {
-		ts = &trackedSink{sink: sink, res: res}
-		tracked = ts.chunk
+		tracked = trackedSink(sink, res)
 	}
 	var spent energy.Figure // what stages that did not answer spent outside this process
 	var spentSettle SettleFunc
@@ -185,11 +183,9 @@ func (c *Cascade) WalkLearnLater(ctx context.Context, req *Request, res *Result,
 		}
 	}
 	for i, st := range c.stages {
-		res.Stage = st.Name()
-		if ts != nil {
-			ts.writing = res.Stage
-		}
-		req.mayOwn = i <= c.unlearned && req.own == nil // no learner takes this stage's answer
+		res.Stage = st.Name() // trackedSink names it to the sink if it writes
+		// No learner takes the answer of a stage before every learner.
+		req.mayOwn = i <= c.unlearned && req.own == nil
 		start := time.Now()
 		sctx, span := StartSpan(ctx, req.Tracer, SpanStage, st.Name())
 		ans, err := st.Serve(sctx, req, tracked)
@@ -279,19 +275,16 @@ func (c *Cascade) learners(i int, req *Request, ans *Answer) func() {
 	}
 }
 
-// trackedSink passes a walk's chunks to its sink, telling the sink first which stage writes.
-type trackedSink struct {
-	sink    StageSink
-	res     *Result
-	writing string // the stage being tried
-}
-
-func (t *trackedSink) chunk(ch *Chunk) error {
-	if !t.res.Wrote {
-		t.sink.Stage(t.writing)
+// trackedSink passes the chunks of the walk that res records to sink, telling the sink first
+// which stage writes: the one being tried, res.Stage. It is one allocation, the closure.
+func trackedSink(sink StageSink, res *Result) Sink {
+	return func(ch *Chunk) error {
+		if !res.Wrote {
+			sink.Stage(res.Stage)
+		}
+		res.Wrote = true
+		return sink.Chunk(ch)
 	}
-	t.res.Wrote = true
-	return t.sink.Chunk(ch)
 }
 
 // withSpent adds what earlier stages spent, which settle settles, to the figure of the answer
