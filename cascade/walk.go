@@ -339,42 +339,51 @@ func OriginalCost(ans *Answer) float64 {
 // Replay streams a whole answer as chunks: a role chunk, the content, the tool calls, the finish
 // reason, and the usage chunk when includeUsage is set.
 func Replay(ans *Answer, includeUsage bool, sink Sink) error {
-	base := func() *Chunk {
-		return &Chunk{ID: ans.ID, Object: "chat.completion.chunk", Created: ans.Created, Model: ans.Model, SystemFingerprint: ans.SystemFingerprint}
-	}
+	base := Chunk{ID: ans.ID, Object: "chat.completion.chunk", Created: ans.Created, Model: ans.Model, SystemFingerprint: ans.SystemFingerprint}
 	for _, ch := range ans.Choices {
-		role := base()
-		role.Choices = []ChunkChoice{{Index: ch.Index, Delta: Delta{Role: "assistant"}}}
+		r := new(replayed) // a choice's chunks, each its own, in one allocation
+		role := r.chunk(0, base, ChunkChoice{Index: ch.Index, Delta: Delta{Role: "assistant"}})
 		if err := sink(role); err != nil {
 			return err
 		}
 		m := ch.Message
 		if m.Content != nil || m.ReasoningContent != "" || m.Refusal != "" || len(m.ToolCalls) > 0 {
-			body := base()
 			d := Delta{Content: m.Content, ReasoningContent: m.ReasoningContent, Refusal: m.Refusal}
 			for i, tc := range m.ToolCalls {
 				tc.Index = &i
 				d.ToolCalls = append(d.ToolCalls, tc)
 			}
-			body.Choices = []ChunkChoice{{Index: ch.Index, Delta: d, Logprobs: ch.Logprobs}}
-			if err := sink(body); err != nil {
+			if err := sink(r.chunk(1, base, ChunkChoice{Index: ch.Index, Delta: d, Logprobs: ch.Logprobs})); err != nil {
 				return err
 			}
 		}
-		fin := base()
-		reason := ch.FinishReason
-		fin.Choices = []ChunkChoice{{Index: ch.Index, FinishReason: &reason}}
-		if err := sink(fin); err != nil {
+		r.reason = ch.FinishReason
+		if err := sink(r.chunk(2, base, ChunkChoice{Index: ch.Index, FinishReason: &r.reason})); err != nil {
 			return err
 		}
 	}
 	if includeUsage && ans.Usage != nil {
-		u := base()
+		u := base
 		u.Choices = []ChunkChoice{}
 		u.Usage = ans.Usage
-		return sink(u)
+		return sink(&u)
 	}
 	return nil
+}
+
+// replayed holds the chunks Replay makes of one choice: its role, its content and its finish.
+type replayed struct {
+	chunks  [3]Chunk
+	choices [3]ChunkChoice
+	reason  string
+}
+
+// chunk returns the i-th chunk, base with c as its one choice.
+func (r *replayed) chunk(i int, base Chunk, c ChunkChoice) *Chunk {
+	r.choices[i] = c
+	r.chunks[i] = base
+	r.chunks[i].Choices = r.choices[i : i+1 : i+1]
+	return &r.chunks[i]
 }
 
 // BackendSink is a StageSink that also wants to know which backend writes: the neural stage
