@@ -136,7 +136,7 @@ func (c *Cascade) Embed(ctx context.Context, call *EmbedCall, res *EmbedResult) 
 			continue
 		}
 		if e != nil && e.Energy.IsZero() {
-			e.Energy = c.stageEstimate(took, e.Energy)
+			e.Energy = c.stageEstimate(took, e.Energy, nil)
 		}
 		if e != nil {
 			span.End(SpanResult{Model: call.Req.Model, Backend: e.Backend, Outcome: stageOutcome(err), Err: err, Energy: e.Energy})

@@ -427,7 +427,7 @@ func BenchmarkKey(b *testing.B) {
 }
 
 func TestKeyAllocs(t *testing.T) {
-	if keyRaceEnabled {
+	if raceEnabled {
 		t.Skip("sync.Pool drops items at random under the race detector")
 	}
 	for _, bb := range benchKeyBodies() {

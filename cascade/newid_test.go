@@ -18,7 +18,7 @@ func TestNewID(t *testing.T) {
 	if a == b {
 		t.Errorf("two NewIDs are both %q", a)
 	}
-	if keyRaceEnabled {
+	if raceEnabled {
 		return // the race detector's instrumentation allocates on its own
 	}
 	if n := testing.AllocsPerRun(100, func() { _ = NewID() }); n != 1 {

@@ -28,6 +28,9 @@ type Request struct {
 	NoCache bool
 	// NoStore forbids storing the answer (Cache-Control: no-store).
 	NoStore bool
+	// mayOwn: the stage being tried may take the walk's own answer (NewAnswer). Here, it takes
+	// the padding after NoStore.
+	mayOwn bool
 	// ID is the request id, for logs.
 	ID string
 	// RecordBytes bounds the text a streaming backend records of the answer it streams, for the
@@ -40,6 +43,20 @@ type Request struct {
 
 	key      string
 	backends BackendSink // the walk's sink, when it wants each backend attempt (Announce)
+	own      *ownAnswer  // the answer NewAnswer handed out in the walk, if it did
+}
+
+// NewAnswer returns a zero Answer for a stage to fill and return from Serve. The first call in a
+// walk of a stage whose answer no learner takes (one before every Learner, as the exact cache)
+// gets one allocated with room for the inputs of the walk's estimate of its figure, so that the
+// two take one allocation; any other call gets a plain one.
+func (r *Request) NewAnswer() *Answer {
+	if !r.mayOwn {
+		return new(Answer)
+	}
+	r.mayOwn = false
+	r.own = new(ownAnswer)
+	return &r.own.ans
 }
 
 // Stream reports whether the client asked for a stream.
@@ -161,19 +178,26 @@ func (m *Message) Text() string {
 // no control bytes, valid UTF-8, which most contents are. It copies the text once, where
 // unquoting copies it twice; a string it refuses needs a real decode.
 func PlainString(raw []byte) (string, bool) {
+	in, ok := PlainBytes(raw)
+	return string(in), ok
+}
+
+// PlainBytes is PlainString without the copy: the text is raw's own bytes, which the caller must
+// not modify.
+func PlainBytes(raw []byte) ([]byte, bool) {
 	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
-		return "", false
+		return nil, false
 	}
 	in := raw[1 : len(raw)-1]
 	for _, b := range in {
 		if b < 0x20 || b == '"' || b == '\\' {
-			return "", false
+			return nil, false
 		}
 	}
 	if !utf8.Valid(in) {
-		return "", false
+		return nil, false
 	}
-	return string(in), true
+	return in, true
 }
 
 // Parts returns the content parts of an array-valued content, or nil.

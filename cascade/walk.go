@@ -31,6 +31,13 @@ type Result struct {
 	attempts [4]Attempt // Attempts' backing array in a walk of up to four stages
 }
 
+// ownAnswer is an answer no learner takes (a cache hit's) with its stage estimate's inputs, in
+// one allocation rather than two.
+type ownAnswer struct {
+	ans    Answer
+	inputs energy.InputBox
+}
+
 // SettleFunc returns a figure's final form once the counters behind its provisional parts have
 // settled, waiting at most as long as ctx; on ctx's end it returns the figure it could make,
 // still provisional, with ctx's error. It is safe to call from any goroutine, more than once.
@@ -74,6 +81,10 @@ type Cascade struct {
 	router Router
 	opts   Options
 	record int // Request.RecordBytes for a request that leaves it 0
+	// unlearned is how many stages come before the first Learner (all of them without one): the
+	// answer of one of those is taken by no learner, so it may share an allocation with its
+	// figure's inputs (Request.NewAnswer).
+	unlearned int
 }
 
 // EntryBounder is a Learner that stores no answer larger than MaxEntryBytes (Answer.Size).
@@ -83,7 +94,14 @@ type EntryBounder interface {
 
 // New returns a Cascade over stages in order. The router decides which models exist.
 func New(router Router, stages []Stage, opts Options) *Cascade {
-	return &Cascade{stages: stages, router: router, opts: opts, record: recordBound(stages)}
+	unlearned := len(stages)
+	for i, st := range stages {
+		if _, ok := st.(Learner); ok {
+			unlearned = i
+			break
+		}
+	}
+	return &Cascade{stages: stages, router: router, opts: opts, record: recordBound(stages), unlearned: unlearned}
 }
 
 // recordBound is how much of a streamed answer's text is worth recording: as much as the
@@ -139,6 +157,8 @@ func (c *Cascade) WalkLearnLater(ctx context.Context, req *Request, res *Result,
 		return nil, err
 	}
 	req.Key() // computed once, before any stage or learner reads it concurrently
+	// A walk of this request before this one may have handed out its own answer.
+	req.own = nil
 	if req.RecordBytes == 0 {
 		// A stream is recorded only as far as a learner could store it: a huge answer is served
 		// without being held whole.
@@ -147,14 +167,12 @@ func (c *Cascade) WalkLearnLater(ctx context.Context, req *Request, res *Result,
 			req.RecordBytes = 1
 		}
 	}
-	var tracked Sink
-	var ts *trackedSink // nil without a sink: a walk that streams nothing allocates nothing for it
+	var tracked Sink // nil without a sink: a walk that streams nothing allocates nothing for it
 	if bs, ok := sink.(BackendSink); ok {
 		req.backends = bs // told of each backend attempt (Request.Announce)
 	}
 	if sink != nil {
-		ts = &trackedSink{sink: sink, res: res}
-		tracked = ts.chunk
+		tracked = trackedSink(sink, res)
 	}
 	var spent energy.Figure // what stages that did not answer spent outside this process
 	var spentSettle SettleFunc
@@ -165,14 +183,14 @@ func (c *Cascade) WalkLearnLater(ctx context.Context, req *Request, res *Result,
 		}
 	}
 	for i, st := range c.stages {
-		res.Stage = st.Name()
-		if ts != nil {
-			ts.writing = res.Stage
-		}
+		res.Stage = st.Name() // trackedSink names it to the sink if it writes
+		// No learner takes the answer of a stage before every learner.
+		req.mayOwn = i <= c.unlearned && req.own == nil
 		start := time.Now()
 		sctx, span := StartSpan(ctx, req.Tracer, SpanStage, st.Name())
 		ans, err := st.Serve(sctx, req, tracked)
 		took := time.Since(start)
+		req.mayOwn = false
 		res.Attempts = append(res.Attempts, Attempt{Stage: st.Name(), Duration: took, Err: err})
 		if err != nil && err != ErrMiss { //nolint:errorlint // a plain miss spent nothing: spared errors.As's reflection
 			if se := (*SpentError)(nil); errors.As(err, &se) {
@@ -186,7 +204,11 @@ func (c *Cascade) WalkLearnLater(ctx context.Context, req *Request, res *Result,
 		}
 		if ans != nil {
 			if ans.Energy.Grade == "" {
-				ans.Energy = c.stageEstimate(max(took-ans.SpentTime, 0), ans.Energy)
+				box := (*energy.InputBox)(nil)
+				if req.own != nil && ans == &req.own.ans { // no learner keeps a copy of the figure, which holds box
+					box = &req.own.inputs
+				}
+				ans.Energy = c.stageEstimate(max(took-ans.SpentTime, 0), ans.Energy, box)
 			}
 			ans.Settle = join(ans.Settle, ans.Energy, ans.SpentSettle, ans.Spent)
 			ans.Energy, ans.Spent, ans.SpentSettle, ans.SpentTime = ans.Energy.Plus(ans.Spent), energy.Figure{}, nil, 0
@@ -253,19 +275,16 @@ func (c *Cascade) learners(i int, req *Request, ans *Answer) func() {
 	}
 }
 
-// trackedSink passes a walk's chunks to its sink, telling the sink first which stage writes.
-type trackedSink struct {
-	sink    StageSink
-	res     *Result
-	writing string // the stage being tried
-}
-
-func (t *trackedSink) chunk(ch *Chunk) error {
-	if !t.res.Wrote {
-		t.sink.Stage(t.writing)
+// trackedSink passes the chunks of the walk that res records to sink, telling the sink first
+// which stage writes: the one being tried, res.Stage. It is one allocation, the closure.
+func trackedSink(sink StageSink, res *Result) Sink {
+	return func(ch *Chunk) error {
+		if !res.Wrote {
+			sink.Stage(res.Stage)
+		}
+		res.Wrote = true
+		return sink.Chunk(ch)
 	}
-	t.res.Wrote = true
-	return t.sink.Chunk(ch)
 }
 
 // withSpent adds what earlier stages spent, which settle settles, to the figure of the answer
@@ -293,13 +312,17 @@ func (res *Result) take(ans *Answer) {
 }
 
 // stageEstimate is the stated model for in-process stages: wall time × StageWatts. It keeps what
-// the stage said it saved, and the stage's reason for that figure after its own.
-func (c *Cascade) stageEstimate(took time.Duration, stage energy.Figure) energy.Figure {
+// the stage said it saved, and the stage's reason for that figure after its own. The figure's
+// inputs are held in box, when not nil.
+func (c *Cascade) stageEstimate(took time.Duration, stage energy.Figure, box *energy.InputBox) energy.Figure {
 	reason := "in-process-stage" // no counter isolates microseconds of this process's work
 	if stage.Reason != "" {
 		reason += ";" + stage.Reason
 	}
-	f := energy.StageModel(took, c.opts.StageWatts, reason) // with its bounds and inputs
+	if box == nil {
+		box = new(energy.InputBox)
+	}
+	f := energy.StageModelIn(box, took, c.opts.StageWatts, reason) // with its bounds and inputs
 	f.Saved = stage.Saved
 	return f
 }
@@ -316,42 +339,51 @@ func OriginalCost(ans *Answer) float64 {
 // Replay streams a whole answer as chunks: a role chunk, the content, the tool calls, the finish
 // reason, and the usage chunk when includeUsage is set.
 func Replay(ans *Answer, includeUsage bool, sink Sink) error {
-	base := func() *Chunk {
-		return &Chunk{ID: ans.ID, Object: "chat.completion.chunk", Created: ans.Created, Model: ans.Model, SystemFingerprint: ans.SystemFingerprint}
-	}
+	base := Chunk{ID: ans.ID, Object: "chat.completion.chunk", Created: ans.Created, Model: ans.Model, SystemFingerprint: ans.SystemFingerprint}
 	for _, ch := range ans.Choices {
-		role := base()
-		role.Choices = []ChunkChoice{{Index: ch.Index, Delta: Delta{Role: "assistant"}}}
+		r := new(replayed) // a choice's chunks, each its own, in one allocation
+		role := r.chunk(0, base, ChunkChoice{Index: ch.Index, Delta: Delta{Role: "assistant"}})
 		if err := sink(role); err != nil {
 			return err
 		}
 		m := ch.Message
 		if m.Content != nil || m.ReasoningContent != "" || m.Refusal != "" || len(m.ToolCalls) > 0 {
-			body := base()
 			d := Delta{Content: m.Content, ReasoningContent: m.ReasoningContent, Refusal: m.Refusal}
 			for i, tc := range m.ToolCalls {
 				tc.Index = &i
 				d.ToolCalls = append(d.ToolCalls, tc)
 			}
-			body.Choices = []ChunkChoice{{Index: ch.Index, Delta: d, Logprobs: ch.Logprobs}}
-			if err := sink(body); err != nil {
+			if err := sink(r.chunk(1, base, ChunkChoice{Index: ch.Index, Delta: d, Logprobs: ch.Logprobs})); err != nil {
 				return err
 			}
 		}
-		fin := base()
-		reason := ch.FinishReason
-		fin.Choices = []ChunkChoice{{Index: ch.Index, FinishReason: &reason}}
-		if err := sink(fin); err != nil {
+		r.reason = ch.FinishReason
+		if err := sink(r.chunk(2, base, ChunkChoice{Index: ch.Index, FinishReason: &r.reason})); err != nil {
 			return err
 		}
 	}
 	if includeUsage && ans.Usage != nil {
-		u := base()
+		u := base
 		u.Choices = []ChunkChoice{}
 		u.Usage = ans.Usage
-		return sink(u)
+		return sink(&u)
 	}
 	return nil
+}
+
+// replayed holds the chunks Replay makes of one choice: its role, its content and its finish.
+type replayed struct {
+	chunks  [3]Chunk
+	choices [3]ChunkChoice
+	reason  string
+}
+
+// chunk returns the i-th chunk, base with c as its one choice.
+func (r *replayed) chunk(i int, base Chunk, c ChunkChoice) *Chunk {
+	r.choices[i] = c
+	r.chunks[i] = base
+	r.chunks[i].Choices = r.choices[i : i+1 : i+1]
+	return &r.chunks[i]
 }
 
 // BackendSink is a StageSink that also wants to know which backend writes: the neural stage

@@ -145,15 +145,21 @@ func ListOf(ins ...Inputs) InputList {
 }
 
 // One returns a list of one input, in one allocation (a span's, on every call).
-func One(in Inputs) InputList {
-	b := &oneBox{one: [1]Inputs{in}}
-	b.s = b.one[:]
-	return InputList{p: &b.s}
-}
+func One(in Inputs) InputList { return OneIn(new(InputBox), in) }
 
-type oneBox struct {
+// InputBox is the storage of a list of one input, for a caller that holds it inside an
+// allocation it makes anyway (OneIn).
+type InputBox struct {
 	s   []Inputs
 	one [1]Inputs
+}
+
+// OneIn is One with the list held in box, which must not be used for another list: the list is
+// immutable, and every figure made with it shares box.
+func OneIn(box *InputBox, in Inputs) InputList {
+	box.one[0] = in
+	box.s = box.one[:]
+	return InputList{p: &box.s}
 }
 
 // All returns the inputs; the slice must not be modified.
@@ -205,6 +211,12 @@ func (l *InputList) UnmarshalJSON(b []byte) error {
 // computed) to CPUModelHigh × the figure (a core at the top of the per-core range). reason is
 // the figure's reason.
 func StageModel(took time.Duration, watts float64, reason string) Figure {
+	return StageModelIn(new(InputBox), took, watts, reason)
+}
+
+// StageModelIn is StageModel with the figure's inputs held in box (OneIn), which must not be used
+// again.
+func StageModelIn(box *InputBox, took time.Duration, watts float64, reason string) Figure {
 	j := took.Seconds() * watts
 	return Figure{
 		Joules:   j,
@@ -214,7 +226,7 @@ func StageModel(took time.Duration, watts float64, reason string) Figure {
 		Reason:   reason,
 		Low:      0,
 		High:     j * CPUModelHigh,
-		Inputs:   ListOf(Inputs{Kind: KindStage, Version: StageVersion, WallNS: int64(took), Watts: watts, Reason: reason}),
+		Inputs:   OneIn(box, Inputs{Kind: KindStage, Version: StageVersion, WallNS: int64(took), Watts: watts, Reason: reason}),
 	}
 }
 

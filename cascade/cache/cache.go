@@ -80,10 +80,27 @@ type Stage struct {
 
 // entry is one stored answer or one stored set of vectors, with its size and expiry.
 type entry struct {
-	ans     *cascade.Answer
+	ans     *keptAnswer
 	emb     *cascade.Embeddings
 	size    int
 	expires time.Time
+}
+
+// keptAnswer is what an entry keeps of an answer: what a hit serves again (a hit has an id and a
+// time of its own), and what producing it cost (cascade.OriginalCost), which the hit reports as
+// saved. Its figure's parts and its backend calls are not kept alive by the entry.
+type keptAnswer struct {
+	model, fingerprint string
+	choices            []cascade.Choice
+	usage              *cascade.Usage
+	timings            *cascade.Timings
+	cost               float64
+}
+
+// keep is what an entry keeps of ans, which cost cost.
+func keep(ans *cascade.Answer, cost float64) *keptAnswer {
+	return &keptAnswer{model: ans.Model, fingerprint: ans.SystemFingerprint, choices: ans.Choices, usage: ans.Usage,
+		timings: ans.Timings, cost: cost}
 }
 
 // New returns a cache of at most maxEntries answers and vector sets, each kept for ttl, within
@@ -143,15 +160,15 @@ func (s *Stage) add(key string, e entry) bool {
 	return true
 }
 
-// get returns the entry under key unless it has expired; an expired one is removed.
-func (s *Stage) get(key string) (entry, bool) {
+// get returns the entry under key unless it has expired by now; an expired one is removed.
+func (s *Stage) get(key string, now time.Time) (entry, bool) {
 	e, ok := s.lru.Get(key)
-	if !ok || time.Now().Before(e.expires) {
+	if !ok || now.Before(e.expires) {
 		return e, ok
 	}
 	s.addMu.Lock()
 	defer s.addMu.Unlock()
-	if cur, ok := s.lru.Peek(key); ok && !time.Now().Before(cur.expires) { // not replaced meanwhile
+	if cur, ok := s.lru.Peek(key); ok && !now.Before(cur.expires) { // not replaced meanwhile
 		s.lru.Remove(key)
 	}
 	return entry{}, false
@@ -183,21 +200,22 @@ func (s *Stage) Serve(ctx context.Context, req *cascade.Request, _ cascade.Sink)
 	if req.NoCache {
 		return nil, cascade.ErrMiss
 	}
-	ent, ok := s.get(req.Key())
+	now := time.Now() // the clock read once: the lookup's, and the answer's creation
+	ent, ok := s.get(req.Key(), now)
 	if !ok {
 		ent, ok = s.remoteGet(ctx, req.Tenant, req.Key())
+		now = time.Now()
 	}
 	if !ok || ent.ans == nil {
 		return nil, cascade.ErrMiss
 	}
-	orig := ent.ans
-	ans := *orig // the stored answer is shared; its slices are never mutated
-	ans.ID = cascade.NewID()
-	ans.Created = time.Now().Unix()
-	ans.Streamed = false
-	ans.Energy = energy.Figure{Saved: cascade.OriginalCost(orig)}
-	ans.Backend, ans.Attempts = "", nil // no backend was called for this answer
-	return &ans, nil
+	k := ent.ans
+	ans := req.NewAnswer()
+	// The stored choices are shared; their slices are never mutated. No backend was called for
+	// this answer.
+	*ans = cascade.Answer{ID: cascade.NewID(), Model: k.model, Created: now.Unix(), SystemFingerprint: k.fingerprint,
+		Choices: k.choices, Usage: k.usage, Timings: k.timings, Energy: energy.Figure{Saved: k.cost}, Complete: true}
+	return ans, nil
 }
 
 // Learn stores a complete answer under the request's key, unless it is over MaxEntryBytes (or
@@ -219,12 +237,15 @@ func (s *Stage) LearnEager(req *cascade.Request, ans *cascade.Answer) (rest func
 		s.tooLarge.Add(1)
 		return nil
 	}
-	kept := *ans
-	if !s.add(req.Key(), entry{ans: &kept, size: ans.Size()}) || s.remote == nil {
+	cost := cascade.OriginalCost(ans)
+	if !s.add(req.Key(), entry{ans: keep(ans, cost), size: ans.Size()}) || s.remote == nil {
 		return nil
 	}
+	// The answer's JSON, what the remote tier stores, as it is now.
+	wire := &cascade.Answer{ID: ans.ID, Model: ans.Model, Created: ans.Created, SystemFingerprint: ans.SystemFingerprint,
+		Choices: ans.Choices, Usage: ans.Usage}
 	return func() {
-		s.remoteSet(req.Tenant, req.Key(), stored{Answer: &kept, Cost: cascade.OriginalCost(ans)})
+		s.remoteSet(req.Tenant, req.Key(), stored{Answer: wire, Cost: cost})
 	}
 }
 
@@ -243,7 +264,7 @@ func (s *Stage) ServeEmbed(ctx context.Context, call *cascade.EmbedCall) (*casca
 	if call.NoCache {
 		return nil, cascade.ErrMiss
 	}
-	ent, ok := s.get(call.Key())
+	ent, ok := s.get(call.Key(), time.Now())
 	if !ok {
 		ent, ok = s.remoteGet(ctx, call.Tenant, call.Key())
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -120,5 +121,42 @@ func TestExpiry(t *testing.T) {
 	time.Sleep(600 * time.Millisecond)
 	if _, err := st.Serve(context.Background(), req, nil); !errors.Is(err, cascade.ErrMiss) {
 		t.Fatal("an expired entry still hits")
+	}
+}
+
+// A hit serves the learned answer's text, usage and timings under an id and a time of its own,
+// with what the answer cost as saved and no backend call; the entry keeps none of the rest.
+func TestHitServesWhatTheEntryKeeps(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fig  energy.Figure
+		want float64
+	}{
+		{"measured", energy.Figure{Joules: 2.5, Low: 2, High: 3, Grade: energy.Measured, Method: "rapl",
+			Inputs: energy.ListOf(energy.Inputs{Kind: energy.KindSpan, Version: "meter-3", WallNS: 7})}, 2.5},
+		{"saved before", energy.Figure{Joules: 0.1, Saved: 4, Grade: energy.Estimated, Method: "stage-model"}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(10, time.Hour)
+			req := &cascade.Request{Raw: json.RawMessage(`{"model":"m"}`)}
+			text := "answer"
+			ans := &cascade.Answer{ID: "orig", Model: "m", Created: 1, SystemFingerprint: "fp", Backend: "b", Complete: true, Streamed: true,
+				Energy: tc.fig, Usage: &cascade.Usage{PromptTokens: 3, CompletionTokens: 1, TotalTokens: 4}, Timings: &cascade.Timings{PredictedN: 1},
+				Choices:  []cascade.Choice{{Message: cascade.AnswerMessage{Role: "assistant", Content: &text}, FinishReason: "stop"}},
+				Attempts: []cascade.BackendAttempt{{Backend: "b", Outcome: "ok", Status: 200, Energy: tc.fig}}}
+			s.Learn(req, ans)
+			if ans.Energy.Inputs.Len() != tc.fig.Inputs.Len() || ans.Backend != "b" || len(ans.Attempts) != 1 || ans.ID != "orig" {
+				t.Errorf("the learned answer changed: %+v", ans)
+			}
+			hit, err := s.Serve(context.Background(), req, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := cascade.Answer{ID: hit.ID, Model: "m", Created: hit.Created, SystemFingerprint: "fp", Choices: ans.Choices, Usage: ans.Usage,
+				Timings: ans.Timings, Energy: energy.Figure{Saved: tc.want}, Complete: true}
+			if hit.ID == "orig" || hit.Created == 1 || !reflect.DeepEqual(*hit, want) {
+				t.Errorf("hit %+v, want %+v", *hit, want)
+			}
+		})
 	}
 }

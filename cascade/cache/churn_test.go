@@ -23,7 +23,7 @@ func liveHeap() uint64 {
 // is five times what the entries themselves take, so only retained bookkeeping fails it.
 func TestChurnRetainsOnlyTheEntries(t *testing.T) {
 	const n = 10000
-	ans := answerOf("x")
+	ans := keep(answerOf("x"), 0)
 	key := func(i int) string { return fmt.Sprintf("%064x", i) }
 	before := liveHeap()
 	s := New(n, time.Second) // entries expire after a second, and the churn outlives that

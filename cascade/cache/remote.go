@@ -50,9 +50,11 @@ func (s *Stage) remoteGet(ctx context.Context, tenant, key string) (entry, bool)
 	var ent entry
 	switch {
 	case st.Answer != nil:
-		st.Answer.Energy.Saved = st.Cost
-		st.Answer.Complete = true
-		ent.ans, ent.size = st.Answer, st.Answer.Size()
+		cost := 0.0 // a hit saves nothing by a cost that is not positive
+		if st.Cost > 0 {
+			cost = st.Cost
+		}
+		ent.ans, ent.size = keep(st.Answer, cost), st.Answer.Size()
 	case st.Vectors != nil:
 		ent.emb = &cascade.Embeddings{Vectors: st.Vectors, PromptTokens: st.PromptTokens}
 		ent.emb.Energy.Saved = st.Cost

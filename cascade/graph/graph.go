@@ -83,30 +83,35 @@ func (s *Stage) Serve(_ context.Context, req *cascade.Request, _ cascade.Sink) (
 		return nil, cascade.ErrMiss
 	}
 	st := s.g.Load()
-	f, ok := st.answer(q)
+	var f fact
+	if text, plain := cascade.PlainBytes(q.Content); plain {
+		f, ok = answerText(st, text) // most questions: read in place, not copied
+	} else {
+		f, ok = st.answer(q.Text())
+	}
 	if !ok {
 		return nil, cascade.ErrMiss
 	}
 	return s.reply(req, st.render(f)), nil
 }
 
-// question is the text of a request with one user message and at most one system message
-// before it, asking for one plain text answer.
-func question(c *cascade.ChatRequest) (string, bool) {
+// question is the one user message of a request with at most one system message before it,
+// asking for one plain text answer.
+func question(c *cascade.ChatRequest) (*cascade.Message, bool) {
 	msgs := c.Messages
 	if len(msgs) == 2 && (msgs[0].Role == "system" || msgs[0].Role == "developer") {
 		msgs = msgs[1:]
 	}
 	if len(msgs) != 1 || msgs[0].Role != "user" || len(c.Tools) > 0 || (c.N != nil && *c.N > 1) ||
 		(c.ResponseFormat != nil && c.ResponseFormat.Type != "" && c.ResponseFormat.Type != "text") {
-		return "", false
+		return nil, false
 	}
 	for _, p := range msgs[0].Parts() {
 		if p.Type != "text" {
-			return "", false
+			return nil, false
 		}
 	}
-	return msgs[0].Text(), true
+	return &msgs[0], true
 }
 
 // render states a fact with its predicate's template.

@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"bytes"
 	"slices"
 	"strings"
 	"unicode"
@@ -20,15 +21,28 @@ type word struct {
 // (text.Fold), punctuation dropped, a possessive "'s" kept as its own word ("France's" →
 // "france", "'s").
 func words(s string) []word {
-	ws, _ := scanWords(s, nil)
+	ws, _ := scanWords(nil, s, nil)
 	return ws
 }
 
-// scanWords is words, except that it stops and reports false at the first word whose matching
-// form keep rejects (nil keeps every word). A possessive "'s" is not offered to keep.
-func scanWords(s string, keep func(norm string) bool) ([]word, bool) {
-	out := make([]word, 0, 8)
-	var curBuf, lineBuf [64]rune // on the stack: a question's words and lines are mostly short
+// scanWords appends the words of s to dst (as words splits them). With a store, it first checks
+// each word's matching form with st.keeps, stopping at the first word it declines and reporting
+// false with nothing appended or allocated; a possessive "'s" is not checked.
+func scanWords[T ~string | ~[]byte](dst []word, s T, st *store) ([]word, bool) {
+	if st != nil {
+		n := 0
+		if _, ok := scan(nil, s, st, &n); !ok {
+			return nil, false
+		}
+	}
+	return scan(dst, s, nil, nil)
+}
+
+// scan is scanWords' pass over s: with st, it checks each word (n counts them) and appends
+// nothing; without, it appends every word to dst.
+func scan[T ~string | ~[]byte](dst []word, s T, st *store, n *int) ([]word, bool) {
+	var curBuf [64]rune // on the stack: a question's words are mostly short
+	var normBuf [64]byte
 	cur := curBuf[:0]
 	initial := true
 	rejected := false
@@ -36,34 +50,39 @@ func scanWords(s string, keep func(norm string) bool) ([]word, bool) {
 		if len(cur) == 0 {
 			return
 		}
-		w := string(cur)
-		norm := text.Fold(w)
-		if keep != nil && !keep(norm) {
-			rejected = true
+		norm := foldWord(cur, normBuf[:0])
+		if st != nil {
+			*n++
+			rejected = rejected || !st.keeps(norm, *n)
+		} else {
+			dst = append(dst, word{norm: string(norm), cap: unicode.IsUpper(cur[0]), initial: initial})
 		}
-		out = append(out, word{norm: norm, cap: unicode.IsUpper(cur[0]), initial: initial})
 		cur = cur[:0]
 		initial = false
 	}
 	// Lines one at a time: text.Canon turns a line break into a space, and a new line starts a
 	// sentence.
-	// strings.Cut rather than SplitSeq: the range-over-func body would be a closure, and what
-	// it and flush capture would move to the heap on every call.
-	for rest, more := s, true; more; {
-		var line string
-		line, rest, more = strings.Cut(rest, "\n")
-		rs := canonRunes(line, lineBuf[:0])
-		for i := 0; i < len(rs) && !rejected; i++ {
-			r := rs[i]
+	for rest, more := s, true; more && !rejected; {
+		var l T
+		if i := index(rest, '\n'); i >= 0 {
+			l, rest = rest[:i], rest[i+1:]
+		} else {
+			l, more = rest, false
+		}
+		rs := lineOf(l)
+		for i, end := 0, rs.len(); i < end && !rejected; i++ {
+			r := rs.at(i)
 			switch {
 			case unicode.IsLetter(r) || unicode.IsDigit(r):
 				cur = append(cur, r)
 			case r == '\'':
 				// "'s" closing a word is the possessive; any other apostrophe joins (d'Ivoire).
-				if len(cur) > 0 && i+1 < len(rs) && (rs[i+1] == 's' || rs[i+1] == 'S') &&
-					(i+2 == len(rs) || !unicode.IsLetter(rs[i+2]) && !unicode.IsDigit(rs[i+2])) {
+				if len(cur) > 0 && i+1 < end && (rs.at(i+1) == 's' || rs.at(i+1) == 'S') &&
+					(i+2 == end || !unicode.IsLetter(rs.at(i+2)) && !unicode.IsDigit(rs.at(i+2))) {
 					flush()
-					out = append(out, word{norm: "'s"})
+					if st == nil {
+						dst = append(dst, word{norm: "'s"})
+					}
 					i++
 				}
 			default:
@@ -74,34 +93,84 @@ func scanWords(s string, keep func(norm string) bool) ([]word, bool) {
 			}
 		}
 		flush()
-		if rejected {
-			return nil, false
-		}
 		initial = true
 	}
-	return out, true
+	if rejected {
+		return nil, false
+	}
+	return dst, true
 }
 
-// canonRunes is text.StripMarks(text.Canon(line)) as runes, as far as words can tell: an ASCII
-// line is already NFKC and has no marks, and Canon's one change to it that words can see is a
-// backquote written as an apostrophe (the runs of white space it collapses and trims end a word
-// either way, and no rule of words looks further than the next two runes). Other lines take
-// the full path.
-// The runes are appended to buf.
-func canonRunes(line string, buf []rune) []rune {
-	for i := 0; i < len(line); i++ {
-		if line[i] >= utf8.RuneSelf {
-			return append(buf, []rune(text.StripMarks(text.Canon(line)))...)
+// keeps reports whether the n-th word of a question, of matching form norm, can be in a question
+// the store answers: a word that is not glue and no word of any name or relation can be in no
+// mention, so spot would decline the question.
+func (st *store) keeps(norm []byte, n int) bool {
+	return n <= maxWords && (glue[string(norm)] || st.vocab[string(norm)] || bytes.IndexByte(norm, ' ') >= 0)
+}
+
+// foldWord appends the matching form of the word w (text.Fold) to buf: an ASCII word's is its
+// lower case, with no allocation.
+func foldWord(w []rune, buf []byte) []byte {
+	for _, r := range w {
+		if r >= utf8.RuneSelf {
+			return append(buf, text.Fold(string(w))...)
 		}
 	}
-	for i := 0; i < len(line); i++ {
-		r := rune(line[i])
-		if r == '`' {
-			r = '\''
+	for _, r := range w {
+		b := byte(r)
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
 		}
-		buf = append(buf, r)
+		buf = append(buf, b)
 	}
 	return buf
+}
+
+// index is strings.IndexByte or bytes.IndexByte.
+func index[T ~string | ~[]byte](s T, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// runes are a line's runes as words reads them, text.StripMarks(text.Canon(line)) as far as
+// words can tell: an ASCII line is already NFKC and has no marks, and Canon's one change to it
+// that words can see is a backquote written as an apostrophe (the runs of white space it
+// collapses and trims end a word either way, and no rule of words looks further than the next
+// two runes). An ASCII line is read in place; another takes the full path.
+type runes[T ~string | ~[]byte] struct {
+	ascii T
+	rs    []rune // the runes of a line that is not ASCII
+	full  bool
+}
+
+func lineOf[T ~string | ~[]byte](line T) runes[T] {
+	for i := 0; i < len(line); i++ {
+		if line[i] >= utf8.RuneSelf {
+			return runes[T]{rs: []rune(text.StripMarks(text.Canon(string(line)))), full: true}
+		}
+	}
+	return runes[T]{ascii: line}
+}
+
+func (l *runes[T]) len() int {
+	if l.full {
+		return len(l.rs)
+	}
+	return len(l.ascii)
+}
+
+func (l *runes[T]) at(i int) rune {
+	if l.full {
+		return l.rs[i]
+	}
+	if r := rune(l.ascii[i]); r != '`' {
+		return r
+	}
+	return '\''
 }
 
 func joinNorm(ws []word) string {
@@ -170,14 +239,13 @@ type fact struct {
 
 // answer finds the one fact a question asks for, or false when the question is not a single-hop
 // question about one entity and one relation, or the graph does not answer it unambiguously.
-func (st *store) answer(question string) (fact, bool) {
-	// A word that is not glue and no word of any name or relation can be in no mention, so spot
-	// would decline the question: stop at the first one, before matching anything.
-	n := 0
-	ws, ok := scanWords(question, func(norm string) bool {
-		n++
-		return n <= maxWords && (glue[norm] || st.vocab[norm] || strings.Contains(norm, " "))
-	})
+func (st *store) answer(question string) (fact, bool) { return answerText(st, question) }
+
+// answerText is answer for a question as a string or as bytes. A word that is not glue and no
+// word of any name or relation declines the question before anything is matched (store.keeps).
+func answerText[T ~string | ~[]byte](st *store, question T) (fact, bool) {
+	var buf [16]word
+	ws, ok := scanWords(buf[:0], question, st)
 	if !ok {
 		return fact{}, false
 	}

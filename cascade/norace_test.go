@@ -2,4 +2,4 @@
 
 package cascade
 
-const keyRaceEnabled = false
+const raceEnabled = false

@@ -2,4 +2,4 @@
 
 package cascade
 
-const keyRaceEnabled = true
+const raceEnabled = true
