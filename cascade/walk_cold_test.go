@@ -13,18 +13,8 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
 	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/internal/testenv/coldbench"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 )
-
-// answerBackend answers every call at once, as a local model would: usage, timings, the text.
-type answerBackend struct{}
-
-func (answerBackend) Chat(_ context.Context, req *cascade.Request, _ cascade.Sink) (*cascade.Answer, error) {
-	t := "The capital of France is Paris."
-	return &cascade.Answer{ID: "chatcmpl-1", Model: req.Chat.Model, Created: 1764900000, Complete: true,
-		Choices: []cascade.Choice{{Message: cascade.AnswerMessage{Role: "assistant", Content: &t}, FinishReason: "stop"}},
-		Usage:   &cascade.Usage{PromptTokens: 20, CompletionTokens: 8, TotalTokens: 28},
-		Timings: &cascade.Timings{PromptN: 20, PredictedN: 8, Eval: 8 * time.Millisecond, Total: 10 * time.Millisecond}}, nil
-}
 
 // BenchmarkWalkServed walks the stages the shipped configuration has in process (the exact
 // cache, the graph over the shipped facts, the neural stage with a backend that answers at
@@ -32,7 +22,7 @@ func (answerBackend) Chat(_ context.Context, req *cascade.Request, _ cascade.Sin
 // walk-ns): a cache hit, and a fresh question that misses the cache and the graph and is
 // answered by the neural stage, its learning included.
 func BenchmarkWalkServed(b *testing.B) {
-	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"m"}, Backend: answerBackend{}}}, routing.Options{})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"m"}, Backend: fakes.AnswerBackend{}}}, routing.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

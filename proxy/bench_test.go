@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade/neural"
 	"github.com/eoc-proxy/eoc-proxy/cascade/routing"
 	"github.com/eoc-proxy/eoc-proxy/internal/testenv/coldbench"
+	"github.com/eoc-proxy/eoc-proxy/internal/testenv/fakes"
 )
 
 // benchWriter is a ResponseWriter that keeps nothing between calls but its header map, so the
@@ -102,22 +102,11 @@ func serveFresh(b *testing.B, s *Server, ok func(*benchWriter) bool) {
 	}
 }
 
-// answerBackend answers every call as a local model would: usage, its own timings, the text.
-type answerBackend struct{}
-
-func (answerBackend) Chat(_ context.Context, req *cascade.Request, _ cascade.Sink) (*cascade.Answer, error) {
-	t := "The capital of France is Paris."
-	return &cascade.Answer{ID: "chatcmpl-1", Model: req.Chat.Model, Created: 1764900000, Complete: true,
-		Choices: []cascade.Choice{{Message: cascade.AnswerMessage{Role: "assistant", Content: &t}, FinishReason: "stop"}},
-		Usage:   &cascade.Usage{PromptTokens: 20, CompletionTokens: 8, TotalTokens: 28},
-		Timings: &cascade.Timings{PromptN: 20, PredictedN: 8, Eval: 8 * time.Millisecond, Total: 10 * time.Millisecond}}, nil
-}
-
 // BenchmarkFreshNeural runs calls of bodies the edge has not seen to a backend in process
 // through the neural stage (no meter): the edge's work on a neural call, its backend headers,
 // usage and per-token metrics included.
 func BenchmarkFreshNeural(b *testing.B) {
-	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: answerBackend{}}}, routing.Options{})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: fakes.AnswerBackend{}}}, routing.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -150,7 +139,7 @@ func BenchmarkAccessLog(b *testing.B) {
 // processes' work: call-ns is the median of the calls' own times, which a warm loop understates
 // several times.
 func BenchmarkCold(b *testing.B) {
-	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: answerBackend{}}}, routing.Options{})
+	router, err := routing.New([]routing.Route{{Name: "b", Patterns: []string{"known-*"}, Backend: fakes.AnswerBackend{}}}, routing.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

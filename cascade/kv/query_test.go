@@ -83,6 +83,22 @@ func FuzzQuery(f *testing.F) {
 	})
 }
 
+// missAllocs is the allocations of s's Serve per request of reqs (each a miss), after two
+// misses that warm what a miss keeps (a system message's features are kept from the second on).
+func missAllocs(t *testing.T, s *Stage, reqs []*cascade.Request) float64 {
+	t.Helper()
+	i := 0
+	serve := func() {
+		if _, err := s.Serve(context.Background(), reqs[i], nil); !errors.Is(err, cascade.ErrMiss) {
+			t.Fatalf("Serve: %v, want a miss", err)
+		}
+		i++
+	}
+	serve()
+	serve()
+	return testing.AllocsPerRun(100, serve)
+}
+
 // TestServeMissAllocs: a miss on benchout's neural path (a system message and a fresh question,
 // the system message's features kept) allocates what it hands to Learn and nothing else: the
 // rendered conversation.
@@ -101,16 +117,7 @@ func TestServeMissAllocs(t *testing.T) {
 		reqs[i] = request("", "m", sys, user(benchoutPrompt(r)))
 		reqs[i].Key() // made once per request, before any stage
 	}
-	i := 0
-	serve := func() {
-		if _, err := s.Serve(context.Background(), reqs[i], nil); !errors.Is(err, cascade.ErrMiss) {
-			t.Fatalf("Serve: %v, want a miss", err)
-		}
-		i++
-	}
-	serve()
-	serve() // the system message's features are kept from the second on
-	if n := testing.AllocsPerRun(100, serve); n > 1 {
+	if n := missAllocs(t, s, reqs); n > 1 {
 		t.Errorf("a miss allocates %v objects, want at most 1 (the conversation rendered)", n)
 	}
 }
@@ -133,16 +140,7 @@ func TestServeMissOneAllocs(t *testing.T) {
 		reqs[i] = request("", "m", user(benchoutPrompt(r)))
 		reqs[i].Key()
 	}
-	i := 0
-	serve := func() {
-		if _, err := s.Serve(context.Background(), reqs[i], nil); !errors.Is(err, cascade.ErrMiss) {
-			t.Fatalf("Serve: %v, want a miss", err)
-		}
-		i++
-	}
-	serve()
-	serve()
-	if n := testing.AllocsPerRun(100, serve); n > 3 {
+	if n := missAllocs(t, s, reqs); n > 3 {
 		t.Errorf("a one-message miss allocates %v objects, want at most 3", n)
 	}
 }
