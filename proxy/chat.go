@@ -199,7 +199,14 @@ type eocFigures struct {
 	eocBounds
 }
 
-var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true}
+// validRole reports whether role is one a chat message may have.
+func validRole(role string) bool {
+	switch role {
+	case "system", "developer", "user", "assistant", "tool", "function":
+		return true
+	}
+	return false
+}
 
 // unmarshal decodes a request body into v, a non-nil pointer, with encoding/json's semantics, by
 // go-json-experiment's v1 package (as backends' decodeAnswer does): it allocates less than
@@ -256,7 +263,7 @@ func validate(c *cascade.ChatRequest) *APIError {
 		return badRequest("messages", "messages: at least one message is required")
 	}
 	for i, m := range c.Messages {
-		if !validRoles[m.Role] {
+		if !validRole(m.Role) {
 			return badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role: %q is not one of system, developer, user, assistant, tool", i, m.Role)
 		}
 		// Only an assistant message (one with tool calls) may leave its content out or null it.
