@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"reflect"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	jsonv1 "github.com/go-json-experiment/json/v1"
 
 	"github.com/eoc-proxy/eoc-proxy/cascade"
@@ -52,7 +54,7 @@ func decodeChat(body []byte, b *chatBody) *APIError {
 	if e := scanBody(body, scanChat); e != nil {
 		return e
 	}
-	if jsonv1.Unmarshal(body, b) != nil {
+	if unmarshalChat(body, b) != nil {
 		// Refused: unmarshal decodes the request again, so that its error names the field as
 		// encoding/json names it in a ChatRequest.
 		b.thinkFields = thinkFields{}
@@ -65,6 +67,24 @@ func decodeChat(body []byte, b *chatBody) *APIError {
 		return e
 	}
 	return validateThink(body, &b.thinkFields)
+}
+
+// chatOptions are jsonv1's, encoding/json's semantics, but for a raw value (a message's content,
+// stop, tool_choice, ...): it is the body's own bytes, not a copy. The decoder reads the body in
+// place, the request keeps the body (Raw) as long as the values, and nothing modifies either.
+var chatOptions = []jsonv2.Options{jsonv1.DefaultOptionsV1(), jsonv2.WithUnmarshalers(
+	jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, raw *json.RawMessage) error {
+		v, err := dec.ReadValue()
+		if err != nil {
+			return err
+		}
+		*raw = json.RawMessage(v[:len(v):len(v)]) // an append to it copies
+		return nil
+	}))}
+
+// unmarshalChat decodes body into b as jsonv1.Unmarshal does, its raw values in place.
+func unmarshalChat(body []byte, b *chatBody) error {
+	return jsonv2.Unmarshal(body, b, chatOptions...)
 }
 
 // chatExchange is one chat call: its body is the cascade's request as it came. It may be the
@@ -179,7 +199,14 @@ type eocFigures struct {
 	eocBounds
 }
 
-var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true}
+// validRole reports whether role is one a chat message may have.
+func validRole(role string) bool {
+	switch role {
+	case "system", "developer", "user", "assistant", "tool", "function":
+		return true
+	}
+	return false
+}
 
 // unmarshal decodes a request body into v, a non-nil pointer, with encoding/json's semantics, by
 // go-json-experiment's v1 package (as backends' decodeAnswer does): it allocates less than
@@ -236,7 +263,7 @@ func validate(c *cascade.ChatRequest) *APIError {
 		return badRequest("messages", "messages: at least one message is required")
 	}
 	for i, m := range c.Messages {
-		if !validRoles[m.Role] {
+		if !validRole(m.Role) {
 			return badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role: %q is not one of system, developer, user, assistant, tool", i, m.Role)
 		}
 		// Only an assistant message (one with tool calls) may leave its content out or null it.

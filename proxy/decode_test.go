@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -98,7 +99,7 @@ func sameChatBody(t *testing.T, body []byte) {
 	_ = json.Unmarshal(body, &wantThink)
 	var msgs [decodedMessages]cascade.Message
 	got := chatBody{ChatRequest: &cascade.ChatRequest{Messages: msgs[:0]}}
-	gerr := jsonv1.Unmarshal(body, &got)
+	gerr := unmarshalChat(body, &got)
 	if want.Messages == nil && len(got.Messages) == 0 {
 		got.Messages = nil // the entry's empty backing, for a body without messages: validate refuses it
 	}
@@ -126,5 +127,25 @@ func sameDecode(t *testing.T, body []byte, fresh func() any) {
 		t.Fatalf("%T: unmarshal(%q) err %v, encoding/json err %v", got, body, gerr, werr)
 	} else if gerr == nil && !reflect.DeepEqual(got, want) {
 		t.Fatalf("%T: unmarshal(%q) = %+v, encoding/json %+v", got, body, got, want)
+	}
+}
+
+// TestChatRawValuesAreTheBodys: a decoded chat body's raw values (a message's content, stop) are
+// the body's own bytes, not copies, each ending its capacity, so that an append cannot write
+// into the body.
+func TestChatRawValuesAreTheBodys(t *testing.T) {
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hi there"}],"stop":["x"]}`)
+	b := chatBody{ChatRequest: new(cascade.ChatRequest)}
+	if err := unmarshalChat(body, &b); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []struct {
+		raw  json.RawMessage
+		want string
+	}{{b.Messages[0].Content, `"hi there"`}, {b.Stop, `["x"]`}} {
+		at := bytes.Index(body, []byte(v.want))
+		if string(v.raw) != v.want || &v.raw[0] != &body[at] || cap(v.raw) != len(v.raw) {
+			t.Errorf("raw value %q (cap %d): want %q in place in the body", v.raw, cap(v.raw), v.want)
+		}
 	}
 }
