@@ -371,11 +371,15 @@ func (b *base) request(ctx context.Context, c *call, ep *endpoint, body []byte, 
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
 	h := ep.header[0]
-	if stream {
+	if stream && ep.header[1] != nil { // an endpoint that never streams has a whole answer's only
 		h = ep.header[1]
 	}
 	if !b.own {
-		h = h.Clone() // a given client's cookie jar or transport may write to it
+		// A given client's cookie jar or transport may write to the headers or the URL, which
+		// the template's copies share.
+		h = h.Clone()
+		u := *req.URL
+		req.URL = &u
 	}
 	req.Header = withTrace(ctx, h)
 	return req

@@ -69,6 +69,34 @@ func TestRequestAsMadePerCall(t *testing.T) {
 				t.Errorf("Authorization = %q, want basic auth", got)
 			}
 		})
+		t.Run(d.typ+"/given-client", func(t *testing.T) {
+			// A given client's transport that rewrites each request's URL and headers (as a
+			// prefixing proxy transport would) rewrites that call's copy, not every later call's.
+			f := d.fake(t)
+			rw := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if !strings.HasPrefix(r.URL.Path, "/pre/") {
+					return nil, errors.New("no /pre prefix: an earlier call's rewrite reached this one")
+				}
+				r.URL.Path = strings.TrimPrefix(r.URL.Path, "/pre")
+				r.Header.Set("X-Seen", r.Header.Get("X-Seen")+"x")
+				return http.DefaultTransport.RoundTrip(r)
+			})
+			b := newBackend(t, d.typ, f, func(o *Options) {
+				o.URL = strings.Replace(o.URL, f.URL, f.URL+"/pre", 1)
+				o.Client = &http.Client{Transport: rw}
+			})
+			for i := range 2 {
+				if _, err := b.Chat(context.Background(), chatRequest(t, helloBody), nil); err != nil {
+					t.Fatalf("call %d: %v", i, err)
+				}
+				if got := f.LastRequest().Header.Get("X-Seen"); got != "x" {
+					t.Errorf("call %d: X-Seen = %q, want one mark (the headers were shared)", i, got)
+				}
+			}
+			if _, err := b.Chat(context.Background(), chatRequest(t, helloBody), (&collector{}).sink); err != nil {
+				t.Fatalf("stream after two whole calls: %v", err)
+			}
+		})
 		t.Run(d.typ+"/unreachable", func(t *testing.T) {
 			u := closedPortURL(t)
 			b, err := New(Options{Name: "gone", Type: d.typ, URL: u})
@@ -103,3 +131,8 @@ func TestWithTrace(t *testing.T) {
 		t.Errorf("the shared headers were written: %v", shared)
 	}
 }
+
+// roundTripFunc is an http.RoundTripper of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
