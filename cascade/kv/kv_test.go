@@ -595,8 +595,9 @@ func (b *blockingEmbedder) Embed(ctx context.Context, texts []string) ([][]float
 
 // TestLearnWithoutFlush: answers queued while the worker lingers after emptying the queue are
 // learned when the linger ends, with no Flush to cut it short (the deadline only bounds a hang).
+// A model server's embedder, whose call Learn does not make itself, sends them to the worker.
 func TestLearnWithoutFlush(t *testing.T) {
-	s := newStage(t, Options{})
+	s := newStage(t, Options{Embedder: &countingEmbedder{}})
 	s.Learn(request("", "m", user("How do I reset my password?")), neural("Use the link.", 1))
 	for i := 0; s.Stats().Learned < 1; i++ {
 		if i > 1000 {
@@ -612,6 +613,41 @@ func TestLearnWithoutFlush(t *testing.T) {
 			t.Fatalf("learned %d of 3 answers", s.Stats().Learned)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLearnInline: an answer whose learning does no I/O is learned by Learn itself, on the
+// caller's goroutine, before it returns: no Flush, no worker. Any other goes to the worker: a
+// model server's embedder to call, a store on disk, other replicas to publish to.
+func TestLearnInline(t *testing.T) {
+	s := newStage(t, Options{})
+	s.Learn(request("", "m", user("How do I reset my password?")), neural("Use the link.", 1))
+	if st := s.Stats(); st.Learned != 1 {
+		t.Fatalf("learned %d when Learn returned, want 1 (learned inline)", st.Learned)
+	}
+	if ans, ok := serve(t, s, rekey(request("", "m", user("how do I reset my password")))); !ok || *ans.Choices[0].Message.Content != "Use the link." {
+		t.Fatalf("the answer learned inline does not serve a similar question: %v %v", ok, ans)
+	}
+
+	withVec, without := job{vec: make([]float32, 2*BuiltinDim)}, job{}
+	shared := newStage(t, Options{})
+	shared.Share(&busPort{bus: newBus()})
+	for _, tc := range []struct {
+		name       string
+		s          *Stage
+		vec, novec bool // inline, with the vector at hand and without
+	}{
+		{"built-in embedder, in memory", s, true, true},
+		{"model server's embedder", newStage(t, Options{Embedder: &countingEmbedder{}}), true, false},
+		{"store on disk", newStage(t, Options{DataDir: t.TempDir()}), false, false},
+		{"other replicas", shared, false, false},
+	} {
+		if got := tc.s.inline(&withVec); got != tc.vec {
+			t.Errorf("%s, vector at hand: inline %v, want %v", tc.name, got, tc.vec)
+		}
+		if got := tc.s.inline(&without); got != tc.novec {
+			t.Errorf("%s, no vector: inline %v, want %v", tc.name, got, tc.novec)
+		}
 	}
 }
 

@@ -11,14 +11,17 @@ import (
 	"github.com/eoc-proxy/eoc-proxy/cascade"
 )
 
-// The learn queue: Learn hands complete neural answers to one worker goroutine through a bounded
-// channel, so learning never delays a response; the worker embeds (unless Serve already did, or
-// kept the built-in counts, which it joins), stores and indexes each answer. Flush and Close
-// drain it. After emptying the queue the worker lingers (learnLinger) before it waits on the
-// channel again: a send to a goroutine waiting on a channel wakes it (and, with a processor
-// idle, a thread to run it, a system call on the sending request's path), so while answers keep
-// coming each one is queued without waking anything, and the worker takes them in batches.
-// Flush and Close cut a linger short.
+// Learning: the proxy calls Learn once the response is flushed (cascade.Learner), so learning
+// never delays a response. An answer whose learning does no I/O (the store in memory, no other
+// replicas to publish to, and the vector at hand or made by the built-in embedder from the counts
+// Serve kept) is learned there and then, on the caller's goroutine: no other goroutine is woken
+// for it, and its cost is spread over the calls instead of coming in bursts. Any other answer
+// goes to one worker goroutine through a bounded channel; the worker embeds (a model server's
+// call), stores (to disk, when the store is), publishes and indexes it. Flush and Close drain
+// it. After emptying the queue the worker lingers (learnLinger) before it waits on the channel
+// again: a send to a goroutine waiting on a channel wakes it (and, with a processor idle, a
+// thread to run it), so while answers keep coming each one is queued without waking anything,
+// and the worker takes them in batches. Flush and Close cut a linger short.
 
 // learnLinger is how long the worker lets answers accumulate after emptying the queue: the most
 // an answer waits to be learned beyond the worker's own work.
@@ -82,11 +85,29 @@ func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {
 		s.stats.dropped.Add(1)
 		return
 	}
+	if s.inline(&j) {
+		s.do(j) // under qmu's read lock: Close waits for it
+		return
+	}
 	select {
 	case s.queue <- j:
 	default:
 		s.stats.dropped.Add(1)
 	}
+}
+
+// inline reports whether learning j does no I/O, so that Learn does it itself: the store is in
+// memory, no other replica follows it, and j's vector is at hand or the built-in embedder makes
+// it (from the counts Serve kept, or from the query).
+func (s *Stage) inline(j *job) bool {
+	if s.db != nil || s.shared != nil {
+		return false
+	}
+	if j.vec != nil {
+		return true
+	}
+	_, builtin := s.emb.(Builtin)
+	return builtin
 }
 
 // MaxEntryBytes is the largest answer the stage learns (cascade.EntryBounder).
