@@ -6,13 +6,16 @@ import (
 	"time"
 )
 
-// lineWriter batches log lines and writes them to w from a timer, at most flushDelay after the
-// first line of a batch, so that a request neither waits for the write(2) of its access-log
-// line nor wakes a goroutine for it: a line is an append under a lock, and the timer is armed
-// once a batch: waking a writer goroutine per line would put a futex wake before each
-// response's flush. Lines keep their order. Past maxPending bytes waiting, Write writes itself (the log cannot outgrow
-// memory); after Close, every Write does. What a crash leaves unwritten is the lines of the
-// last flushDelay: the process's ordinary exits all pass Close.
+// lineWriter batches log lines, so that a request neither waits for the write(2) of its
+// access-log line nor wakes a goroutine for it: a line is an append under a lock. The batch is
+// written by the Write that brings it to flushBytes (the access log's Write comes after the
+// response is flushed), unless another write is under way, or else by a timer armed once a
+// batch, at most flushDelay after its first line, for a quiet log. A timer that fires runs its
+// function on a goroutine of its own, a thread woken on a busy server: with the batches written
+// by size, it fires at most once per flushDelay. Lines keep their order. Past maxPending bytes waiting, Write waits for
+// the write (the log cannot outgrow memory); after Close, every Write writes. What a crash
+// leaves unwritten is at most the last flushDelay's lines, or flushBytes of them: the process's
+// ordinary exits all pass Close.
 type lineWriter struct {
 	w     io.Writer
 	timer *time.Timer
@@ -26,8 +29,9 @@ type lineWriter struct {
 }
 
 const (
+	flushBytes = 32 << 10
 	maxPending = 1 << 20
-	flushDelay = 10 * time.Millisecond
+	flushDelay = 100 * time.Millisecond
 )
 
 func newLineWriter(w io.Writer) *lineWriter {
@@ -47,11 +51,15 @@ func (lw *lineWriter) Write(p []byte) (int, error) {
 	lw.mu.Lock()
 	inline := lw.closed || len(lw.pending)+len(p) > maxPending
 	lw.pending = append(lw.pending, p...)
-	arm := !inline && !lw.armed
+	full := !inline && len(lw.pending) >= flushBytes
+	arm := !inline && !lw.armed // the batch's first line: the timer is the backstop
 	lw.armed = lw.armed || arm
 	lw.mu.Unlock()
 	if inline {
 		return len(p), lw.flush()
+	}
+	if full && lw.writing.TryLock() { // else a write is under way: the next Write or the timer takes these
+		return len(p), lw.flushLocked()
 	}
 	if arm {
 		lw.timer.Reset(flushDelay)
@@ -62,6 +70,11 @@ func (lw *lineWriter) Write(p []byte) (int, error) {
 // flush writes the pending lines, after any batch already being written.
 func (lw *lineWriter) flush() error {
 	lw.writing.Lock()
+	return lw.flushLocked()
+}
+
+// flushLocked is flush with writing held; it releases it.
+func (lw *lineWriter) flushLocked() error {
 	defer lw.writing.Unlock()
 	lw.mu.Lock()
 	b := lw.pending

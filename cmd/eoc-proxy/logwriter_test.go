@@ -15,9 +15,16 @@ type slowBuffer struct {
 	b      bytes.Buffer
 	writes int
 	hold   chan struct{}
+	began  chan struct{} // when set, told of each write as it begins
 }
 
 func (s *slowBuffer) Write(p []byte) (int, error) {
+	if s.began != nil {
+		select {
+		case s.began <- struct{}{}:
+		default:
+		}
+	}
 	if s.hold != nil {
 		<-s.hold
 	}
@@ -104,5 +111,39 @@ func TestLineWriterFlushesWithoutClose(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+	}
+}
+
+// TestLineWriterWritesFullBatch: the Write that brings the batch to flushBytes writes it before
+// it returns, without the timer; while another write is under way it does not wait for it, and
+// its lines go out after it.
+func TestLineWriterWritesFullBatch(t *testing.T) {
+	out := &slowBuffer{}
+	lw := newLineWriter(out)
+	defer func() { _ = lw.Close() }()
+	line := strings.Repeat("x", 1023) + "\n"
+	for range flushBytes/len(line) - 1 {
+		_, _ = lw.Write([]byte(line))
+	}
+	if out.writes != 0 {
+		t.Fatalf("%d writes before the batch was full", out.writes)
+	}
+	_, _ = lw.Write([]byte(line))
+	if out.writes != 1 || len(out.String()) != flushBytes {
+		t.Fatalf("%d writes, %d bytes once the batch was full, want 1 write of %d bytes", out.writes, len(out.String()), flushBytes)
+	}
+
+	held := &slowBuffer{hold: make(chan struct{}), began: make(chan struct{}, 1)}
+	lw2 := newLineWriter(held)
+	full := []byte(strings.Repeat(line, flushBytes/len(line)))
+	go func() { _, _ = lw2.Write(full) }() // a full batch: written by this Write, which the buffer holds
+	<-held.began
+	_, _ = lw2.Write(full) // a second full batch behind the held one: queued, not waited for
+	close(held.hold)
+	if err := lw2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(held.String()); got != 2*len(full) {
+		t.Fatalf("%d bytes written, want %d", got, 2*len(full))
 	}
 }
