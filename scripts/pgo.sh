@@ -12,8 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=$(mktemp -d)
-trap 'kill "$bench" 2>/dev/null || true; rm -rf "$dir"' EXIT
 bench=
+trap '[ -z "$bench" ] || kill "$bench" 2>/dev/null || true; rm -rf "$dir"' EXIT
 go build -pgo=off -o "$dir/eoc-proxy" ./cmd/eoc-proxy
 go build -o "$dir/benchout" ./scripts/benchout
 addr=127.0.0.1:${PGO_PORT:-6061}

@@ -41,8 +41,9 @@ type job struct {
 	barrier       chan struct{}
 }
 
-// Learn queues a complete neural answer for the similarity store. It never blocks: when the
-// queue is full the answer is dropped and counted. Answers from in-process stages (no Backend),
+// Learn stores a complete neural answer in the similarity store, itself when that does no I/O
+// (inline), else by queueing it for the worker. It never waits for I/O or for the queue: when
+// the queue is full the answer is dropped and counted. Answers from in-process stages (no Backend),
 // unfinished ones (finish_reason other than stop), tool calls, refusals and requests that
 // similarity would not match are not learned.
 func (s *Stage) Learn(req *cascade.Request, ans *cascade.Answer) {

@@ -12,10 +12,10 @@ import (
 // response is flushed), unless another write is under way, or else by a timer armed once a
 // batch, at most flushDelay after its first line, for a quiet log. A timer that fires runs its
 // function on a goroutine of its own, a thread woken on a busy server: with the batches written
-// by size, it fires at most once per flushDelay. Lines keep their order. Past maxPending bytes waiting, Write waits for
-// the write (the log cannot outgrow memory); after Close, every Write writes. What a crash
-// leaves unwritten is at most the last flushDelay's lines, or flushBytes of them: the process's
-// ordinary exits all pass Close.
+// by size, it fires at most once per flushDelay. Lines keep their order. Past maxPending bytes
+// waiting, Write waits for the write (the log cannot outgrow memory); after Close, every Write
+// writes. What a crash leaves unwritten is at most the last flushDelay's lines, or flushBytes of
+// them: the process's ordinary exits all pass Close.
 type lineWriter struct {
 	w     io.Writer
 	timer *time.Timer
