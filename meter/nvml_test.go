@@ -591,6 +591,7 @@ func TestNVMLCloseWaits(t *testing.T) {
 	d := &gateDevice{profileDevice: profileDevice{clk: clk, t0: clk.Now(), idleW: 50}, entered: make(chan struct{}, 1), gate: make(chan struct{})}
 	var early atomic.Bool
 	var al *gpuAlign
+	shutting := make(chan struct{})
 	g := &gpus{wait: 250 * time.Millisecond, poll: 5 * time.Millisecond, now: clk.Now, sleep: clk.Advance, devs: []gpuDevice{d}, closed: true}
 	g.closeFn = func() error {
 		select {
@@ -599,6 +600,7 @@ func TestNVMLCloseWaits(t *testing.T) {
 			early.Store(true) // Begin's reads still in flight
 		}
 		d.shut.Store(true)
+		close(shutting)
 		return nil
 	}
 	al = g.begin(func(p uint32) bool { return p == 7 })
@@ -615,7 +617,13 @@ func TestNVMLCloseWaits(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	time.Sleep(10 * time.Millisecond) // room for a close that does not wait; passing does not depend on it
+	// Room for a close that does not wait to shut NVML down, which it does without the gate: on a
+	// box loaded by the mutation run's parallel tests that may take more than a few ms. A close
+	// that waits does not call closeFn before the gate opens; passing does not depend on the time.
+	select {
+	case <-shutting:
+	case <-time.After(250 * time.Millisecond):
+	}
 	close(d.gate)
 	if err := <-closed; err != nil {
 		t.Fatal(err)
