@@ -123,7 +123,7 @@ func newBase(o Options) (base, error) {
 		b.auth = []string{"Bearer " + o.APIKey}
 	}
 	if b.client == nil {
-		b.client, b.own = &http.Client{Transport: newTransport()}, true
+		b.client, b.own = &http.Client{Transport: newInlineTransport(newTransport())}, true
 	}
 	return b, nil
 }
@@ -158,9 +158,11 @@ func (b *base) endpoint(method, u string, stream []string) endpoint {
 	return ep
 }
 
-// newTransport is the one transport a backend keeps: keep-alive with a deep idle pool, since a
-// proxy in front of a local model sends many concurrent calls to one host; no transparent gzip,
-// which would only add work on loopback and delay stream chunks.
+// newTransport is the stock transport a backend's own client keeps for what inlineTransport
+// does not send itself (https, a proxy, a large body), and whose pool bounds inlineTransport's:
+// keep-alive with a deep idle pool, since a proxy in front of a local model sends many
+// concurrent calls to one host; no transparent gzip, which would only add work on loopback and
+// delay stream chunks.
 func newTransport() *http.Transport {
 	return &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
