@@ -162,7 +162,7 @@ func (b *base) endpoint(method, u string, stream []string) endpoint {
 // does not send itself (https, a proxy, a large body), and whose pool bounds inlineTransport's:
 // keep-alive with a deep idle pool, since a proxy in front of a local model sends many
 // concurrent calls to one host; no transparent gzip, which would only add work on loopback and
-// delay stream chunks.
+// delay stream chunks; an answer's headers bounded at 1 MiB.
 func newTransport() *http.Transport {
 	return &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
@@ -179,6 +179,9 @@ func newTransport() *http.Transport {
 		DisableCompression:    true,
 		WriteBufferSize:       16 << 10,
 		ReadBufferSize:        16 << 10,
+		// An answer's status line and headers: a model server's take a few hundred bytes; the
+		// stock default is 10 MiB a connection.
+		MaxResponseHeaderBytes: 1 << 20,
 	}
 }
 

@@ -35,6 +35,7 @@ type inlineTransport struct {
 	dialer   net.Dialer
 	maxIdle  int           // idle connections kept per host
 	idleFor  time.Duration // an idle connection older than this is closed instead of used
+	maxHead  int64         // the most bytes an answer's status line and headers may take
 
 	mu       sync.Mutex
 	idle     map[string][]*inlineConn // by host:port, the most recently used last
@@ -45,20 +46,49 @@ type inlineTransport struct {
 // buffers take whole, so that its write never waits on the server.
 const maxInlineBody = 64 << 10
 
+// max1xx is how many informational answers may come before the final one, as in the stock
+// transport.
+const max1xx = 5
+
 // inlineConn is one keep-alive connection to an upstream, with its buffers.
 type inlineConn struct {
 	c     net.Conn
-	addr  string // the pool's key
-	br    *bufio.Reader
+	addr  string        // the pool's key
+	br    *bufio.Reader // onto r
+	r     headLimit
 	bw    *bufio.Writer // onto w
 	w     countingWriter
 	since time.Time // when it went idle
 }
 
 func newInlineConn(c net.Conn, addr string) *inlineConn {
-	ic := &inlineConn{c: c, addr: addr, br: bufio.NewReaderSize(c, 16<<10), w: countingWriter{w: c}}
+	ic := &inlineConn{c: c, addr: addr, r: headLimit{r: c, n: -1}, w: countingWriter{w: c}}
+	ic.br = bufio.NewReaderSize(&ic.r, 16<<10)
 	ic.bw = bufio.NewWriterSize(&ic.w, 16<<10)
 	return ic
+}
+
+// headLimit bounds what is read from a connection while an answer's head is read: n bytes
+// left, or no bound when n is negative.
+type headLimit struct {
+	r io.Reader
+	n int64
+}
+
+var errHeadTooLarge = errors.New("the upstream's answer headers exceed the limit")
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.n == 0 {
+		return 0, errHeadTooLarge
+	}
+	if l.n > 0 && int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	if l.n > 0 {
+		l.n -= int64(n)
+	}
+	return n, err
 }
 
 // countingWriter counts the bytes written through it: whether any of a request reached the
@@ -75,13 +105,18 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 }
 
 func newInlineTransport(fallback *http.Transport) *inlineTransport {
-	return &inlineTransport{
+	t := &inlineTransport{
 		fallback: fallback,
 		dialer:   net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second},
 		maxIdle:  fallback.MaxIdleConnsPerHost,
 		idleFor:  fallback.IdleConnTimeout,
+		maxHead:  fallback.MaxResponseHeaderBytes,
 		idle:     map[string][]*inlineConn{},
 	}
+	if t.maxHead <= 0 {
+		t.maxHead = 10 << 20 // the stock transport's default
+	}
+	return t
 }
 
 // inline reports whether t serves req itself: plain HTTP, no proxy for its URL, a body of known
@@ -156,14 +191,21 @@ func (t *inlineTransport) exchange(ctx context.Context, ic *inlineConn, req *htt
 		stop()
 		return nil, ic.w.n > 0, err
 	}
-	for {
+	ic.r.n = t.maxHead
+	defer func() { ic.r.n = -1 }() // the body is bounded by its readers
+	for n1xx := 0; ; n1xx++ {
 		resp, err := http.ReadResponse(ic.br, req)
 		if err != nil {
 			stop()
 			return nil, true, err
 		}
 		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
-			continue // an informational answer (103 Early Hints): the final one follows
+			// An informational answer (103 Early Hints): the final one follows.
+			if n1xx == max1xx {
+				stop()
+				return nil, true, errors.New("the upstream sent too many informational answers")
+			}
+			continue
 		}
 		resp.Body = &inlineBody{body: resp.Body, t: t, ic: ic, ctx: ctx, stop: stop, keep: !resp.Close && !req.Close}
 		return resp, true, nil

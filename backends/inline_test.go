@@ -3,6 +3,7 @@
 package backends
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -358,6 +359,77 @@ func TestInlineFallback(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPost, tc.url, tc.body)
 		if got := tc.tr.inline(req); got != tc.want {
 			t.Errorf("%s, %d bytes: inline %v, want %v", tc.url, req.ContentLength, got, tc.want)
+		}
+	}
+}
+
+// rawServer answers every request on its connections with answer, then keeps the connection.
+func rawServer(t *testing.T, answer func(w io.Writer)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = c.Close() }()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					answer(c)
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// TestInlineHostileHead: an answer's headers beyond the transport's bound, and informational
+// answers without end, are errors, not memory.
+func TestInlineHostileHead(t *testing.T) {
+	c, tr := newInlineClient(t)
+	tr.maxHead = 64 << 10
+	big := rawServer(t, func(w io.Writer) {
+		_, _ = io.WriteString(w, "HTTP/1.1 200 OK\r\nX-Big: ")
+		_, _ = w.Write(bytes.Repeat([]byte("a"), 1<<20))
+		_, _ = io.WriteString(w, "\r\nContent-Length: 0\r\n\r\n")
+	})
+	resp, err := c.Post(big, "text/plain", strings.NewReader("x"))
+	if err == nil {
+		_ = resp.Body.Close()
+		t.Fatal("a 1 MiB header passed a 64 KiB bound")
+	}
+	hints := rawServer(t, func(w io.Writer) {
+		for range 100 {
+			_, _ = io.WriteString(w, "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n")
+		}
+		_, _ = io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	resp, err = c.Post(hints, "text/plain", strings.NewReader("x"))
+	if err == nil {
+		_ = resp.Body.Close()
+		t.Fatal("100 informational answers were taken")
+	}
+	fine := rawServer(t, func(w io.Writer) {
+		_, _ = io.WriteString(w, "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n")
+		_, _ = io.WriteString(w, "HTTP/1.1 200 OK\r\nX-Big: ")
+		_, _ = w.Write(bytes.Repeat([]byte("a"), 32<<10))
+		_, _ = io.WriteString(w, "\r\nContent-Length: 131072\r\n\r\n")
+		_, _ = w.Write(bytes.Repeat([]byte("b"), 128<<10))
+	})
+	for range 2 { // the bound is the head's, not the body's; a second answer has its own
+		if got := post(t, c, fine, "x"); len(got) != 128<<10 {
+			t.Fatalf("got %d bytes, want 128 KiB", len(got))
 		}
 	}
 }
