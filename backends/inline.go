@@ -43,7 +43,8 @@ type inlineTransport struct {
 }
 
 // maxInlineBody is the largest request body sent inline: one that the connection's socket
-// buffers take whole, so that its write never waits on the server.
+// buffers take whole, so that its write does not wait on a server that has stopped reading (one
+// that answered early); a write that waits all the same ends with the backend's silence timeout.
 const maxInlineBody = 64 << 10
 
 // max1xx is how many informational answers may come before the final one, as in the stock
