@@ -147,7 +147,9 @@ func (t *inlineTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if ic == nil {
 			c, err := t.dialer.DialContext(ctx, "tcp", addr)
 			if err != nil {
-				closeBody(req)
+				if req.Body != nil {
+					_ = req.Body.Close() // a round tripper closes the body, also on an error
+				}
 				return nil, ctxCause(ctx, err)
 			}
 			ic, reused = newInlineConn(c, addr), false
@@ -192,8 +194,7 @@ func (t *inlineTransport) exchange(ctx context.Context, ic *inlineConn, req *htt
 		stop()
 		return nil, ic.w.n > 0, err
 	}
-	ic.r.n = t.maxHead
-	defer func() { ic.r.n = -1 }() // the body is bounded by its readers
+	ic.r.n = t.maxHead // lifted once the head is read: the body is bounded by its readers
 	for n1xx := 0; ; n1xx++ {
 		resp, err := http.ReadResponse(ic.br, req)
 		if err != nil {
@@ -208,6 +209,7 @@ func (t *inlineTransport) exchange(ctx context.Context, ic *inlineConn, req *htt
 			}
 			continue
 		}
+		ic.r.n = -1
 		resp.Body = &inlineBody{body: resp.Body, t: t, ic: ic, ctx: ctx, stop: stop, keep: !resp.Close && !req.Close}
 		return resp, true, nil
 	}
@@ -352,10 +354,4 @@ func ctxCause(ctx context.Context, err error) error {
 		return context.Cause(ctx)
 	}
 	return err
-}
-
-func closeBody(req *http.Request) {
-	if req.Body != nil {
-		_ = req.Body.Close()
-	}
 }
