@@ -45,6 +45,10 @@ func runServe(args []string, _ io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	// The collector gets gcHeadroom to grow into on a small heap, unless GOGC is set.
+	if t := tuneGC(); t != nil {
+		defer t.stop()
+	}
 	// Log lines are written off the request path (lineWriter); the deferred Close writes the last.
 	logOut := newLineWriter(os.Stderr)
 	defer func() { _ = logOut.Close() }()

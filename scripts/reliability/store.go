@@ -179,8 +179,8 @@ backends: [{name: oa, type: openai, url: %s/v1, models: ["oa-*"], timeout: 10s}]
 	r.hugeAnswers(&mu, s, false)
 	r.malformed(&mu, s)
 	s.p.Stop()
-	// The same row with GOGC=100 set explicitly, the runtime's default (serve no longer tunes
-	// the GC), kept so the table's rows compare with earlier runs.
+	// The same row with GOGC=100 set explicitly, the runtime's default: serve's GC tuner steps
+	// aside, and the row shows the memory its headroom costs.
 	s = withPprof("store-gogc100", "GOGC=100")
 	r.hugeAnswers(&mu, s, true)
 	s.p.Stop()
