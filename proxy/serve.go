@@ -63,8 +63,10 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 		// The request timeout bounds the wait for an answer, admission included: a stream that
 		// has begun is bounded by the backend's own timeouts instead, which cut it only when it
 		// stops flowing.
-		ctx, bound := withRequestTimeout(r.Context(), s.opts.RequestTimeout, x.Stream())
+		bound := &st.bound
+		bound.init(r.Context(), s.opts.RequestTimeout, x.Stream())
 		defer bound.end()
+		var ctx context.Context = bound
 		resv, ok := s.admit(ctx, w, d, lf, req.Chat.Model)
 		if !ok {
 			return
@@ -141,12 +143,14 @@ func (s *Server) serve(d dialect.Dialect) http.HandlerFunc {
 	}
 }
 
-// callState is what serve keeps of one call, in one allocation: the cascade's request, the
-// walk's result, the call as it is settled and its headers' values.
+// callState is what serve keeps of one call, in one allocation: the cascade's request, its
+// context bounded by the request timeout, the walk's result, the call as it is settled and its
+// headers' values.
 type callState struct {
-	req  cascade.Request
-	res  cascade.Result
-	call Call
+	req   cascade.Request
+	bound requestTimeout
+	res   cascade.Result
+	call  Call
 	// hdr backs the values of a whole answer's headers (writeOK), then the backend's
 	// (setBackendHeaders).
 	hdr [okHeaders + backendHeaders]string

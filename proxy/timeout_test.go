@@ -115,3 +115,65 @@ func TestRequestTimeoutChildren(t *testing.T) {
 		}
 	}
 }
+
+// Nothing is armed by a call that waits on nothing: its Deadline, Value and Err (while the bound
+// holds) are answered without the context and timer that hold the bound.
+func TestRequestTimeoutArmsOnlyToWait(t *testing.T) {
+	type key struct{}
+	parent := context.WithValue(context.Background(), key{}, "v")
+	for _, stream := range []bool{false, true} {
+		ctx, bound := withRequestTimeout(parent, time.Hour, stream)
+		_, _ = ctx.Deadline()
+		if ctx.Value(key{}) != "v" || ctx.Err() != nil {
+			t.Fatalf("stream %v: value %v, err %v", stream, ctx.Value(key{}), ctx.Err())
+		}
+		if bound.armed.Load() {
+			t.Fatalf("stream %v: armed without a wait", stream)
+		}
+		if stream {
+			bound.stop()
+		}
+		bound.end()
+		<-ctx.Done()
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			t.Fatalf("stream %v: ended unarmed: %v", stream, ctx.Err())
+		}
+		ctx, bound = withRequestTimeout(parent, time.Hour, stream)
+		select {
+		case <-ctx.Done():
+			t.Fatalf("stream %v: done at once", stream)
+		default:
+		}
+		if !bound.armed.Load() || ctx.Value(key{}) != "v" {
+			t.Fatalf("stream %v: armed %v, value %v after Done", stream, bound.armed.Load(), ctx.Value(key{}))
+		}
+		bound.end()
+		<-ctx.Done()
+	}
+}
+
+// A bound that passed before anything waited on it is seen by Err, with its cause, at once; a
+// stream's lifted bound is not.
+func TestRequestTimeoutPassedUnobserved(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		ctx, bound := withRequestTimeout(context.Background(), time.Nanosecond, stream)
+		time.Sleep(time.Millisecond)
+		if ctx.Err() == nil || !errors.Is(context.Cause(ctx), errRequestTimeout) {
+			t.Fatalf("stream %v: err %v, cause %v", stream, ctx.Err(), context.Cause(ctx))
+		}
+		bound.end()
+	}
+	ctx, bound := withRequestTimeout(context.Background(), time.Nanosecond, true)
+	bound.stop()
+	time.Sleep(time.Millisecond)
+	if ctx.Err() != nil {
+		t.Fatalf("a lifted bound ended the stream: %v", context.Cause(ctx))
+	}
+	select {
+	case <-ctx.Done():
+		t.Fatalf("a lifted bound ended the stream once armed: %v", context.Cause(ctx))
+	default:
+	}
+	bound.end()
+	<-ctx.Done()
+}
