@@ -32,10 +32,12 @@ import (
 // on it.
 type inlineTransport struct {
 	fallback *http.Transport
-	dialer   net.Dialer
-	maxIdle  int           // idle connections kept per host
-	idleFor  time.Duration // an idle connection older than this is closed instead of used
-	maxHead  int64         // the most bytes an answer's status line and headers may take
+	// The rest is the fallback's, so that one transport's settings hold for both.
+	dial              func(ctx context.Context, network, addr string) (net.Conn, error)
+	readBuf, writeBuf int           // each connection's buffers
+	maxIdle           int           // idle connections kept per host
+	idleFor           time.Duration // an idle connection older than this is closed instead of used
+	maxHead           int64         // the most bytes an answer's status line and headers may take
 
 	mu       sync.Mutex
 	idle     map[string][]*inlineConn // by host:port, the most recently used last
@@ -62,10 +64,10 @@ type inlineConn struct {
 	since time.Time // when it went idle
 }
 
-func newInlineConn(c net.Conn, addr string) *inlineConn {
+func (t *inlineTransport) newConn(c net.Conn, addr string) *inlineConn {
 	ic := &inlineConn{c: c, addr: addr, r: headLimit{r: c, n: -1}, w: countingWriter{w: c}}
-	ic.br = bufio.NewReaderSize(&ic.r, 16<<10)
-	ic.bw = bufio.NewWriterSize(&ic.w, 16<<10)
+	ic.br = bufio.NewReaderSize(&ic.r, t.readBuf)
+	ic.bw = bufio.NewWriterSize(&ic.w, t.writeBuf)
 	return ic
 }
 
@@ -108,14 +110,26 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 func newInlineTransport(fallback *http.Transport) *inlineTransport {
 	t := &inlineTransport{
 		fallback: fallback,
-		dialer:   net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second},
+		dial:     fallback.DialContext,
+		readBuf:  fallback.ReadBufferSize,
+		writeBuf: fallback.WriteBufferSize,
 		maxIdle:  fallback.MaxIdleConnsPerHost,
 		idleFor:  fallback.IdleConnTimeout,
 		maxHead:  fallback.MaxResponseHeaderBytes,
 		idle:     map[string][]*inlineConn{},
 	}
+	// Where the fallback leaves a setting to net/http, its default.
+	if t.dial == nil {
+		t.dial = (&net.Dialer{}).DialContext
+	}
+	if t.readBuf <= 0 {
+		t.readBuf = 4 << 10
+	}
+	if t.writeBuf <= 0 {
+		t.writeBuf = 4 << 10
+	}
 	if t.maxHead <= 0 {
-		t.maxHead = 10 << 20 // the stock transport's default
+		t.maxHead = 10 << 20
 	}
 	return t
 }
@@ -145,14 +159,14 @@ func (t *inlineTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ic, reused := t.get(addr), true
 	for {
 		if ic == nil {
-			c, err := t.dialer.DialContext(ctx, "tcp", addr)
+			c, err := t.dial(ctx, "tcp", addr)
 			if err != nil {
 				if req.Body != nil {
 					_ = req.Body.Close() // a round tripper closes the body, also on an error
 				}
 				return nil, ctxCause(ctx, err)
 			}
-			ic, reused = newInlineConn(c, addr), false
+			ic, reused = t.newConn(c, addr), false
 		}
 		resp, wrote, err := t.exchange(ctx, ic, req)
 		if err == nil {

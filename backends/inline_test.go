@@ -257,13 +257,13 @@ func TestInlineRetriesUnsentRequest(t *testing.T) {
 	s := newCountingServer(t, echo)
 	c, tr := newInlineClient(t)
 	addr := strings.TrimPrefix(s.URL, "http://")
-	tr.put(newInlineConn(&brokenConn{write: false}, addr))
+	tr.put(tr.newConn(&brokenConn{write: false}, addr))
 	if got := post(t, c, s.URL, "again"); got != "again" {
 		t.Fatalf("got %q", got)
 	}
 	for _, took := range []int{10, 1 << 20} { // a part of the request, or all of it
 		tr.CloseIdleConnections()
-		tr.put(newInlineConn(&brokenConn{write: true, takes: took}, addr))
+		tr.put(tr.newConn(&brokenConn{write: true, takes: took}, addr))
 		resp, err := c.Post(s.URL, "text/plain", strings.NewReader("once"))
 		if err == nil {
 			_ = resp.Body.Close()
@@ -431,5 +431,40 @@ func TestInlineHostileHead(t *testing.T) {
 		if got := post(t, c, fine, "x"); len(got) != 128<<10 {
 			t.Fatalf("got %d bytes, want 128 KiB", len(got))
 		}
+	}
+}
+
+// TestInlineTakesTheFallbacksSettings: connections are dialled by the fallback's DialContext
+// and buffered as it says; a fallback that leaves a setting to net/http gets net/http's default.
+func TestInlineTakesTheFallbacksSettings(t *testing.T) {
+	s := newCountingServer(t, echo)
+	fallback := newTransport()
+	var dials atomic.Int64
+	dial := fallback.DialContext
+	fallback.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return dial(ctx, network, addr)
+	}
+	fallback.ReadBufferSize, fallback.WriteBufferSize = 8<<10, 2<<10
+	tr := newInlineTransport(fallback)
+	t.Cleanup(tr.CloseIdleConnections)
+	c := &http.Client{Transport: tr}
+	for range 2 {
+		if got := post(t, c, s.URL, "hi"); got != "hi" {
+			t.Fatalf("answer %q", got)
+		}
+	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("the fallback's dialer made %d connections for two calls, want 1", n)
+	}
+	tr.mu.Lock()
+	ic := tr.idle[strings.TrimPrefix(s.URL, "http://")][0]
+	tr.mu.Unlock()
+	if ic.br.Size() != 8<<10 || ic.bw.Size() != 2<<10 {
+		t.Fatalf("buffers %d / %d, want the fallback's %d / %d", ic.br.Size(), ic.bw.Size(), 8<<10, 2<<10)
+	}
+	bare := newInlineTransport(&http.Transport{})
+	if bare.dial == nil || bare.readBuf != 4<<10 || bare.writeBuf != 4<<10 || bare.maxHead != 10<<20 {
+		t.Fatalf("net/http's defaults: dial set %v, buffers %d / %d, head %d", bare.dial != nil, bare.readBuf, bare.writeBuf, bare.maxHead)
 	}
 }
