@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,7 +13,10 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -147,6 +151,88 @@ func bareHandler(path string) (http.Handler, error) {
 		}
 		_, _ = w.Write(cr.Body)
 	}), nil
+}
+
+// hitFloorHandler is a yardstick for reading only: the least an exact-match caching proxy does
+// for a hit, as the translator floor is for a neural call. It reads the body (bounded), decodes
+// the OpenAI request, keys it (SHA-256 of the decoded request encoded again), looks the key up in
+// a map under a read lock (the first request of a key stores the answer eoc-proxy gave for it),
+// encodes the stored answer with a fresh id and creation time, and writes the headers eoc-proxy
+// wrote for the hit (its figures as captured, Content-Length the new body's): no stages, no
+// receipt, budget, metrics or log.
+func hitFloorHandler(path string) (http.Handler, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var cr cachedResponse
+	if err := json.Unmarshal(raw, &cr); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var answer hitAnswer
+	if err := json.Unmarshal(cr.Body, &answer); err != nil {
+		return nil, fmt.Errorf("%s: the answer: %w", path, err)
+	}
+	cr.Header.Del("Date")
+	cr.Header.Del("Content-Length")
+	var (
+		mu     sync.RWMutex
+		stored = map[[sha256.Size]byte]*hitAnswer{}
+		n      atomic.Uint64
+	)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Model       string         `json:"model"`
+			Messages    []floorMessage `json:"messages"`
+			Stream      bool           `json:"stream"`
+			Temperature *float64       `json:"temperature,omitempty"`
+			MaxTokens   *int           `json:"max_tokens,omitempty"`
+		}
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 10<<20)).Decode(&in); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		canon, err := json.Marshal(in)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		key := sha256.Sum256(canon)
+		mu.RLock()
+		a, ok := stored[key]
+		mu.RUnlock()
+		if !ok {
+			mu.Lock()
+			a = &answer
+			stored[key] = a
+			mu.Unlock()
+		}
+		out := *a
+		out.ID = fmt.Sprintf("chatcmpl-%024x", n.Add(1)) // as long as eoc-proxy's ids
+		out.Created = time.Now().Unix()
+		body, err := json.Marshal(&out)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		h := w.Header()
+		for k, v := range cr.Header {
+			h[k] = v
+		}
+		h["Content-Length"] = []string{strconv.Itoa(len(body))}
+		_, _ = w.Write(body)
+	}), nil
+}
+
+// hitAnswer is the chat completion a cache hit answers with, as the hit floor stores it.
+type hitAnswer struct {
+	ID                string        `json:"id"`
+	Object            string        `json:"object"`
+	Created           int64         `json:"created"`
+	Model             string        `json:"model"`
+	SystemFingerprint string        `json:"system_fingerprint,omitempty"`
+	Choices           []floorChoice `json:"choices"`
+	Usage             floorUsage    `json:"usage"`
 }
 
 // floorHeaders are the headers eoc-proxy writes on a neural answer here (no RAPL), with values
