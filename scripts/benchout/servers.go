@@ -131,18 +131,28 @@ type cachedResponse struct {
 	Body   []byte      `json:"body"`
 }
 
+// readHit reads the cache hit captured in the file at path, its Date left out for the server to
+// write.
+func readHit(path string) (cachedResponse, error) {
+	var cr cachedResponse
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return cr, err
+	}
+	if err := json.Unmarshal(raw, &cr); err != nil {
+		return cr, fmt.Errorf("%s: %w", path, err)
+	}
+	cr.Header.Del("Date")
+	return cr, nil
+}
+
 // bareHandler is yardstick 2: a bare handler that drains the request and writes the bytes and
 // headers eoc-proxy wrote for a cache hit, Date left to the server.
 func bareHandler(path string) (http.Handler, error) {
-	raw, err := os.ReadFile(path)
+	cr, err := readHit(path)
 	if err != nil {
 		return nil, err
 	}
-	var cr cachedResponse
-	if err := json.Unmarshal(raw, &cr); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	cr.Header.Del("Date")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		h := w.Header()
@@ -161,19 +171,14 @@ func bareHandler(path string) (http.Handler, error) {
 // wrote for the hit (its figures as captured, Content-Length the new body's): no stages, no
 // receipt, budget, metrics or log.
 func hitFloorHandler(path string) (http.Handler, error) {
-	raw, err := os.ReadFile(path)
+	cr, err := readHit(path)
 	if err != nil {
 		return nil, err
-	}
-	var cr cachedResponse
-	if err := json.Unmarshal(raw, &cr); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	var answer hitAnswer
 	if err := json.Unmarshal(cr.Body, &answer); err != nil {
 		return nil, fmt.Errorf("%s: the answer: %w", path, err)
 	}
-	cr.Header.Del("Date")
 	cr.Header.Del("Content-Length")
 	var (
 		mu     sync.RWMutex
