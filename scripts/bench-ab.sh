@@ -40,7 +40,7 @@ measure() {
       vals+=" hall=$(num "$l" 'allocations per hit ([0-9]+), ') hbytes=$(num "$l" 'allocations per hit [0-9]+, ([0-9]+) B')"
       vals+=" hit=$(num "$l" 'cache hits ([0-9]+) req/s') bare=$(num "$l" 'req/s vs bare ([0-9]+) req/s')"
       vals+=" bcpu=$(num "$l" 'CPU per call bare ([0-9.]+) µs') hcpu2=$(num "$l" 'CPU per call bare [0-9.]+ µs, eoc-proxy ([0-9.]+) µs')"
-      vals+=" hfl=$(num "$l" 'hit floor ([0-9]+) req/s')"
+      vals+=" hfl=$(num "$l" 'decoding hit floor ([0-9]+) req/s') hbf=$(num "$l" 'bytes hit floor ([0-9]+) req/s')"
       vals+=" dchat=$(num "$l" 'dialects add hop -?[0-9]+ µs, chat (-?[0-9]+) µs') dresp=$(num "$l" 'dialects add [^;]* responses (-?[0-9]+) µs')"
       vals+=" sf=$(num "$l" 'first/last: [^;]*floor (-?[0-9]+) µs/') sc1=$(num "$l" 'first/last: [^;]*, chat (-?[0-9]+) µs/') sc2=$(num "$l" 'first/last: [^;]*, chat -?[0-9]+ µs/(-?[0-9]+) µs')"
       vals+=" sh1=$(num "$l" 'first/last: hop (-?[0-9]+) µs/') sh2=$(num "$l" 'first/last: hop -?[0-9]+ µs/(-?[0-9]+) µs')"
@@ -71,7 +71,8 @@ measure "neural, CPU per call / hop's" '(ecpu == "" || hcpu == "") ? "" : ecpu /
 measure "neural, heap allocations per call (objects)" 'nall'
 measure "neural, heap bytes allocated per call" 'nbytes'
 measure "cache hits, eoc-proxy / bare handler" '(hit == "" || bare == "") ? "" : hit / bare'
-measure "cache hits, eoc-proxy / hit floor" '(hit == "" || hfl == "") ? "" : hit / hfl'
+measure "cache hits, eoc-proxy / bytes hit floor" '(hit == "" || hbf == "") ? "" : hit / hbf'
+measure "cache hits, eoc-proxy / decoding hit floor" '(hit == "" || hfl == "") ? "" : hit / hfl'
 measure "cache hit, server CPU per call (µs)" 'hcpu2'
 measure "cache hit, heap allocations per call (objects)" 'hall'
 measure "cache hit, heap bytes allocated per call" 'hbytes'

@@ -13,9 +13,15 @@ import (
 	"testing"
 )
 
-// The hit floor answers every request it can decode with the captured answer under a fresh id,
-// with the captured headers and its own body's length, and refuses a body it cannot decode.
+// Both hit floors answer with the captured answer under a fresh id, with the captured headers and
+// their own body's length; the decoding one refuses a body it cannot decode.
 func TestHitFloorReplaysTheAnswerWithAFreshID(t *testing.T) {
+	for _, decode := range []bool{true, false} {
+		t.Run(map[bool]string{true: "decoding", false: "bytes"}[decode], func(t *testing.T) { testHitFloor(t, decode) })
+	}
+}
+
+func testHitFloor(t *testing.T, decode bool) {
 	answer := `{"object":"chat.completion","id":"chatcmpl-34e56787009ebe9dba2ec59b","model":"bench-model","created":1,` +
 		`"choices":[{"index":0,"message":{"role":"assistant","content":"Hello."},"finish_reason":"stop"}],` +
 		`"usage":{"prompt_tokens":12,"completion_tokens":4,"total_tokens":16}}`
@@ -30,7 +36,7 @@ func TestHitFloorReplaysTheAnswerWithAFreshID(t *testing.T) {
 	if err := os.WriteFile(path, captured, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h, err := hitFloorHandler(path)
+	h, err := hitFloorHandler(path, decode)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +76,10 @@ func TestHitFloorReplaysTheAnswerWithAFreshID(t *testing.T) {
 	if ids[0] == ids[1] {
 		t.Errorf("two answers with the id %s", ids[0])
 	}
-	if w := ask(`{"model":`); w.Code != http.StatusBadRequest {
-		t.Errorf("a broken body: status %d, want 400", w.Code)
+	// The decoding floor refuses a body it cannot decode; the bytes floor keys bytes and reads
+	// nothing in them.
+	want := map[bool]int{true: http.StatusBadRequest, false: http.StatusOK}[decode]
+	if w := ask(`{"model":`); w.Code != want {
+		t.Errorf("a broken body: status %d, want %d", w.Code, want)
 	}
 }

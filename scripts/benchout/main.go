@@ -9,7 +9,8 @@
 // bare handler replaying eoc-proxy's cache-hit bytes and headers (yardstick 2), the least a
 // proxy that translates to Ollama's API and writes eoc-proxy's headers does (floorHandler, the
 // translator floor), and the least an exact-match cache does for a hit (hitFloorHandler, the hit
-// floor). The client is this process. Per run it measures
+// floors: one keying the decoded request, one the body's bytes). The client is this process. Per
+// run it measures
 //
 //   - neural: sequential latency with a fresh prompt per round (so every eoc-proxy answer is
 //     neural), round-robin over direct, reverse proxy, translator floor and eoc-proxy: the median
@@ -21,7 +22,7 @@
 //   - stream: the same, streamed, over direct, the hop, the floor and eoc-proxy (chat and the
 //     dialects): the time to the first token and to the end of the stream;
 //   - cache: cache-hit throughput with concurrent keep-alive clients, eoc-proxy against the bare
-//     handler and the hit floor, in turn in slices;
+//     handler and the two hit floors, in turn in slices;
 //   - soak: eoc-proxy's RSS, heap goal and goroutines after a warm-up, halfway and at the end.
 //
 // and prints one table of the medians over the runs with issue 29's targets, and a PASS or FAIL
@@ -31,7 +32,7 @@
 // Usage: go run ./scripts/benchout [flags]   (from the module root; see scripts/bench.sh)
 //
 // The same binary is also the servers: benchout upstream | rproxy URL | floor URL | bare FILE |
-// hitfloor FILE.
+// hitfloor FILE | hitfloor-bytes FILE.
 package main
 
 import (
@@ -59,13 +60,16 @@ func main() {
 		switch os.Args[1] {
 		case "upstream":
 			os.Exit(procs.ServeChild(upstreamHandler()))
-		case "rproxy", "floor", "bare", "hitfloor":
+		case "rproxy", "floor", "bare", "hitfloor", "hitfloor-bytes":
 			if len(os.Args) != 3 {
-				fmt.Fprintln(os.Stderr, "usage: benchout rproxy URL | floor URL | bare FILE | hitfloor FILE")
+				fmt.Fprintln(os.Stderr, "usage: benchout rproxy URL | floor URL | bare FILE | hitfloor FILE | hitfloor-bytes FILE")
 				os.Exit(2)
 			}
 			build := map[string]func(string) (http.Handler, error){
-				"rproxy": reverseProxyHandler, "floor": floorHandler, "bare": bareHandler, "hitfloor": hitFloorHandler}[os.Args[1]]
+				"rproxy": reverseProxyHandler, "floor": floorHandler, "bare": bareHandler,
+				"hitfloor":       func(p string) (http.Handler, error) { return hitFloorHandler(p, true) },
+				"hitfloor-bytes": func(p string) (http.Handler, error) { return hitFloorHandler(p, false) },
+			}[os.Args[1]]
 			h, err := build(os.Args[2])
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "benchout:", err)
@@ -180,8 +184,10 @@ type result struct {
 	rpCPU, eocCPU    time.Duration    // server CPU per neural call: reverse proxy, eoc-proxy
 	bareRPS, eocRPS  float64
 	bareCPU, hitCPU  time.Duration // server CPU per cache hit: bare handler, eoc-proxy
-	floorRPS         float64       // the hit floor's cache hits per second
-	floorHitCPU      time.Duration // the hit floor's server CPU per hit
+	floorRPS         float64       // the hit floor's cache hits per second (decoding)
+	floorHitCPU      time.Duration // the hit floor's server CPU per hit (decoding)
+	bytesRPS         float64       // the bytes hit floor's cache hits per second
+	bytesHitCPU      time.Duration // the bytes hit floor's server CPU per hit
 	soak             [3]usage      // after warm-up, halfway, end
 	soakRetried      int64         // soak requests sent again after their connection closed under them
 	neural, hit, sok bool          // which phases ran
@@ -226,8 +232,8 @@ func (r result) line() string {
 		parts = append(parts, fmt.Sprintf("stream (direct first token %s, last chunk %s) adds first/last: %s", us(d1), us(d2), strings.Join(ps, ", ")))
 	}
 	if r.hit {
-		parts = append(parts, fmt.Sprintf("cache hits %.0f req/s vs bare %.0f req/s; CPU per call bare %s, eoc-proxy %s; allocations per hit %.0f, %.0f B; hit floor %.0f req/s, CPU per call %s",
-			r.eocRPS, r.bareRPS, us(r.bareCPU), us(r.hitCPU), r.hitAllocs, r.hitBytes, r.floorRPS, us(r.floorHitCPU)))
+		parts = append(parts, fmt.Sprintf("cache hits %.0f req/s vs bare %.0f req/s; CPU per call bare %s, eoc-proxy %s; allocations per hit %.0f, %.0f B; decoding hit floor %.0f req/s, CPU per call %s; bytes hit floor %.0f req/s, CPU per call %s",
+			r.eocRPS, r.bareRPS, us(r.bareCPU), us(r.hitCPU), r.hitAllocs, r.hitBytes, r.floorRPS, us(r.floorHitCPU), r.bytesRPS, us(r.bytesHitCPU)))
 	}
 	if r.sok {
 		parts = append(parts, fmt.Sprintf("soak goroutines %d/%d/%d, RSS %d/%d/%d KiB, %d requests sent again after their connection closed",
@@ -362,7 +368,11 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 		if err != nil {
 			procs.Fatalf("%v", err)
 		}
-		// Each slice measures the three in turn, the order rotated from one slice to the next.
+		rp, rawURL, err := procs.StartSelf("hitfloor-bytes", hitFile)
+		if err != nil {
+			procs.Fatalf("%v", err)
+		}
+		// Each slice measures the four in turn, the order rotated from one slice to the next.
 		ts := []struct {
 			t   target
 			pid int
@@ -371,6 +381,7 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 			{target{name: "bare handler", url: bareURL + path, stage: "cache"}, bp.Cmd.Process.Pid, slice{}},
 			{target{name: "hit floor", url: floorURL + path, stage: "cache"}, fp.Cmd.Process.Pid, slice{}},
 			{target{name: "eoc-proxy", url: eocURL + path, stage: "cache"}, cmd.Process.Pid, slice{}},
+			{target{name: "bytes hit floor", url: rawURL + path, stage: "cache"}, rp.Cmd.Process.Pid, slice{}},
 		}
 		for i := range o.slices {
 			for j := range ts {
@@ -379,9 +390,14 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 				x.sum.n, x.sum.wall, x.sum.cpu = x.sum.n+s.n, x.sum.wall+s.wall, x.sum.cpu+s.cpu
 			}
 		}
-		bs, fs, es := ts[0].sum, ts[1].sum, ts[2].sum
-		res.bareRPS, res.floorRPS, res.eocRPS = float64(bs.n)/bs.wall.Seconds(), float64(fs.n)/fs.wall.Seconds(), float64(es.n)/es.wall.Seconds()
-		res.bareCPU, res.floorHitCPU, res.hitCPU = bs.cpu/time.Duration(bs.n), fs.cpu/time.Duration(fs.n), es.cpu/time.Duration(es.n)
+		rate := func(s slice) (float64, time.Duration) {
+			return float64(s.n) / s.wall.Seconds(), s.cpu / time.Duration(s.n)
+		}
+		res.bareRPS, res.bareCPU = rate(ts[0].sum)
+		res.floorRPS, res.floorHitCPU = rate(ts[1].sum)
+		res.eocRPS, res.hitCPU = rate(ts[2].sum)
+		res.bytesRPS, res.bytesHitCPU = rate(ts[3].sum)
+		es := ts[2].sum
 		// The priming call and captureHit's are in the count too: a neural call among thousands of hits.
 		m1 := sample(c, cmd.Process.Pid, eocURL)
 		n := float64(es.n + 2)
@@ -625,15 +641,21 @@ func printTable(w io.Writer, o *options, stages []string, rs []result, took time
 		hc := medianOf(rs, func(r result) float64 { return µs(r.hitCPU) })
 		rc := medianOf(rs, func(r result) float64 { return float64(r.hitCPU) / float64(r.bareCPU) })
 		line("| cache hit, server CPU per call | %.1f µs | %.1f µs | %.2f× | (for reading) | |\n", bc, hc, rc)
-		if !slices.ContainsFunc(rs, func(r result) bool { return r.floorRPS <= 0 }) {
+		if !slices.ContainsFunc(rs, func(r result) bool { return r.floorRPS <= 0 || r.bytesRPS <= 0 }) {
 			f := medianOf(rs, func(r result) float64 { return r.floorRPS })
+			fb := medianOf(rs, func(r result) float64 { return r.bytesRPS })
+			bcell, _ := ratioCell(rs, func(r result) float64 { return r.bytesRPS / r.bareRPS })
+			line("| hit floor, bytes (key the body's bytes, look up, encode, eoc-proxy's headers; nothing else): cache hits, %d keep-alive clients | %.0f req/s (bare handler) | %.0f req/s (the floor) | %s | (for reading) | |\n", o.clients, b, fb, bcell)
 			fcell, _ := ratioCell(rs, func(r result) float64 { return r.floorRPS / r.bareRPS })
-			line("| hit floor (decode, key, look up, encode, eoc-proxy's headers; nothing else): cache hits, %d keep-alive clients | %.0f req/s (bare handler) | %.0f req/s (the floor) | %s | (for reading) | |\n", o.clients, b, f, fcell)
-			ecell, _ := ratioCell(rs, func(r result) float64 { return r.eocRPS / r.floorRPS })
-			line("| cache hits against the hit floor | %.0f req/s (the floor) | %.0f req/s | %s | (for reading) | |\n", f, e, ecell)
-			fc := medianOf(rs, func(r result) float64 { return µs(r.floorHitCPU) })
+			line("| hit floor, decoding (decode with encoding/json, key, look up, encode, eoc-proxy's headers; nothing else): cache hits | %.0f req/s (bare handler) | %.0f req/s (the floor) | %s | (for reading) | |\n", b, f, fcell)
+			ecell, _ := ratioCell(rs, func(r result) float64 { return r.eocRPS / r.bytesRPS })
+			dcell, _ := ratioCell(rs, func(r result) float64 { return r.eocRPS / r.floorRPS })
+			line("| cache hits against the hit floors (bytes / decoding) | %.0f / %.0f req/s | %.0f req/s | %s / %s | (for reading) | |\n", fb, f, e, ecell, dcell)
+			cb := medianOf(rs, func(r result) float64 { return µs(r.bytesHitCPU) })
+			cf := medianOf(rs, func(r result) float64 { return µs(r.floorHitCPU) })
+			rb := medianOf(rs, func(r result) float64 { return float64(r.hitCPU) / float64(r.bytesHitCPU) })
 			rf := medianOf(rs, func(r result) float64 { return float64(r.hitCPU) / float64(r.floorHitCPU) })
-			line("| cache hit, server CPU per call against the hit floor's | %.1f µs (the floor; bare handler %.1f µs) | %.1f µs | %.2f× | (for reading) | |\n", fc, bc, hc, rf)
+			line("| cache hit, server CPU per call against the hit floors' (bytes / decoding) | %.1f / %.1f µs | %.1f µs | %.2f× / %.2f× | (for reading) | |\n", cb, cf, hc, rb, rf)
 		}
 		ha := medianOf(rs, func(r result) float64 { return r.hitAllocs })
 		hb := medianOf(rs, func(r result) float64 { return r.hitBytes })

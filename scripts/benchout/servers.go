@@ -164,13 +164,15 @@ func bareHandler(path string) (http.Handler, error) {
 }
 
 // hitFloorHandler is a yardstick for reading only: the least an exact-match caching proxy does
-// for a hit, as the translator floor is for a neural call. It reads the body (bounded), decodes
-// the OpenAI request, keys it (SHA-256 of the decoded request encoded again), looks the key up in
-// a map under a read lock (the first request of a key stores the answer eoc-proxy gave for it),
-// encodes the stored answer with a fresh id and creation time, and writes the headers eoc-proxy
-// wrote for the hit (its figures as captured, Content-Length the new body's): no stages, no
-// receipt, budget, metrics or log.
-func hitFloorHandler(path string) (http.Handler, error) {
+// for a hit, as the translator floor is for a neural call. It reads the body (bounded) and keys
+// it: with decode, by decoding the OpenAI request with encoding/json and taking SHA-256 of the
+// decoded request encoded again (a key that does not care for spacing or field order, and a
+// request a proxy can route); without, by SHA-256 of the body's bytes as they came. It looks the
+// key up in a map under a read lock (the first request of a key stores the answer eoc-proxy gave
+// for it), encodes the stored answer with a fresh id and creation time, and writes the headers
+// eoc-proxy wrote for the hit (its figures as captured, Content-Length the new body's): no
+// stages, no receipt, budget, metrics or log.
+func hitFloorHandler(path string, decode bool) (http.Handler, error) {
 	cr, err := readHit(path)
 	if err != nil {
 		return nil, err
@@ -186,23 +188,34 @@ func hitFloorHandler(path string) (http.Handler, error) {
 		n      atomic.Uint64
 	)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in struct {
-			Model       string         `json:"model"`
-			Messages    []floorMessage `json:"messages"`
-			Stream      bool           `json:"stream"`
-			Temperature *float64       `json:"temperature,omitempty"`
-			MaxTokens   *int           `json:"max_tokens,omitempty"`
+		body := http.MaxBytesReader(w, r.Body, 10<<20)
+		var key [sha256.Size]byte
+		if decode {
+			var in struct {
+				Model       string         `json:"model"`
+				Messages    []floorMessage `json:"messages"`
+				Stream      bool           `json:"stream"`
+				Temperature *float64       `json:"temperature,omitempty"`
+				MaxTokens   *int           `json:"max_tokens,omitempty"`
+			}
+			if err := json.NewDecoder(body).Decode(&in); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			canon, err := json.Marshal(in)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			key = sha256.Sum256(canon)
+		} else {
+			raw, err := io.ReadAll(body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			key = sha256.Sum256(raw)
 		}
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 10<<20)).Decode(&in); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		canon, err := json.Marshal(in)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		key := sha256.Sum256(canon)
 		mu.RLock()
 		a, ok := stored[key]
 		mu.RUnlock()
@@ -215,7 +228,7 @@ func hitFloorHandler(path string) (http.Handler, error) {
 		out := *a
 		out.ID = fmt.Sprintf("chatcmpl-%024x", n.Add(1)) // as long as eoc-proxy's ids
 		out.Created = time.Now().Unix()
-		body, err := json.Marshal(&out)
+		b, err := json.Marshal(&out)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
@@ -224,8 +237,8 @@ func hitFloorHandler(path string) (http.Handler, error) {
 		for k, v := range cr.Header {
 			h[k] = v
 		}
-		h["Content-Length"] = []string{strconv.Itoa(len(body))}
-		_, _ = w.Write(body)
+		h["Content-Length"] = []string{strconv.Itoa(len(b))}
+		_, _ = w.Write(b)
 	}), nil
 }
 

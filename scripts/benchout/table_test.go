@@ -82,24 +82,25 @@ func TestTableDialectAndStreamRows(t *testing.T) {
 	}
 }
 
-// With the hit floor measured, the table gives it against the bare handler and eoc-proxy against
-// it, for reading; without it (the table test's other results), no such row.
+// With the hit floors measured, the table gives them against the bare handler and eoc-proxy
+// against them, for reading; without them (the table test's other results), no such row.
 func TestTableHitFloorRows(t *testing.T) {
-	r := result{hit: true, bareRPS: 1000, floorRPS: 800, eocRPS: 600, bareCPU: 20 * time.Microsecond,
-		floorHitCPU: 25 * time.Microsecond, hitCPU: 30 * time.Microsecond}
+	r := result{hit: true, bareRPS: 1000, floorRPS: 800, bytesRPS: 960, eocRPS: 600, bareCPU: 20 * time.Microsecond,
+		floorHitCPU: 25 * time.Microsecond, bytesHitCPU: 24 * time.Microsecond, hitCPU: 30 * time.Microsecond}
 	out := table(t, &options{clients: 16, cpus: 2}, []result{r})
 	for _, want := range []string{
-		"cache hits, 16 keep-alive clients | 1000 req/s (bare handler) | 800 req/s (the floor) | 0.80× | (for reading) | |",
-		"| cache hits against the hit floor | 800 req/s (the floor) | 600 req/s | 0.75× | (for reading) | |",
-		"| cache hit, server CPU per call against the hit floor's | 25.0 µs (the floor; bare handler 20.0 µs) | 30.0 µs | 1.20× | (for reading) | |",
+		"nothing else): cache hits, 16 keep-alive clients | 1000 req/s (bare handler) | 960 req/s (the floor) | 0.96× | (for reading) | |",
+		"nothing else): cache hits | 1000 req/s (bare handler) | 800 req/s (the floor) | 0.80× | (for reading) | |",
+		"| cache hits against the hit floors (bytes / decoding) | 960 / 800 req/s | 600 req/s | 0.62× / 0.75× | (for reading) | |",
+		"| cache hit, server CPU per call against the hit floors' (bytes / decoding) | 24.0 / 25.0 µs | 30.0 µs | 1.25× / 1.20× | (for reading) | |",
 		"| 0.60× | ≥ 0.8× | **no** |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, out)
 		}
 	}
-	r.floorRPS = 0
+	r.floorRPS, r.bytesRPS = 0, 0
 	if out := table(t, &options{clients: 16, cpus: 2}, []result{r}); strings.Contains(out, "hit floor") {
-		t.Errorf("a hit floor row without the floor measured:\n%s", out)
+		t.Errorf("a hit floor row without the floors measured:\n%s", out)
 	}
 }
