@@ -368,7 +368,7 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 		if err != nil {
 			procs.Fatalf("%v", err)
 		}
-		rp, rawURL, err := procs.StartSelf("hitfloor-bytes", hitFile)
+		bfp, bytesURL, err := procs.StartSelf("hitfloor-bytes", hitFile)
 		if err != nil {
 			procs.Fatalf("%v", err)
 		}
@@ -379,9 +379,9 @@ func oneRun(o *options, src []byte, dir string, seed uint64) (result, []string) 
 			sum slice
 		}{
 			{target{name: "bare handler", url: bareURL + path, stage: "cache"}, bp.Cmd.Process.Pid, slice{}},
-			{target{name: "hit floor", url: floorURL + path, stage: "cache"}, fp.Cmd.Process.Pid, slice{}},
+			{target{name: "decoding hit floor", url: floorURL + path, stage: "cache"}, fp.Cmd.Process.Pid, slice{}},
 			{target{name: "eoc-proxy", url: eocURL + path, stage: "cache"}, cmd.Process.Pid, slice{}},
-			{target{name: "bytes hit floor", url: rawURL + path, stage: "cache"}, rp.Cmd.Process.Pid, slice{}},
+			{target{name: "bytes hit floor", url: bytesURL + path, stage: "cache"}, bfp.Cmd.Process.Pid, slice{}},
 		}
 		for i := range o.slices {
 			for j := range ts {
